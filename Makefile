@@ -1,0 +1,29 @@
+# Two commands: `make run` serves Troupe on its embedded defaults, `make test` runs the tests.
+# Both create .venv and install the project into it first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run sim test clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Until the Ray runtime lands, `make run` starts the simulated model server.
+run: $(STAMP)
+	$(BIN)/troupe sim --host 127.0.0.1 --port 8000
+
+sim: $(STAMP)
+	$(BIN)/troupe sim --host 127.0.0.1 --port 8001
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

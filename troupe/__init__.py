@@ -1,0 +1,1 @@
+"""Troupe: an actor-model runtime for OpenAI-compatible agents."""
