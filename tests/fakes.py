@@ -1,0 +1,97 @@
+"""Deterministic fake models for loop tests: scripted turns as data, no mocks.
+
+``ScriptedModel`` holds a queue of turns and records every ``ChatRequest`` it
+is sent; an unexpected call fails the test, and ``assert_complete()`` fails when
+scripted turns were left unused. ``FunctionModel`` answers from a function of
+the request, for reactive scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from troupe.agentloop.model import (
+    ChatRequest,
+    ModelChunk,
+    ModelError,
+    ReasoningDelta,
+    TextDelta,
+    TokenUsage,
+    ToolCall,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    TurnEnd,
+)
+
+Turn = Sequence[ModelChunk] | Exception
+
+
+def text_turn(text: str, *, reasoning: str = "", finish_reason: str = "stop", input_tokens: int = 10) -> list[ModelChunk]:
+    """A turn that answers ``text`` word by word."""
+    chunks: list[ModelChunk] = [ReasoningDelta(text=w) for w in _pieces(reasoning)]
+    chunks += [TextDelta(text=w) for w in _pieces(text)]
+    usage = TokenUsage(input_tokens=input_tokens, output_tokens=len(text.split()) + len(reasoning.split()))
+    chunks.append(TurnEnd(text=text, reasoning=reasoning, finish_reason=finish_reason, usage=usage))
+    return chunks
+
+
+def tool_turn(*calls: tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str], text: str = "", input_tokens: int = 10) -> list[ModelChunk]:
+    """A turn that calls tools: each call is ``(name, arguments)`` or ``(name, arguments, call_id)``."""
+    chunks: list[ModelChunk] = [TextDelta(text=w) for w in _pieces(text)]
+    assembled = []
+    for index, spec in enumerate(calls):
+        name, args = spec[0], spec[1]
+        call_id = spec[2] if len(spec) > 2 else f"call_{name}_{index}"
+        arguments = json.dumps(args)
+        chunks.append(ToolCallStart(index=index, call_id=call_id, name=name))
+        half = len(arguments) // 2  # arguments arrive in two pieces, as over the wire
+        chunks += [ToolCallArgumentsDelta(index=index, delta=arguments[:half]), ToolCallArgumentsDelta(index=index, delta=arguments[half:])]
+        assembled.append(ToolCall(call_id=call_id, name=name, arguments=arguments))
+    usage = TokenUsage(input_tokens=input_tokens, output_tokens=len(calls) * 5 + len(text.split()))
+    chunks.append(TurnEnd(text=text, tool_calls=tuple(assembled), finish_reason="tool_calls", usage=usage))
+    return chunks
+
+
+def _pieces(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)] if text else []
+
+
+class ScriptedModel:
+    """Plays back scripted turns, one per model call."""
+
+    def __init__(self, *turns: Turn) -> None:
+        self._turns: deque[Turn] = deque(turns)
+        self.calls: list[ChatRequest] = []
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+        self.calls.append(request)
+        if not self._turns:
+            raise AssertionError(f"unexpected model call #{len(self.calls)}: {request.messages[-1:]}")
+        turn = self._turns.popleft()
+        if isinstance(turn, Exception):
+            raise turn
+        for chunk in turn:
+            yield chunk
+
+    def assert_complete(self) -> None:
+        assert not self._turns, f"{len(self._turns)} scripted turn(s) were never used"
+
+
+class FunctionModel:
+    """Answers each call with ``fn(request)``: a list of chunks (or raises)."""
+
+    def __init__(self, fn: Callable[[ChatRequest], Sequence[ModelChunk]]) -> None:
+        self.fn = fn
+        self.calls: list[ChatRequest] = []
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+        self.calls.append(request)
+        for chunk in self.fn(request):
+            yield chunk
+
+
+__all__ = ["ScriptedModel", "FunctionModel", "text_turn", "tool_turn", "ModelError"]

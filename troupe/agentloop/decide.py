@@ -1,0 +1,162 @@
+"""The loop's brain: ``decide(state) -> NextAction``, a pure function.
+
+The driver owns all I/O; after every step it folds what happened into a new,
+frozen :class:`LoopState` and asks :func:`decide` what to do next. Every
+stopping rule lives here, so each can be tested with plain values:
+
+=================================================  ===========================================
+situation                                          next action
+=================================================  ===========================================
+cancelled                                          Finish(cancelled)
+an unrecoverable error                             Finish(failed, error)
+no model call yet                                  CallModel (request's tool_choice)
+upstream finish ``length``                         Finish(incomplete, max_output_tokens)
+upstream finish ``content_filter``                 Finish(incomplete, content_filter)
+no tool calls                                      Finish(completed)
+``tool_choice: "none"`` and the model called       Finish(completed), calls returned as-is
+the final no-tools turn still called tools         Finish(incomplete, max_tool_calls)
+calls to run or to answer with errors, not done    ExecuteTools
+calls that need approval                           InterruptForApproval (response completes)
+a client-executed function call in the turn        Finish(completed | requires_action)
+output-token budget spent                          Finish(incomplete, max_output_tokens)
+``max_infer_iters`` model calls made               Finish(incomplete, max_iterations)
+otherwise (tool results to show the model)         CallModel (tool_choice reset to auto)
+=================================================  ===========================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .events import FinishStatus
+from .model import TokenUsage, ToolCall, TurnEnd
+from .tools import RejectedCall, TurnPlan
+
+__all__ = [
+    "LoopState",
+    "CallModel",
+    "ExecuteTools",
+    "InterruptForApproval",
+    "Finish",
+    "NextAction",
+    "decide",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallModel:
+    """Run one model turn."""
+
+    use_request_tool_choice: bool
+    """True on the first call; later calls use ``auto`` so a forced choice cannot loop forever
+    (the Agents SDK's ``reset_tool_choice``)."""
+    tools_enabled: bool = True
+    """False for the last turn after ``max_tool_calls`` ran out: tools are shown but not callable."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecuteTools:
+    """Run the server-side calls concurrently and answer the rejected ones."""
+
+    calls: tuple[ToolCall, ...]
+    rejected: tuple[RejectedCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterruptForApproval:
+    """Stop and ask the client to approve these calls; the response completes."""
+
+    pending: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    status: FinishStatus
+    incomplete_reason: str | None = None
+    error: dict[str, Any] | None = None
+
+
+NextAction = CallModel | ExecuteTools | InterruptForApproval | Finish
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopState:
+    """Everything :func:`decide` needs; replaced, never mutated."""
+
+    max_infer_iters: int = 10
+    client_tool_status: Literal["completed", "requires_action"] = "completed"
+    model_calls: int = 0
+    """Model calls made so far in this response."""
+    tool_calls_used: int = 0
+    """Server-side tool calls run so far (counts against ``max_tool_calls``)."""
+    last_turn: TurnEnd | None = None
+    plan: TurnPlan | None = None
+    """The last turn's tool calls, sorted (see :func:`~troupe.agentloop.tools.plan_turn`)."""
+    tools_ran: bool = False
+    """The last turn's tool work is done."""
+    last_turn_had_tools: bool = True
+    """Whether the last model call could call tools."""
+    tools_exhausted: bool = False
+    """``max_tool_calls`` ran out: the next turn gets no callable tools."""
+    output_tokens_left: int | None = None
+    """What remains of ``max_output_tokens``; ``None`` means no limit."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cancelled: bool = False
+    error: dict[str, Any] | None = None
+
+    def after_model(self, turn: TurnEnd, plan: TurnPlan, *, had_tools: bool) -> LoopState:
+        """Fold in a finished model turn and its plan."""
+        left = self.output_tokens_left
+        if left is not None:
+            left -= turn.usage.output_tokens
+        return replace(
+            self,
+            model_calls=self.model_calls + 1,
+            last_turn=turn,
+            plan=plan,
+            tools_ran=False,
+            last_turn_had_tools=had_tools,
+            output_tokens_left=left,
+            usage=self.usage + turn.usage,
+        )
+
+    def after_tools(self) -> LoopState:
+        """Fold in the finished tool work of the last turn."""
+        assert self.plan is not None
+        return replace(
+            self,
+            tools_ran=True,
+            tool_calls_used=self.tool_calls_used + len(self.plan.server),
+            tools_exhausted=self.tools_exhausted or self.plan.budget_exhausted,
+        )
+
+
+def decide(state: LoopState) -> NextAction:
+    """The next action for ``state``. Pure; see the module docstring for the rules."""
+    if state.cancelled:
+        return Finish(status="cancelled")
+    if state.error is not None:
+        return Finish(status="failed", error=state.error)
+    turn, plan = state.last_turn, state.plan
+    if turn is None or plan is None:
+        return CallModel(use_request_tool_choice=True)
+    if turn.finish_reason == "length":
+        return Finish(status="incomplete", incomplete_reason="max_output_tokens")
+    if turn.finish_reason == "content_filter":
+        return Finish(status="incomplete", incomplete_reason="content_filter")
+    if not turn.tool_calls or plan.returned_as_is:
+        return Finish(status="completed")
+    if not state.last_turn_had_tools:
+        return Finish(status="incomplete", incomplete_reason="max_tool_calls")
+    if plan.has_tool_work and not state.tools_ran:
+        return ExecuteTools(calls=plan.server, rejected=plan.rejected)
+    if plan.approval:
+        return InterruptForApproval(pending=plan.approval)
+    if plan.client:
+        return Finish(status=state.client_tool_status)
+    if state.output_tokens_left is not None and state.output_tokens_left <= 0:
+        return Finish(status="incomplete", incomplete_reason="max_output_tokens")
+    if state.model_calls >= state.max_infer_iters:
+        return Finish(status="incomplete", incomplete_reason="max_iterations")
+    return CallModel(use_request_tool_choice=False, tools_enabled=not state.tools_exhausted)

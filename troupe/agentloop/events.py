@@ -1,0 +1,152 @@
+"""Semantic loop events: what happened, without wire details.
+
+The driver yields these; :class:`~troupe.agentloop.writer.WireWriter` is the one
+place that turns them into Responses stream events (sequence numbers, output and
+content indices, the full added → delta → done framing). Keeping them apart lets
+the loop be tested without caring about indices, and lets the writer be tested
+without running a loop.
+
+Items carried here (``item`` fields) are client-transcript dicts in wire shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .model import TokenUsage
+
+__all__ = [
+    "ResponseStarted",
+    "MessageStarted",
+    "MessageDelta",
+    "MessageDone",
+    "ReasoningStarted",
+    "ReasoningDelta",
+    "ReasoningDone",
+    "FunctionCallStarted",
+    "FunctionCallArgumentsDelta",
+    "FunctionCallDone",
+    "ItemEmitted",
+    "StepTraced",
+    "ResponseFinished",
+    "LoopEvent",
+    "FinishStatus",
+]
+
+FinishStatus = Literal["completed", "incomplete", "failed", "cancelled", "requires_action"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseStarted:
+    """The loop began; the writer announces the response (created, in_progress)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageStarted:
+    """An assistant message item began."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageDone:
+    item_id: str
+    text: str
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningStarted:
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDone:
+    item_id: str
+    text: str
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionCallStarted:
+    item_id: str
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionCallArgumentsDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionCallDone:
+    item_id: str
+    arguments: str
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemEmitted:
+    """A whole item with no deltas (a tool's output): added and done at once."""
+
+    item: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTraced:
+    """One model call or tool call, timed; not a wire event (storage keeps these)."""
+
+    kind: Literal["model", "tool"]
+    name: str
+    started_at: float
+    """Seconds on the loop's clock (``time.time()`` by default)."""
+    ended_at: float
+    ttft_s: float | None = None
+    """Model calls: seconds from start to the first chunk."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    call_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseFinished:
+    """The loop ended; the writer emits the terminal event."""
+
+    status: FinishStatus
+    usage: TokenUsage
+    error: dict[str, Any] | None = None
+    """``{"code", "message"}`` when ``status == "failed"``."""
+    incomplete_reason: str | None = None
+
+
+LoopEvent = (
+    ResponseStarted
+    | MessageStarted
+    | MessageDelta
+    | MessageDone
+    | ReasoningStarted
+    | ReasoningDelta
+    | ReasoningDone
+    | FunctionCallStarted
+    | FunctionCallArgumentsDelta
+    | FunctionCallDone
+    | ItemEmitted
+    | StepTraced
+    | ResponseFinished
+)

@@ -1,0 +1,423 @@
+"""A :class:`~troupe.agentloop.model.ModelClient` for any OpenAI-compatible server.
+
+:class:`OpenAIChatClient` POSTs a streaming ``/chat/completions`` request with httpx,
+parses the Server-Sent Events and turns each upstream chunk into Troupe's small chunk
+values (``TextDelta``, ``ReasoningDelta``, ``ToolCallStart``, ``ToolCallArgumentsDelta``),
+ending with exactly one ``TurnEnd`` that carries the assembled turn.
+
+Error translation (every failure surfaces as ``ModelError``)::
+
+    upstream / transport failure            ModelError.status   retried?
+    ------------------------------------    -----------------   ------------------------
+    non-2xx reply (message from body)       upstream status     429, 5xx: yes; others no
+    could not connect / pool exhausted      502 / 504           yes
+    server dropped the request unanswered   502                 yes
+    no reply headers within read timeout    504                 no
+    read timeout while streaming            504                 no
+    connection lost while streaming         502                 no
+    ``error`` object inside the stream      its code, else 502  no
+    malformed chunk / stream cut short      502                 no
+
+Retries happen only before the reply body starts: once a 2xx reply is streaming, part of
+the turn may already have reached the caller, so a failure is raised, never replayed.
+
+Example::
+
+    async with OpenAIChatClient("http://127.0.0.1:8001/v1", api_key="sk-...") as client:
+        async for chunk in client.stream(ChatRequest(model="m", messages=msgs)):
+            if isinstance(chunk, TurnEnd):
+                print(chunk.text, chunk.usage)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from troupe.agentloop.model import (
+    ChatRequest,
+    ModelChunk,
+    ModelError,
+    ReasoningDelta,
+    TextDelta,
+    TokenUsage,
+    ToolCall,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    TurnEnd,
+)
+
+__all__ = ["OpenAIChatClient", "DEFAULT_TIMEOUT", "DEFAULT_LIMITS"]
+
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=30.0, pool=60.0)
+"""Connect 10 s; read 300 s *between bytes* (a slow prefill is still "between bytes")."""
+
+DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+"""Each streaming turn holds a connection for its whole length, so allow many."""
+
+_MAX_BACKOFF_S = 8.0
+_MAX_RETRY_AFTER_S = 30.0
+_MAX_ERROR_TEXT = 2000
+
+
+class OpenAIChatClient:
+    """Streams chat turns from an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    One instance owns one connection pool, created on first use and shared by every call.
+
+    Args:
+        base_url: the API root, e.g. ``http://127.0.0.1:8001/v1``.
+        api_key: sent as ``Authorization: Bearer <key>`` when given.
+        timeout: per-request timeouts (a float sets all of them); applied to every call,
+            also when ``http_client`` is given.
+        max_retries: retries after the first attempt for connection errors, 429 and 5xx.
+        backoff_base_s: first backoff delay; doubles per retry (with jitter, capped at 8 s).
+            A ``Retry-After`` header (capped at 30 s) takes precedence.
+        http_client: a shared ``httpx.AsyncClient`` to use instead of our own; the caller
+            keeps ownership and closes it.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        max_retries: int = 2,
+        backoff_base_s: float = 0.25,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Accept": "text/event-stream"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self._max_retries = max(0, max_retries)
+        self._backoff_base_s = backoff_base_s
+        self._client = http_client
+        self._owns_client = http_client is None
+        self._closed = False
+        # The sleep used between attempts; a seam for tests that check the delays.
+        self._sleep = asyncio.sleep
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise RuntimeError("OpenAIChatClient is closed")
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout, limits=DEFAULT_LIMITS)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the connection pool (unless it was passed in). Idempotent."""
+        self._closed = True
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    async def __aenter__(self) -> OpenAIChatClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+        """Run one streaming model call.
+
+        Args:
+            request: the upstream payload for this turn.
+
+        Returns:
+            An async iterator of chunks ending with exactly one ``TurnEnd``. Closing it
+            early (or cancelling the consuming task) closes the HTTP response at once.
+
+        Raises:
+            ModelError: the call failed; see the module docstring for the mapping.
+            RuntimeError: the client was closed.
+        """
+        client = self._http()
+        payload = request.to_payload(stream=True)
+        attempt = 0
+        while True:
+            retry_delay = 0.0
+            try:
+                async with client.stream(
+                    "POST", self._url, json=payload, headers=self._headers, timeout=self._timeout
+                ) as response:
+                    if not response.is_success:
+                        error = await _error_from_reply(response)
+                        if attempt < self._max_retries and _should_retry(response):
+                            retry_delay = self._delay(attempt, response)
+                        else:
+                            raise error
+                    else:
+                        # From here on, never retry: chunks may already be with the caller.
+                        async with aclosing(_read_turn(response)) as chunks:
+                            async for chunk in chunks:
+                                yield chunk
+                        return
+            except httpx.TransportError as exc:
+                # Only errors raised before the reply headers reach this point: errors while
+                # streaming are translated inside _read_turn. Those that certainly left the
+                # request unanswered are safe to repeat; a read timeout before the headers
+                # means the server may still be working on it, so it is not repeated.
+                if attempt < self._max_retries and not isinstance(exc, httpx.ReadTimeout):
+                    retry_delay = self._delay(attempt, None)
+                else:
+                    raise _transport_error(exc) from exc
+            attempt += 1
+            await self._sleep(retry_delay)
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        hinted = _retry_after_s(response) if response is not None else None
+        if hinted is not None:
+            return min(hinted, _MAX_RETRY_AFTER_S)
+        backoff = min(self._backoff_base_s * 2**attempt, _MAX_BACKOFF_S)
+        # Jitter so that many conversations hit by one outage do not retry in lockstep.
+        return backoff * random.uniform(0.75, 1.0)
+
+
+@dataclass(slots=True)
+class _PendingCall:
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+    started: bool = False
+    sent: int = 0
+    """How much of ``arguments`` was already yielded as deltas."""
+
+
+class _TurnAssembler:
+    """Folds Chat Completions chunk objects into Troupe chunks and the final TurnEnd."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, _PendingCall] = {}
+        self.finish_reason: str | None = None
+        self.usage = TokenUsage()
+
+    def feed(self, obj: dict[str, Any]) -> list[ModelChunk]:
+        if error := obj.get("error"):
+            raise _stream_error(error if isinstance(error, dict) else {"message": str(error)})
+        if obj.get("object") == "error":  # vLLM's older, flat shape
+            raise _stream_error(obj)
+        if isinstance(usage := obj.get("usage"), dict):
+            self.usage = _usage(usage)
+        out: list[ModelChunk] = []
+        for choice in obj.get("choices") or ():
+            if choice.get("index", 0) != 0:  # we always ask for n=1
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self.reasoning.append(reasoning)
+                out.append(ReasoningDelta(text=reasoning))
+            if isinstance(content := delta.get("content"), str) and content:
+                self.text.append(content)
+                out.append(TextDelta(text=content))
+            for fragment in delta.get("tool_calls") or ():
+                out.extend(self._tool_fragment(fragment))
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return out
+
+    def _tool_fragment(self, fragment: dict[str, Any]) -> list[ModelChunk]:
+        index = fragment.get("index")
+        if not isinstance(index, int):
+            index = self._guess_index(fragment.get("id"))
+        call = self.calls.setdefault(index, _PendingCall())
+        function = fragment.get("function") or {}
+        # id and name come once; servers that repeat them send the same value again.
+        if fragment.get("id") and not call.call_id:
+            call.call_id = fragment["id"]
+        if function.get("name") and not call.name:
+            call.name = function["name"]
+        if isinstance(arguments := function.get("arguments"), str):
+            call.arguments += arguments
+        out: list[ModelChunk] = []
+        if not call.started and call.name:
+            call.started = True
+            call.call_id = call.call_id or f"call_{uuid.uuid4().hex[:24]}"
+            out.append(ToolCallStart(index=index, call_id=call.call_id, name=call.name))
+        # Arguments that arrived before the name are held back until the start is known.
+        if call.started and len(call.arguments) > call.sent:
+            out.append(ToolCallArgumentsDelta(index=index, delta=call.arguments[call.sent :]))
+            call.sent = len(call.arguments)
+        return out
+
+    def _guess_index(self, call_id: str | None) -> int:
+        # A few servers omit ``index``: a known id continues its call, a new id starts
+        # the next one, and a fragment with neither continues the latest call.
+        for index, call in self.calls.items():
+            if call_id and call.call_id == call_id:
+                return index
+        if call_id or not self.calls:
+            return len(self.calls)
+        return max(self.calls)
+
+    def end(self) -> TurnEnd:
+        if nameless := [i for i, c in self.calls.items() if not c.started]:
+            raise ModelError(f"upstream tool call {nameless[0]} has no function name", 502)
+        return TurnEnd(
+            text="".join(self.text),
+            reasoning="".join(self.reasoning),
+            tool_calls=tuple(
+                ToolCall(call_id=c.call_id, name=c.name, arguments=c.arguments)
+                for _, c in sorted(self.calls.items())
+            ),
+            finish_reason=self.finish_reason or "stop",
+            usage=self.usage,
+        )
+
+
+async def _read_turn(response: httpx.Response) -> AsyncIterator[ModelChunk]:
+    """Yield the turn's chunks from a 2xx reply, translating mid-stream failures."""
+    turn = _TurnAssembler()
+    try:
+        if "text/event-stream" not in response.headers.get("content-type", "text/event-stream"):
+            # A server that ignored ``stream: true`` and answered with one JSON completion.
+            for chunk in turn.feed(_as_chunk(_json(await response.aread()))):
+                yield chunk
+        else:
+            done = False
+            async with aclosing(_sse_events(response)) as events:
+                async for event, data in events:
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    obj = _json(data)
+                    if event == "error" and "error" not in obj:
+                        obj = {"error": obj}
+                    for chunk in turn.feed(obj):
+                        yield chunk
+            # A stream cut off before [DONE] and before any finish_reason is a lost turn.
+            if not done and turn.finish_reason is None:
+                raise ModelError("upstream stream ended before the turn finished", 502)
+    except httpx.TransportError as exc:
+        raise _transport_error(exc) from exc
+    yield turn.end()
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """Yield ``(event, data)`` per SSE event; comments and other fields are skipped."""
+    # aiter_lines splits on \n, \r\n and \r alike, so CRLF framing needs no special case.
+    event, data = "", []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            event = value
+    if data:  # the last event, when the server did not end it with a blank line
+        yield event, "\n".join(data)
+
+
+def _json(data: str | bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelError(f"malformed upstream chunk: {str(data)[:200]!r}", 502) from exc
+    if not isinstance(obj, dict):
+        raise ModelError(f"malformed upstream chunk: {str(data)[:200]!r}", 502)
+    return obj
+
+
+def _as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
+    """Recast a non-streaming completion as one streaming chunk."""
+    if completion.get("error"):
+        return completion
+    choices = []
+    for choice in completion.get("choices") or ():
+        message = dict(choice.get("message") or {})
+        message["tool_calls"] = [
+            {"index": i, **call} for i, call in enumerate(message.get("tool_calls") or ())
+        ]
+        choices.append({**choice, "delta": message})
+    return {"choices": choices, "usage": completion.get("usage")}
+
+
+def _usage(usage: dict[str, Any]) -> TokenUsage:
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return TokenUsage(
+        input_tokens=usage.get("prompt_tokens") or 0,
+        output_tokens=usage.get("completion_tokens") or 0,
+        cached_tokens=prompt_details.get("cached_tokens") or 0,
+        reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
+    )
+
+
+def _should_retry(response: httpx.Response) -> bool:
+    # A server can veto a retry of a deterministic failure (the openai SDK's convention).
+    if response.headers.get("x-should-retry", "").lower() == "false":
+        return False
+    return response.status_code == 429 or response.status_code >= 500
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    if (ms := response.headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    if (value := response.headers.get("retry-after")) is None:
+        return None
+    try:  # the HTTP-date form is not used by model servers; it counts as absent
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+async def _error_from_reply(response: httpx.Response) -> ModelError:
+    """A ModelError for a non-2xx reply, keeping the upstream message and code."""
+    status = response.status_code
+    try:
+        body = (await response.aread()).decode("utf-8", "replace")
+    except httpx.HTTPError:
+        body = ""
+    message, code = body.strip()[:_MAX_ERROR_TEXT], None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed)
+        if isinstance(error, dict):
+            found = error.get("message") or error.get("detail")
+            message = found if isinstance(found, str) else message
+            code = error.get("code") or error.get("type")
+        elif isinstance(error, str):
+            message = error
+    if not message:
+        message = f"upstream replied HTTP {status} {response.reason_phrase}".rstrip()
+    return ModelError(message, status, str(code) if code is not None else None)
+
+
+def _stream_error(error: dict[str, Any]) -> ModelError:
+    """A ModelError for an ``error`` object sent inside a 2xx stream."""
+    code = error.get("code")
+    status = code if isinstance(code, int) and 400 <= code <= 599 else 502
+    message = error.get("message") or json.dumps(error)[:_MAX_ERROR_TEXT]
+    code = code if code is not None else error.get("type")
+    return ModelError(str(message), status, str(code) if code is not None else None)
+
+
+def _transport_error(exc: httpx.TransportError) -> ModelError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelError(f"upstream timed out: {type(exc).__name__} {exc}".strip(), 504, "timeout")
+    message = f"upstream connection failed: {type(exc).__name__} {exc}".strip()
+    return ModelError(message, 502, "connection_error")
