@@ -1,0 +1,167 @@
+"""OpenAIChatClient against the real ``troupe sim`` HTTP server on a loopback port.
+
+The server runs in a background thread (uvicorn on a socket bound to port 0, so no fixed
+port); the tests wait for ``/health`` rather than for wall-clock time.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from troupe.agentloop.model import (
+    ChatRequest,
+    ModelChunk,
+    ModelError,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    TurnEnd,
+)
+from troupe.agentloop.openai_client import OpenAIChatClient
+from troupe.agentloop.sim import SimSettings
+from troupe.serve.sim_app import create_sim_app
+
+
+def _wait_for_health(url: str, thread: threading.Thread, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not thread.is_alive():
+            raise RuntimeError("the sim server thread exited during start-up")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.02)  # poll interval, not a wait for readiness
+    raise TimeoutError(f"{url} did not become healthy within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def sim_base_url() -> Iterator[str]:
+    # Bind first and hand the socket to uvicorn: the port is ours before the server starts.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    config = uvicorn.Config(create_sim_app(SimSettings()), log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        _wait_for_health(f"http://{host}:{port}/health", thread)
+        yield f"http://{host}:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+class CountingClient:
+    """An OpenAIChatClient whose shared httpx pool counts the requests it sends."""
+
+    def __init__(self, base_url: str) -> None:
+        self.sent = 0
+        self.base_url = base_url
+        self.http = httpx.AsyncClient(event_hooks={"request": [self._count]})
+        self.client = OpenAIChatClient(base_url, http_client=self.http, backoff_base_s=0.01)
+
+    async def _count(self, request: httpx.Request) -> None:
+        self.sent += 1
+
+    async def run(self, text: str) -> list[ModelChunk]:
+        request = ChatRequest(model="sim", messages=[{"role": "user", "content": text}])
+        return [chunk async for chunk in self.client.stream(request)]
+
+
+@pytest.fixture
+async def sim(sim_base_url: str) -> AsyncIterator[CountingClient]:
+    counting = CountingClient(sim_base_url)
+    yield counting
+    await counting.client.aclose()
+    await counting.http.aclose()
+
+
+def _nonce() -> str:
+    # ``[[fail S once]]`` is remembered per message text for the server's lifetime.
+    return uuid.uuid4().hex[:8]
+
+
+async def test_streams_text_in_several_deltas(sim: CountingClient) -> None:
+    chunks = await sim.run("[[say hello big world]]")
+    deltas = [c for c in chunks if isinstance(c, TextDelta)]
+    end = chunks[-1]
+    assert isinstance(end, TurnEnd)
+    assert end.text == "hello big world" == "".join(d.text for d in deltas)
+    assert len(deltas) > 1
+    assert end.finish_reason == "stop"
+    assert sum(isinstance(c, TurnEnd) for c in chunks) == 1
+
+
+async def test_tool_call_arguments_arrive_split(sim: CountingClient) -> None:
+    chunks = await sim.run('[[call add {"a": 2, "b": 40}]]')
+    starts = [c for c in chunks if isinstance(c, ToolCallStart)]
+    arg_deltas = [c for c in chunks if isinstance(c, ToolCallArgumentsDelta)]
+    end = chunks[-1]
+    assert isinstance(end, TurnEnd) and end.finish_reason == "tool_calls"
+    (call,) = end.tool_calls
+    assert call.name == "add" and json.loads(call.arguments) == {"a": 2, "b": 40}
+    assert [(s.index, s.call_id, s.name) for s in starts] == [(0, call.call_id, "add")]
+    assert len(arg_deltas) > 1
+    assert "".join(d.delta for d in arg_deltas) == call.arguments
+    # Every argument delta comes after its start.
+    assert chunks.index(starts[0]) < chunks.index(arg_deltas[0])
+
+
+async def test_usage_is_reported(sim: CountingClient) -> None:
+    end = (await sim.run("[[tokens 12]]"))[-1]
+    assert isinstance(end, TurnEnd)
+    assert end.usage.input_tokens > 0
+    assert end.usage.output_tokens > 0
+
+
+async def test_503_once_is_retried_then_succeeds(sim: CountingClient) -> None:
+    chunks = await sim.run(f"[[fail 503 once]] [[say recovered]] {_nonce()}")
+    end = chunks[-1]
+    assert isinstance(end, TurnEnd) and end.text == "recovered"
+    assert sim.sent == 2
+
+
+async def test_400_is_not_retried_and_keeps_the_message(sim: CountingClient) -> None:
+    text = f"[[fail 400]] {_nonce()}"
+    with pytest.raises(ModelError) as info:
+        await sim.run(text)
+    assert info.value.status == 400
+    assert sim.sent == 1
+    # The message is the server's own, as its error body states it.
+    payload = ChatRequest(model="sim", messages=[{"role": "user", "content": text}]).to_payload()
+    raw = await sim.http.post(f"{sim.base_url}/chat/completions", json=payload)
+    assert raw.status_code == 400
+    assert info.value.message == raw.json()["error"]["message"]
+
+
+async def test_read_timeout_between_bytes_is_504_and_not_retried(sim_base_url: str) -> None:
+    sent: list[httpx.Request] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(request)
+
+    async with httpx.AsyncClient(event_hooks={"request": [count]}) as http:
+        timeout = httpx.Timeout(5.0, read=0.2)
+        client = OpenAIChatClient(sim_base_url, http_client=http, timeout=timeout)
+        request = ChatRequest(
+            model="sim", messages=[{"role": "user", "content": "[[latency ttft=2000]] [[say late]]"}]
+        )
+        with pytest.raises(ModelError) as info:
+            async for _ in client.stream(request):
+                pass
+    assert info.value.status == 504
+    assert len(sent) == 1

@@ -1,0 +1,116 @@
+"""Parsing of the sim's ``[[...]]`` directives (see :mod:`troupe.agentloop.sim`).
+
+``parse_directives(text)`` returns every cue found in one user message, plus the message
+with the directives removed. A malformed directive is not an error: it stays in the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["CallCue", "Directives", "parse_directives"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallCue:
+    """A ``[[call]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue."""
+
+    name: str
+    arguments: str | None
+    loop: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class Directives:
+    """Every cue found in one message (built up by the parser, hence not frozen)."""
+
+    calls: list[CallCue] = field(default_factory=list)
+    answer: tuple[str, str] | None = None
+    """(kind, argument) of the first ``say`` / ``tokens`` / ``history``."""
+    think: str | None = None
+    fail: tuple[int, bool] | None = None
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    plain: str = ""
+    """The message with every directive removed."""
+
+
+# Each directive's body, matched right after "[[keyword". `call` is special-cased because
+# its JSON may itself contain "]]" or nested braces.
+_OPEN = re.compile(r"\[\[(call|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
+_BODIES = {
+    "say": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
+    "think": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
+    "tokens": re.compile(r"\s+(\d+)\s*\]\]"),
+    "loop": re.compile(r"\s+([^\s\[\]]+)\s*\]\]"),
+    "history": re.compile(r"\s*\]\]"),
+    "fail": re.compile(r"\s+(\d{3})(\s+once)?\s*\]\]"),
+    "latency": re.compile(r"((?:\s+(?:ttft|itl)\s*=\s*\d+(?:\.\d+)?)*)\s*\]\]"),
+}
+_CALL_NAME = re.compile(r"\s+([^\s\[\]{}]+)\s*")
+_CLOSE = re.compile(r"\s*\]\]")
+_JSON = json.JSONDecoder()
+
+
+def _parse_call(text: str, start: int) -> tuple[int, CallCue] | None:
+    name = _CALL_NAME.match(text, start)
+    if name is None:
+        return None
+    pos, arguments = name.end(), None
+    if text.startswith("{", pos):
+        try:
+            _, end = _JSON.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return None
+        # Keep the JSON exactly as written: it is what "the model produced".
+        arguments, pos = text[pos:end], end
+    close = _CLOSE.match(text, pos)
+    if close is None:
+        return None
+    return close.end(), CallCue(name=name.group(1), arguments=arguments, loop=False)
+
+
+def parse_directives(text: str) -> Directives:
+    """Find every directive in ``text``; later ``think``/``fail``/``latency`` cues win."""
+    found = Directives()
+    plain: list[str] = []
+    pos, removed = 0, False
+    while (opening := _OPEN.search(text, pos)) is not None:
+        kind, body_start = opening.group(1), opening.end()
+        end: int | None = None
+        if kind == "call":
+            if (parsed := _parse_call(text, body_start)) is not None:
+                end, call = parsed
+                found.calls.append(call)
+        elif (body := _BODIES[kind].match(text, body_start)) is not None:
+            end = body.end()
+            _apply(found, kind, body)
+        if end is None:  # malformed: leave it in the text as it is
+            plain.append(text[pos:body_start])
+            pos = body_start
+            continue
+        plain.append(text[pos:opening.start()])
+        pos, removed = end, True
+    plain.append(text[pos:])
+    joined = "".join(plain)
+    # Removing a directive from mid-sentence leaves a double space behind.
+    found.plain = (re.sub(r"[ \t]{2,}", " ", joined) if removed else joined).strip()
+    return found
+
+
+def _apply(found: Directives, kind: str, body: re.Match[str]) -> None:
+    match kind:
+        case "say" | "tokens" | "history":
+            if found.answer is None:
+                found.answer = (kind, "" if kind == "history" else body.group(1) or "")
+        case "think":
+            found.think = body.group(1) or ""
+        case "loop":
+            found.calls.append(CallCue(name=body.group(1), arguments=None, loop=True))
+        case "fail":
+            found.fail = (int(body.group(1)), body.group(2) is not None)
+        case "latency":
+            for name, value in re.findall(r"(ttft|itl)\s*=\s*(\d+(?:\.\d+)?)", body.group(1)):
+                setattr(found, f"{name}_ms", float(value))

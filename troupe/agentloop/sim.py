@@ -1,0 +1,367 @@
+"""``sim``: a deterministic simulated model, cued by directives in the user's message.
+
+The sim reads the LAST user message (string content, or the ``text`` of its parts joined
+by newlines). Directives in double brackets, anywhere in it::
+
+    [[call NAME {JSON}]]   call tool NAME with that JSON (several -> parallel calls, in order);
+                           without JSON the arguments come from NAME's schema in
+                           ``request.tools`` (``{}`` if NAME is not offered). Works even if NAME
+                           is not offered and with tool_choice "none" (a misbehaving model).
+    [[say TEXT]]           answer exactly TEXT
+    [[tokens N]]           answer with N deterministic words (the NATO alphabet, cycled)
+    [[think TEXT]]         emit TEXT as reasoning before the answer / tool calls
+    [[loop NAME]]          call NAME (schema arguments) on EVERY turn, even after tool results
+    [[history]]            answer with the raw text of every user message, oldest first, " | "
+    [[fail STATUS]]        every call fails with that HTTP status
+    [[fail STATUS once]]   only the first call for this conversation fails (key: the text of
+                           the last user message; remembered by the SimModel / server)
+    [[latency ttft=MS itl=MS]]  time to first token / between tokens (defaults: SimSettings)
+
+Decision order for each turn:
+
+1. ``fail`` -> fail (in-process: ``ModelError(status=STATUS)``; server: that HTTP status).
+2. Tool results after the last user message: without ``loop``, answer one line per result,
+   ``NAME -> OUTPUT``, joined by "\\n"; with ``loop``, call the loop tools again.
+3. ``call`` / ``loop`` -> tool calls (finish_reason "tool_calls").
+4. ``say`` / ``tokens`` / ``history`` -> that text (the first of them in the message wins).
+5. No directive: tool_choice "required" -> the first offered tool, a forced
+   ``{"type": "function", "function": {"name": X}}`` -> X; otherwise, with tools offered
+   (and tool_choice not "none"), a word of 4+ letters from the message found in a tool's
+   name or description -> the best-matching tool (most words; ties -> first offered);
+   otherwise ``You said: <message without directives>``.
+6. Text answers honour ``response_format``: ``json_schema`` -> a value generated from the
+   schema, ``json_object`` -> ``{"answer": <text>}``.
+7. ``max_tokens`` truncates the answer text; finish_reason becomes "length".
+
+Tokens are whitespace-separated words. Usage: input = words of every message's content
+(plus assistant tool-call arguments); output = words of text + reasoning + arguments.
+
+Example::
+
+    model = SimModel()
+    request = ChatRequest(model="sim", messages=[{"role": "user", "content": "[[say hi]]"}])
+    async for chunk in model.stream(request):
+        ...  # TextDelta(text="hi"), TurnEnd(text="hi", finish_reason="stop", ...)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from troupe.agentloop._sim_directives import CallCue, parse_directives
+from troupe.agentloop._sim_schema import generate_from_schema
+from troupe.agentloop.model import (
+    ChatRequest,
+    ModelChunk,
+    ModelError,
+    ReasoningDelta,
+    TextDelta,
+    TokenUsage,
+    ToolCall,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
+    TurnEnd,
+)
+
+__all__ = [
+    "SimSettings",
+    "SimReply",
+    "SimModel",
+    "plan_reply",
+    "stream_reply",
+    "generate_from_schema",
+    "split_tokens",
+    "split_arguments",
+    "message_text",
+]
+
+_WORDS = (
+    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
+    "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
+).split()
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimSettings:
+    """Server-wide defaults of the sim (a ``[[latency]]`` directive overrides them)."""
+
+    ttft_ms: float = 0
+    """Time to first token, in milliseconds."""
+    itl_ms: float = 0
+    """Inter-token latency: the pause between consecutive chunks, in milliseconds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimReply:
+    """What the sim will answer to one request: the plan, before any streaming."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = "stop"
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    ttft_ms: float = 0
+    itl_ms: float = 0
+    fail_status: int | None = None
+    """When set, the call fails with this HTTP status instead of answering."""
+    fail_key: str | None = None
+    """Set on a ``[[fail S once]]`` failure: the key the caller must remember as failed."""
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a chat message: its string content, or its text parts joined by newlines."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split ``text`` into one piece per token; the pieces concatenate back to ``text``."""
+    pieces = re.findall(r"\s*\S+", text)
+    tail = text[len("".join(pieces)):]
+    if tail:  # trailing whitespace rides on the last token
+        pieces = [*pieces[:-1], pieces[-1] + tail] if pieces else [tail]
+    return pieces
+
+
+def split_arguments(arguments: str, pieces: int = 3) -> list[str]:
+    """Split tool-call arguments into up to ``pieces`` chunks, the way servers stream them."""
+    if len(arguments) <= 1:
+        return [arguments]
+    step = -(-len(arguments) // min(pieces, len(arguments)))
+    return [arguments[i:i + step] for i in range(0, len(arguments), step)]
+
+
+def _count(text: str) -> int:
+    return len(text.split())
+
+
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def plan_reply(
+    request: ChatRequest,
+    *,
+    settings: SimSettings = SimSettings(),
+    failed_keys: Container[str] = frozenset(),
+    new_call_id: Callable[[], str] = _new_call_id,
+) -> SimReply:
+    """Decide the sim's whole reply to ``request`` (pure, apart from ``new_call_id``).
+
+    Args:
+        request: the chat turn.
+        settings: latency defaults.
+        failed_keys: conversation keys whose ``[[fail S once]]`` already fired.
+        new_call_id: makes tool-call ids.
+
+    Returns:
+        The reply; when ``fail_status`` is set the caller must fail the call instead (and
+        remember ``fail_key``, if set).
+    """
+    messages = request.messages
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    key = message_text(messages[last]) if last >= 0 else ""
+    cues = parse_directives(key)
+    ttft = settings.ttft_ms if cues.ttft_ms is None else cues.ttft_ms
+    itl = settings.itl_ms if cues.itl_ms is None else cues.itl_ms
+
+    if cues.fail is not None:
+        status, once = cues.fail
+        if not once or key not in failed_keys:
+            return SimReply(fail_status=status, fail_key=key if once else None, ttft_ms=ttft, itl_ms=itl)
+
+    results = _tool_results(messages, after=last)
+    loops = [c for c in cues.calls if c.loop]
+    calls: list[CallCue] = []
+    text = ""
+    if results and not loops:
+        text = "\n".join(f"{name} -> {output}" for name, output in results)
+    elif results:
+        calls = loops
+    elif cues.calls:
+        calls = cues.calls
+    elif cues.answer is not None:
+        text = _answer(cues.answer, messages)
+    elif (chosen := _choose_tool(request, cues.plain)) is not None:
+        calls = [CallCue(name=chosen, arguments=None, loop=False)]
+    else:
+        text = f"You said: {cues.plain}"
+
+    tool_calls = tuple(
+        ToolCall(call_id=new_call_id(), name=c.name, arguments=c.arguments or _schema_arguments(request, c.name))
+        for c in calls
+    )
+    finish_reason = "tool_calls" if tool_calls else "stop"
+    if not tool_calls:
+        text = _format(text, request.response_format)
+        if request.max_tokens is not None and _count(text) > request.max_tokens:
+            text, finish_reason = "".join(split_tokens(text)[: request.max_tokens]), "length"
+
+    reasoning = cues.think or ""
+    arguments_tokens = sum(_count(c.arguments) for c in tool_calls)
+    usage = TokenUsage(
+        input_tokens=_input_tokens(messages),
+        output_tokens=_count(text) + _count(reasoning) + arguments_tokens,
+        reasoning_tokens=_count(reasoning),
+    )
+    return SimReply(
+        text=text, reasoning=reasoning, tool_calls=tool_calls, finish_reason=finish_reason,
+        usage=usage, ttft_ms=ttft, itl_ms=itl,
+    )
+
+
+def _tool_results(messages: list[dict[str, Any]], *, after: int) -> list[tuple[str, str]]:
+    names: dict[str, str] = {}
+    results = []
+    for message in messages[after + 1:]:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                names[call.get("id", "")] = (call.get("function") or {}).get("name", "")
+        elif message.get("role") == "tool":
+            call_id = message.get("tool_call_id", "")
+            results.append((names.get(call_id) or message.get("name") or "unknown", message_text(message)))
+    return results
+
+
+def _answer(answer: tuple[str, str], messages: list[dict[str, Any]]) -> str:
+    kind, argument = answer
+    if kind == "tokens":
+        return " ".join(_WORDS[i % len(_WORDS)] for i in range(int(argument)))
+    if kind == "history":
+        return " | ".join(message_text(m) for m in messages if m.get("role") == "user")
+    return argument
+
+
+def _functions(request: ChatRequest) -> list[dict[str, Any]]:
+    # Accept the Chat shape {"type": "function", "function": {...}} and the flat one.
+    return [tool.get("function", tool) for tool in request.tools if isinstance(tool, dict)]
+
+
+def _schema_arguments(request: ChatRequest, name: str) -> str:
+    for function in _functions(request):
+        if function.get("name") == name and function.get("parameters"):
+            return json.dumps(generate_from_schema(function["parameters"]))
+    return "{}"
+
+
+def _choose_tool(request: ChatRequest, text: str) -> str | None:
+    functions = [f for f in _functions(request) if f.get("name")]
+    choice = request.tool_choice
+    if isinstance(choice, dict):
+        return (choice.get("function") or {}).get("name") or choice.get("name")
+    if not functions or choice == "none":
+        return None
+    if choice == "required":
+        return functions[0]["name"]
+    words = set(re.findall(r"[a-z]{4,}", text.lower()))
+    best, best_score = None, 0
+    for function in functions:  # strict ">" keeps the first offered tool on ties
+        haystack = f"{function['name']} {function.get('description') or ''}".lower()
+        score = sum(word in haystack for word in words)
+        if score > best_score:
+            best, best_score = function["name"], score
+    return best
+
+
+def _format(text: str, response_format: dict[str, Any] | None) -> str:
+    kind = (response_format or {}).get("type")
+    if kind == "json_schema":
+        schema = (response_format or {}).get("json_schema", {}).get("schema") or {"type": "object"}
+        return json.dumps(generate_from_schema(schema))
+    if kind == "json_object":
+        return json.dumps({"answer": text})
+    return text
+
+
+def _input_tokens(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for message in messages:
+        total += _count(message_text(message))
+        for call in message.get("tool_calls") or []:
+            total += _count(str((call.get("function") or {}).get("arguments") or ""))
+    return total
+
+
+def _chunks(reply: SimReply) -> Iterator[ModelChunk]:
+    for token in split_tokens(reply.reasoning):
+        yield ReasoningDelta(text=token)
+    for token in split_tokens(reply.text):
+        yield TextDelta(text=token)
+    for index, call in enumerate(reply.tool_calls):
+        yield ToolCallStart(index=index, call_id=call.call_id, name=call.name)
+        for piece in split_arguments(call.arguments):
+            yield ToolCallArgumentsDelta(index=index, delta=piece)
+
+
+async def stream_reply(reply: SimReply, *, sleep: Sleep = asyncio.sleep) -> AsyncIterator[ModelChunk]:
+    """Stream a planned reply as model chunks, pacing them by its ttft / itl.
+
+    Sleeps ``ttft_ms`` before the first chunk and ``itl_ms`` before each following one;
+    the closing :class:`TurnEnd` follows the last chunk without delay.
+    """
+    first = True
+    for chunk in _chunks(reply):
+        delay = reply.ttft_ms if first else reply.itl_ms
+        first = False
+        if delay > 0:
+            await sleep(delay / 1000)
+        yield chunk
+    if first and reply.ttft_ms > 0:  # nothing streamed: the turn still takes its ttft
+        await sleep(reply.ttft_ms / 1000)
+    yield TurnEnd(
+        text=reply.text, reasoning=reply.reasoning, tool_calls=reply.tool_calls,
+        finish_reason=reply.finish_reason, usage=reply.usage,
+    )
+
+
+class SimModel:
+    """The sim as an in-process :class:`~troupe.agentloop.model.ModelClient`.
+
+    Remembers which conversations already had their ``[[fail S once]]`` (thread-safe), so
+    one instance should serve all calls that ought to share that memory.
+    """
+
+    def __init__(self, settings: SimSettings = SimSettings(), *, sleep: Sleep = asyncio.sleep) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._failed: set[str] = set()
+
+    def plan(self, request: ChatRequest) -> SimReply:
+        """Plan the reply and record a ``once`` failure, atomically."""
+        # Planning and recording under one lock: two concurrent first calls of the same
+        # conversation must not both fail.
+        with self._lock:
+            reply = plan_reply(request, settings=self.settings, failed_keys=self._failed)
+            if reply.fail_key is not None:
+                self._failed.add(reply.fail_key)
+        return reply
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+        """Run one model call (see the module docstring for the behaviour).
+
+        Raises:
+            ModelError: a ``[[fail STATUS]]`` directive fired.
+        """
+        reply = self.plan(request)
+        if reply.fail_status is not None:
+            raise ModelError(
+                f"simulated failure (HTTP {reply.fail_status})", status=reply.fail_status, code="sim_failure"
+            )
+        async for chunk in stream_reply(reply, sleep=self._sleep):
+            yield chunk
