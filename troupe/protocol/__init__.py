@@ -1,1 +1,89 @@
-"""protocol"""
+"""The Responses wire contract, pure: no Ray, no FastAPI, no DuckDB.
+
+- :mod:`.request` — ``CreateResponseRequest`` and :func:`parse_create_request`
+- :mod:`.items` — input item validation, canonical stored form
+- :mod:`.response` — the Response object and usage
+- :mod:`.sse` — event framing
+- :mod:`.ids` — time-ordered object ids
+- :mod:`.errors` — the error tree and the OpenAI error body
+
+Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
+lack is written here.
+"""
+
+from .errors import (
+    AuthenticationFailed,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    ServerError,
+    Unprocessable,
+    format_param,
+    invalid_request_from_errors,
+    validate_as,
+)
+from .ids import ITEM_ID_PREFIXES, new_id
+from .items import (
+    CONTENT_PART_TYPES,
+    INPUT_ITEM_TYPES,
+    MESSAGE_ROLES,
+    infer_item_type,
+    message_text,
+    normalize_input,
+    validate_input_items,
+)
+from .request import CreateResponseRequest, parse_create_request
+from .response import (
+    EXTENSION_STATUSES,
+    MCP_SECRET_KEYS,
+    RESPONSE_STATUSES,
+    TERMINAL_STATUSES,
+    ResponseStatus,
+    build_response,
+    echo_tool,
+    usage_dict,
+)
+from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
+
+__all__ = [
+    # errors
+    "ProtocolError",
+    "InvalidRequest",
+    "AuthenticationFailed",
+    "NotFound",
+    "Conflict",
+    "Unprocessable",
+    "ServerError",
+    "format_param",
+    "invalid_request_from_errors",
+    "validate_as",
+    # ids
+    "ITEM_ID_PREFIXES",
+    "new_id",
+    # items
+    "CONTENT_PART_TYPES",
+    "INPUT_ITEM_TYPES",
+    "MESSAGE_ROLES",
+    "infer_item_type",
+    "message_text",
+    "normalize_input",
+    "validate_input_items",
+    # request
+    "CreateResponseRequest",
+    "parse_create_request",
+    # response
+    "EXTENSION_STATUSES",
+    "MCP_SECRET_KEYS",
+    "RESPONSE_STATUSES",
+    "TERMINAL_STATUSES",
+    "ResponseStatus",
+    "build_response",
+    "echo_tool",
+    "usage_dict",
+    # sse
+    "SSE_DONE",
+    "SSE_KEEPALIVE",
+    "SSE_MEDIA_TYPE",
+    "encode_sse",
+]

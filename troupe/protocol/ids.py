@@ -1,0 +1,147 @@
+"""Object ids: ``<prefix>_<26 chars>``, unique and sortable by creation order.
+
+The 26-character suffix is ULID-shaped: 10 characters of millisecond timestamp
+followed by 16 characters (80 bits) that start random in each millisecond and
+then count up. Both halves use the lowercase Crockford base-32 alphabet, whose
+characters sort in ASCII order, so comparing two ids' suffixes compares their
+creation order — also within one millisecond and across threads, because one
+lock serialises the generator of the process. Ids of different processes made in
+the same millisecond are unique (random) but not ordered against each other.
+
+Example::
+
+    >>> rid = new_id("resp")
+    >>> rid.startswith("resp_"), len(rid)
+    (True, 31)
+    >>> new_id(MESSAGE) < new_id(MESSAGE)
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+
+__all__ = [
+    "RESPONSE",
+    "MESSAGE",
+    "FUNCTION_CALL",
+    "CALL",
+    "FUNCTION_CALL_OUTPUT",
+    "MCP_CALL",
+    "MCP_LIST_TOOLS",
+    "MCP_APPROVAL_REQUEST",
+    "MCP_APPROVAL_RESPONSE",
+    "CONVERSATION",
+    "REASONING",
+    "COMPACTION",
+    "ITEM",
+    "ITEM_ID_PREFIXES",
+    "new_id",
+]
+
+RESPONSE = "resp"
+"""``Response.id``."""
+MESSAGE = "msg"
+"""``message`` item id."""
+FUNCTION_CALL = "fc"
+"""``function_call`` item id (the item, not the call)."""
+CALL = "call"
+"""``function_call.call_id``: what a ``function_call_output`` pairs with."""
+FUNCTION_CALL_OUTPUT = "fco"
+"""``function_call_output`` item id."""
+MCP_CALL = "mcp"
+"""``mcp_call`` item id."""
+MCP_LIST_TOOLS = "mcpl"
+"""``mcp_list_tools`` item id."""
+MCP_APPROVAL_REQUEST = "mcpr"
+"""``mcp_approval_request`` item id (what an approval response names)."""
+MCP_APPROVAL_RESPONSE = "mcpa"
+"""``mcp_approval_response`` item id."""
+CONVERSATION = "conv"
+"""``Conversation.id``."""
+REASONING = "rs"
+"""``reasoning`` item id."""
+COMPACTION = "cmp"
+"""``compaction`` item id."""
+ITEM = "item"
+"""Fallback for item kinds without a conventional prefix."""
+
+ITEM_ID_PREFIXES: dict[str, str] = {
+    "message": MESSAGE,
+    "function_call": FUNCTION_CALL,
+    "function_call_output": FUNCTION_CALL_OUTPUT,
+    "mcp_call": MCP_CALL,
+    "mcp_list_tools": MCP_LIST_TOOLS,
+    "mcp_approval_request": MCP_APPROVAL_REQUEST,
+    "mcp_approval_response": MCP_APPROVAL_RESPONSE,
+    "reasoning": REASONING,
+    "compaction": COMPACTION,
+    "web_search_call": "ws",
+    "file_search_call": "fs",
+    "code_interpreter_call": "ci",
+}
+"""Item ``type`` → id prefix (CONTRACT §4; a convention, clients do not check it)."""
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base 32, ASCII-ordered
+_TIME_CHARS = 10  # 50 bits: milliseconds until the year 10889
+_RANDOM_BITS = 80
+_RANDOM_CHARS = 16
+
+_lock = threading.Lock()
+_last_ms = -1
+_last_random = 0
+
+
+def _encode(value: int, width: int) -> str:
+    chars = []
+    for _ in range(width):
+        value, digit = divmod(value, 32)
+        chars.append(_ALPHABET[digit])
+    return "".join(reversed(chars))
+
+
+def _reset_after_fork() -> None:
+    # A forked child would otherwise continue the parent's counter and mint the
+    # very ids the parent mints next.
+    global _last_ms, _last_random
+    _last_ms, _last_random = -1, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _next_suffix() -> str:
+    global _last_ms, _last_random
+    with _lock:
+        now = time.time_ns() // 1_000_000
+        if now > _last_ms:
+            _last_ms = now
+            # Leave headroom so counting up within one millisecond cannot overflow.
+            _last_random = secrets.randbits(_RANDOM_BITS - 1)
+        else:
+            # Same millisecond, or the clock stepped back: keep the last time and
+            # count up, which preserves the order of ids already handed out.
+            _last_random += 1
+            if _last_random >= 1 << _RANDOM_BITS:
+                _last_ms += 1
+                _last_random = secrets.randbits(_RANDOM_BITS - 1)
+        return _encode(_last_ms, _TIME_CHARS) + _encode(_last_random, _RANDOM_CHARS)
+
+
+def new_id(prefix: str) -> str:
+    """A new id ``f"{prefix}_{suffix}"`` with a 26-character, time-ordered suffix.
+
+    Args:
+        prefix: one of the module constants (``RESPONSE``, ``MESSAGE``…) or any
+            short lowercase word.
+
+    Returns:
+        A process-unique id; suffixes sort in creation order.
+    """
+    if not prefix or "_" in prefix:
+        raise ValueError(f"id prefix must be a non-empty word without '_', got {prefix!r}")
+    return f"{prefix}_{_next_suffix()}"

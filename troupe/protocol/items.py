@@ -1,0 +1,285 @@
+"""Input items: validation and the canonical stored form of a client transcript.
+
+An input item is a JSON object dispatched on its ``type`` (CONTRACT §5). Every
+kind the ``openai`` SDK knows is validated against the SDK's own TypedDict
+(``openai.types.responses.response_input_item_param``), with two hand-written
+exceptions where the SDK is stricter than real clients: messages (the Agents SDK
+sends ``{"role": "user", "content": "hi"}`` with no ``type``; replayed assistant
+text often lacks ``annotations``, ``id`` or ``status``) and ``function_call_output``
+(the SDK marks ``call_id`` optional, but nothing can pair an output without it).
+
+:func:`normalize_input` then turns the validated input into stored items: typed,
+with ids and statuses, messages always with a list of content parts.
+
+Example::
+
+    >>> items = normalize_input([{"role": "user", "content": "hi"}])
+    >>> items[0]["type"], items[0]["content"], message_text(items[0])
+    ('message', [{'type': 'input_text', 'text': 'hi'}], 'hi')
+"""
+
+from __future__ import annotations
+
+import copy
+import typing
+from functools import cache
+from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
+
+from openai.types.responses import (
+    ResponseInputFileParam,
+    ResponseInputTextParam,
+    ResponseOutputRefusalParam,
+)
+from openai.types.responses.response_input_image_param import ImageDetail
+from openai.types.responses.response_input_item_param import ResponseInputItemParam
+from openai.types.responses.response_output_text_param import Annotation, Logprob
+from pydantic import TypeAdapter
+from typing_extensions import Required, TypedDict
+
+from .errors import InvalidRequest, Loc, _describe, _show, format_param, validate_as
+from .ids import ITEM, ITEM_ID_PREFIXES, MESSAGE, new_id
+
+__all__ = [
+    "MESSAGE_ROLES",
+    "CONTENT_PART_TYPES",
+    "INPUT_ITEM_TYPES",
+    "infer_item_type",
+    "validate_input_items",
+    "normalize_input",
+    "message_text",
+]
+
+MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+"""Roles an input message may carry."""
+
+
+class _MessageItem(TypedDict, total=False):
+    # Lenient union of the SDK's EasyInputMessageParam / Message /
+    # ResponseOutputMessageParam: parts are validated one by one below.
+    type: Literal["message"]
+    role: Required[Literal["user", "assistant", "system", "developer"]]
+    content: Required[Union[str, list[dict[str, Any]]]]
+    id: Optional[str]
+    status: Optional[Literal["in_progress", "completed", "incomplete"]]
+    phase: Optional[Literal["commentary", "final_answer"]]
+
+
+class _OutputTextPart(TypedDict, total=False):
+    # SDK ResponseOutputTextParam, with ``annotations`` optional.
+    type: Required[Literal["output_text"]]
+    text: Required[str]
+    annotations: list[Annotation]
+    logprobs: list[Logprob]
+
+
+class _InputImagePart(TypedDict, total=False):
+    # SDK ResponseInputImageParam, with ``detail`` optional (defaults to "auto").
+    type: Required[Literal["input_image"]]
+    image_url: Optional[str]
+    file_id: Optional[str]
+    detail: ImageDetail
+
+
+_PART_ADAPTERS: dict[str, TypeAdapter[Any]] = {
+    "input_text": TypeAdapter(ResponseInputTextParam),
+    "input_image": TypeAdapter(_InputImagePart),
+    "input_file": TypeAdapter(ResponseInputFileParam),
+    "output_text": TypeAdapter(_OutputTextPart),
+    "refusal": TypeAdapter(ResponseOutputRefusalParam),
+}
+CONTENT_PART_TYPES = tuple(_PART_ADAPTERS)
+"""Content part kinds accepted in input messages (any role, to be lenient on replays)."""
+
+
+def _unwrap(tp: Any) -> Any:
+    # Required[X] / NotRequired[X] / Optional[X] → X
+    while get_origin(tp) in (Required, typing.NotRequired, Union):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        tp = args[0]
+    return tp
+
+
+def _by_type(union: Any) -> dict[str, Any]:
+    """Map each member of an SDK TypedDict union by the literal(s) of its ``type``."""
+    out: dict[str, Any] = {}
+    for member in get_args(union):
+        hints = get_type_hints(member, include_extras=True) if hasattr(member, "__annotations__") else {}
+        literal = _unwrap(hints.get("type"))
+        for value in get_args(literal) if get_origin(literal) is Literal else ():
+            out.setdefault(value, member)
+    return out
+
+
+@cache
+def _item_adapters() -> dict[str, TypeAdapter[Any]]:
+    adapters = {kind: TypeAdapter(td) for kind, td in _by_type(ResponseInputItemParam).items()}
+    adapters["message"] = TypeAdapter(_MessageItem)
+    return adapters
+
+
+INPUT_ITEM_TYPES = tuple(sorted(_by_type(ResponseInputItemParam)))
+"""Every input item ``type`` accepted (those of the SDK's ``ResponseInputItemParam``)."""
+
+
+def infer_item_type(item: dict[str, Any]) -> str | None:
+    """The item's ``type``, defaulting as clients expect.
+
+    A typeless item with a ``role`` is a ``message``; a bare ``{"id": ...}`` is an
+    ``item_reference``. Returns None when the type cannot be told.
+    """
+    kind = item.get("type")
+    if kind is not None:
+        return kind
+    if "role" in item:
+        return "message"
+    if set(item) == {"id"}:
+        return "item_reference"
+    return None
+
+
+def _validate_message(item: dict[str, Any], loc: Loc) -> None:
+    validate_as(_item_adapters()["message"], item, loc=loc)
+    content = item["content"]
+    if isinstance(content, str):
+        return
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        adapter = _PART_ADAPTERS.get(kind) if isinstance(kind, str) else None
+        if adapter is None:
+            where = _param(loc + ("content", j, "type"))
+            if kind is None:
+                raise InvalidRequest(
+                    f"Missing required parameter: '{where}'.", param=where, code="missing_required_parameter"
+                )
+            supported = ", ".join(f"'{k}'" for k in CONTENT_PART_TYPES)
+            raise InvalidRequest(
+                f"Invalid value for '{where}': {_show(kind)} is not a supported content part type; "
+                f"supported values are {supported}.",
+                param=where,
+                code="invalid_value",
+            )
+        validate_as(adapter, part, loc=loc + ("content", j))
+
+
+def _param(loc: Loc) -> str:
+    return format_param(loc) or ""
+
+
+def validate_input_items(items: list[Any], *, param: str = "input") -> None:
+    """Validate a list of input items, each against the schema of its ``type``.
+
+    Args:
+        items: the decoded JSON list (``input`` of a create request, ``items`` of
+            a conversation request).
+        param: the body field holding the list, for error locations.
+
+    Raises:
+        InvalidRequest: for the first invalid item, with ``param`` like
+            ``input[2].call_id`` and code ``missing_required_parameter``,
+            ``invalid_type`` or ``invalid_value``.
+    """
+    adapters = _item_adapters()
+    for i, item in enumerate(items):
+        loc: Loc = (param, i)
+        if not isinstance(item, dict):
+            raise InvalidRequest(
+                f"Invalid type for '{_param(loc)}': expected an object, got {_describe(item)}.",
+                param=_param(loc),
+                code="invalid_type",
+            )
+        kind = infer_item_type(item)
+        if kind is None:
+            raise InvalidRequest(
+                f"Missing required parameter: '{_param(loc + ('type',))}'.",
+                param=_param(loc + ("type",)),
+                code="missing_required_parameter",
+            )
+        if not isinstance(kind, str) or kind not in adapters:
+            raise InvalidRequest(
+                f"Invalid value for '{_param(loc + ('type',))}': {_show(kind)} is not a supported input item type.",
+                param=_param(loc + ("type",)),
+                code="invalid_value",
+            )
+        typed = {**item, "type": kind}
+        if kind == "message":
+            _validate_message(typed, loc)
+            continue
+        validate_as(adapters[kind], typed, loc=loc)
+        if kind == "function_call_output" and not isinstance(item.get("call_id"), str):
+            raise InvalidRequest(
+                f"Missing required parameter: '{_param(loc + ('call_id',))}'.",
+                param=_param(loc + ("call_id",)),
+                code="missing_required_parameter",
+            )
+
+
+def _normalize_message(item: dict[str, Any]) -> dict[str, Any]:
+    role = item["role"]
+    content = item["content"]
+    if isinstance(content, str):
+        part_type = "output_text" if role == "assistant" else "input_text"
+        content = [{"type": part_type, "text": content}]
+    parts = []
+    for part in content:
+        part = dict(part)
+        # Stored parts carry what the SDK/Open Responses output types require.
+        if part.get("type") == "output_text" and part.get("annotations") is None:
+            part["annotations"] = []
+        elif part.get("type") == "input_image" and part.get("detail") is None:
+            part["detail"] = "auto"
+        parts.append(part)
+    return {
+        **item,
+        "type": "message",
+        "id": item.get("id") or new_id(MESSAGE),
+        "role": role,
+        "content": parts,
+        "status": item.get("status") or "completed",
+    }
+
+
+def normalize_input(input: str | list[dict[str, Any]]) -> list[dict[str, Any]]:  # noqa: A002
+    """The canonical stored form of a request's (already validated) ``input``.
+
+    - a string becomes one user message; the empty string means no new input;
+    - every message becomes ``{"type": "message", "id", "role", "content": [parts],
+      "status"}``; string content becomes one ``input_text`` part (``output_text``
+      with ``annotations: []`` for the assistant); missing ids become ``msg_…``;
+    - other items get their ``type`` set and an ``id`` if missing (``fc_``, ``fco_``,
+      ``mcpa_``…, see :data:`~troupe.protocol.ids.ITEM_ID_PREFIXES`); ``function_call``
+      and ``function_call_output`` also get ``status: "completed"`` if missing;
+      ``item_reference`` is kept as is (its id names a stored item).
+
+    The input is not mutated. Pure apart from minting ids.
+    """
+    if isinstance(input, str):
+        if not input:
+            return []
+        input = [{"type": "message", "role": "user", "content": input}]
+    out: list[dict[str, Any]] = []
+    for raw in input:
+        item = copy.deepcopy(raw)
+        kind = infer_item_type(item) or "message"
+        if kind == "message":
+            out.append(_normalize_message(item))
+            continue
+        item["type"] = kind
+        if kind != "item_reference" and not item.get("id"):
+            item["id"] = new_id(ITEM_ID_PREFIXES.get(kind, ITEM))
+        if kind in ("function_call", "function_call_output") and not item.get("status"):
+            item["status"] = "completed"
+        out.append(item)
+    return out
+
+
+def message_text(item: dict[str, Any]) -> str:
+    """The concatenated text of a message item's parts (string content as is).
+
+    Parts without ``text`` (images, files, refusals) contribute nothing.
+    """
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(
+        part["text"] for part in content or () if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )

@@ -1,0 +1,334 @@
+"""The ``POST /v1/responses`` request: every parameter of CONTRACT §6, validated.
+
+Validation happens in two layers. The model's own fields check the top-level
+JSON types strictly (no ``"1"`` for a number, no unknown parameters). Nested
+structures — input items, tools, ``tool_choice``, ``text``, ``reasoning``… — are
+then validated against the ``openai`` SDK's TypedDicts, item by item, so that an
+error names exactly the offending field (``input[2].call_id``, ``tools[0].name``).
+
+Errors (all :class:`~troupe.protocol.errors.InvalidRequest`, status 400):
+
+=============================  =====================================================
+code                           when
+=============================  =====================================================
+``unknown_parameter``          a top-level key the API does not define
+``missing_required_parameter`` ``model`` (or a required nested field) is absent
+``invalid_type``               a value of the wrong JSON type
+``invalid_value``              right type, unacceptable value; cross-field rules
+=============================  =====================================================
+
+Example::
+
+    >>> req = parse_create_request({"model": "sim", "input": "hi"})
+    >>> req.store, req.tool_choice, req.input_items()[0]["role"]
+    (True, 'auto', 'user')
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Literal
+
+from openai.types.responses import response_create_params as create_params
+from openai.types.responses.response_conversation_param_param import ResponseConversationParamParam
+from openai.types.responses.response_includable import ResponseIncludable
+from openai.types.responses.response_prompt_param import ResponsePromptParam
+from openai.types.responses.response_text_config_param import ResponseTextConfigParam
+from openai.types.responses.service_tier import ServiceTier
+from openai.types.responses.tool_param import ToolParam
+from openai.types.shared_params.reasoning import Reasoning
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+
+from .errors import InvalidRequest, Loc, _describe, _show, format_param, invalid_request_from_errors, validate_as
+from .items import _by_type, normalize_input, validate_input_items
+
+__all__ = ["CreateResponseRequest", "parse_create_request"]
+
+_TOOL_TYPES: dict[str, Any] = _by_type(ToolParam)
+_FUNCTION_TOOL = TypeAdapter(_TOOL_TYPES["function"])
+_MCP_TOOL = TypeAdapter(_TOOL_TYPES["mcp"])
+_TOOL_CHOICES: dict[str, TypeAdapter[Any]] = {
+    kind: TypeAdapter(td) for kind, td in _by_type(create_params.ToolChoice).items()
+}
+_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+_METADATA_MAX_KEYS, _METADATA_MAX_KEY, _METADATA_MAX_VALUE = 16, 64, 512
+
+# Nested parameters validated against the SDK's TypedDicts. They are declared as
+# plain dicts on the model because the model's extra="forbid" would otherwise
+# leak into them and reject keys newer clients add.
+_NESTED: dict[str, TypeAdapter[Any]] = {
+    "conversation": TypeAdapter(ResponseConversationParamParam),
+    "stream_options": TypeAdapter(create_params.StreamOptions),
+    "text": TypeAdapter(ResponseTextConfigParam),
+    "reasoning": TypeAdapter(Reasoning),
+    "prompt": TypeAdapter(ResponsePromptParam),
+    "context_management": TypeAdapter(list[create_params.ContextManagement]),
+    "moderation": TypeAdapter(create_params.Moderation),
+    "access_programs": TypeAdapter(create_params.AccessPrograms),
+    "background_options": TypeAdapter(create_params.BackgroundOptions),
+    "image": TypeAdapter(create_params.Image),
+    "prompt_cache_options": TypeAdapter(create_params.PromptCacheOptions),
+}
+
+
+def _fail(loc: Loc, message: str, code: str = "invalid_value") -> InvalidRequest:
+    return InvalidRequest(message, param=format_param(loc), code=code)
+
+
+class CreateResponseRequest(BaseModel):
+    """A validated create request. Build it with :func:`parse_create_request`.
+
+    Field values are the client's JSON, untouched (nested objects stay dicts);
+    defaults are the API's. Direct construction validates the same way but raises
+    pydantic's ``ValidationError`` for top-level type errors.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str
+    """The model to run (a name the server routes; ``sim`` is the built-in fake)."""
+    input: str | list[dict[str, Any]] = ""
+    """A user message as a string, or a list of input items (CONTRACT §5)."""
+    instructions: str | None = None
+    """A system/developer message for this response only (not inherited via ``previous_response_id``)."""
+    stream: bool = False
+    """Answer with an SSE stream of events instead of one JSON Response."""
+    stream_options: dict[str, Any] | None = None
+    """``{"include_obfuscation": bool}``; accepted and ignored."""
+    background: bool = False
+    """Run asynchronously: answer at once with a ``queued`` Response, then poll or resume the stream."""
+    store: bool = True
+    """Keep the response for GET, ``input_items`` and ``previous_response_id``."""
+    previous_response_id: str | None = None
+    """Continue the chain of this stored response (exclusive with ``conversation``)."""
+    conversation: str | dict[str, Any] | None = None
+    """A conversation id, or ``{"id": ...}``, whose items prefix the input and receive the result."""
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    """Tool definitions: ``function``, ``mcp`` and the hosted kinds of the SDK's ``ToolParam``."""
+    tool_choice: str | dict[str, Any] = "auto"
+    """``none``/``auto``/``required`` or an object forcing a tool (function, mcp, allowed_tools, hosted)."""
+    parallel_tool_calls: bool = True
+    """Whether the model may emit several tool calls in one turn."""
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    """Cap on hosted/MCP tool calls over the whole response."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """Cap on generated tokens; exceeding it ends the response ``incomplete``."""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    """Sampling temperature, echoed back (1.0 when unset)."""
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    """Nucleus sampling mass, echoed back (1.0 when unset)."""
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    """Number of most likely tokens to report per position."""
+    text: dict[str, Any] | None = None
+    """Output text configuration: ``{"format": {...}, "verbosity": ...}``."""
+    reasoning: dict[str, Any] | None = None
+    """Reasoning configuration: ``{"effort": ..., "summary": ...}``."""
+    truncation: Literal["auto", "disabled"] | None = None
+    """Context overflow policy; ``disabled`` (the default) fails instead of dropping items."""
+    include: list[ResponseIncludable] | None = None
+    """Extra output data to include (the Agents SDK always sends ``[]``)."""
+    metadata: dict[str, Any] | None = None
+    """Up to 16 string pairs (key ≤ 64 characters, value ≤ 512), echoed back."""
+    prompt: dict[str, Any] | None = None
+    """A stored prompt template reference ``{"id", "version"?, "variables"?}``; echoed back."""
+    prompt_cache_key: str | None = None
+    """Cache routing hint; echoed back."""
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    """Prompt cache retention policy; echoed back."""
+    safety_identifier: str | None = None
+    """A stable end-user identifier for abuse detection; echoed back."""
+    service_tier: ServiceTier | None = None
+    """Requested processing tier; echoed back (``default`` when unset)."""
+    user: str | None = None
+    """Deprecated end-user identifier; echoed back."""
+    context_management: list[dict[str, Any]] | None = None
+    """Context management entries (``{"type", "compact_threshold"?}``); accepted."""
+    moderation: dict[str, Any] | None = None
+    """Moderation configuration; accepted."""
+    access_programs: dict[str, Any] | None = None
+    """Newer-SDK parameter; accepted and ignored."""
+    background_options: dict[str, Any] | None = None
+    """Newer-SDK parameter; accepted and ignored."""
+    image: dict[str, Any] | None = None
+    """Newer-SDK parameter; accepted and ignored."""
+    prompt_cache_options: dict[str, Any] | None = None
+    """Newer-SDK parameter; accepted and ignored."""
+    max_infer_iters: int = Field(default=10, ge=1)
+    """Troupe extension: the most model calls the server-side loop makes for this response."""
+
+    _items: list[dict[str, Any]] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        # The SDK types many parameters Optional; an explicit null for a parameter
+        # with a non-null default (store, stream, tools…) means "use the default".
+        if not isinstance(data, dict):
+            return data
+        defaulted = {
+            name
+            for name, field in cls.model_fields.items()
+            if not field.is_required() and field.get_default(call_default_factory=True) is not None
+        }
+        return {k: v for k, v in data.items() if not (v is None and k in defaulted)}
+
+    @model_validator(mode="after")
+    def _check_semantics(self) -> CreateResponseRequest:
+        # Raises InvalidRequest, which pydantic lets through untouched (it only
+        # wraps ValueError/AssertionError), so nested params keep precise paths.
+        if self.previous_response_id is not None and self.conversation is not None:
+            raise _fail(("conversation",), "'previous_response_id' and 'conversation' cannot both be set.")
+        if isinstance(self.input, list):
+            validate_input_items(self.input)
+        for name, adapter in _NESTED.items():
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                validate_as(adapter, value, loc=(name,))
+        self._check_metadata()
+        self._check_tools()
+        self._check_tool_choice()
+        return self
+
+    def _check_metadata(self) -> None:
+        if self.metadata is None:
+            return
+        if len(self.metadata) > _METADATA_MAX_KEYS:
+            raise _fail(("metadata",), f"Invalid 'metadata': at most {_METADATA_MAX_KEYS} keys are allowed, "
+                        f"got {len(self.metadata)}.")
+        for key, value in self.metadata.items():
+            if len(key) > _METADATA_MAX_KEY:
+                raise _fail(("metadata",), f"Invalid 'metadata': keys can be at most {_METADATA_MAX_KEY} "
+                            f"characters long, got one of {len(key)}.")
+            if not isinstance(value, str):
+                raise _fail(("metadata", key), f"Invalid type for 'metadata.{key}': expected a string, "
+                            f"got {_describe(value)}.", "invalid_type")
+            if len(value) > _METADATA_MAX_VALUE:
+                raise _fail(("metadata", key), f"Invalid 'metadata.{key}': values can be at most "
+                            f"{_METADATA_MAX_VALUE} characters long, got {len(value)}.")
+
+    def _check_tools(self) -> None:
+        seen: dict[tuple[str, str], int] = {}
+        for i, tool in enumerate(self.tools):
+            kind = tool.get("type")
+            if kind is None:
+                raise _fail(("tools", i, "type"), f"Missing required parameter: 'tools[{i}].type'.",
+                            "missing_required_parameter")
+            if not isinstance(kind, str) or kind not in _TOOL_TYPES:
+                raise _fail(("tools", i, "type"), f"Invalid value for 'tools[{i}].type': {_show(kind)} is not a "
+                            "supported tool type.")
+            if kind == "function":
+                # parameters/strict are optional on the wire although the SDK requires them.
+                validate_as(_FUNCTION_TOOL, {"parameters": None, "strict": None, **tool}, loc=("tools", i))
+                if not _FUNCTION_NAME.match(tool["name"]):
+                    raise _fail(("tools", i, "name"), f"Invalid value for 'tools[{i}].name': "
+                                f"{_show(tool['name'])} must match ^[a-zA-Z0-9_-]{{1,64}}$.")
+                key = ("function", tool["name"])
+            elif kind == "mcp":
+                validate_as(_MCP_TOOL, tool, loc=("tools", i))
+                if not tool.get("server_url") and not tool.get("connector_id"):
+                    raise _fail(("tools", i, "server_url"), f"Missing required parameter: 'tools[{i}].server_url' "
+                                "(or 'connector_id').", "missing_required_parameter")
+                key = ("mcp", tool["server_label"])
+            else:
+                continue  # hosted tools are accepted as given
+            if key in seen:
+                field = "name" if kind == "function" else "server_label"
+                raise _fail(("tools", i, field), f"Invalid value for 'tools[{i}].{field}': duplicate {kind} "
+                            f"tool {_show(key[1])} (also tools[{seen[key]}]).")
+            seen[key] = i
+
+    def _check_tool_choice(self) -> None:
+        choice = self.tool_choice
+        if isinstance(choice, str):
+            if choice not in ("none", "auto", "required"):
+                raise _fail(("tool_choice",), "Invalid value for 'tool_choice': expected 'none', 'auto' or "
+                            f"'required', got {_show(choice)}.")
+            if choice == "required" and not self.tools:
+                raise _fail(("tool_choice",), "Tool choice 'required' needs at least one tool in 'tools'.")
+            return
+        kind = choice.get("type")
+        if kind is None:
+            raise _fail(("tool_choice", "type"), "Missing required parameter: 'tool_choice.type'.",
+                        "missing_required_parameter")
+        if not isinstance(kind, str) or kind not in _TOOL_CHOICES:
+            raise _fail(("tool_choice", "type"), f"Invalid value for 'tool_choice.type': {_show(kind)} is not a "
+                        "supported tool choice type.")
+        validate_as(_TOOL_CHOICES[kind], choice, loc=("tool_choice",))
+        if kind == "allowed_tools":
+            for j, entry in enumerate(choice["tools"]):
+                if not isinstance(entry.get("type"), str):
+                    raise _fail(("tool_choice", "tools", j, "type"), "Missing required parameter: "
+                                f"'tool_choice.tools[{j}].type'.", "missing_required_parameter")
+                self._check_named_tool(entry, ("tool_choice", "tools", j))
+        else:
+            self._check_named_tool(choice, ("tool_choice",))
+
+    def _check_named_tool(self, ref: dict[str, Any], loc: Loc) -> None:
+        where = format_param(loc)
+        if ref["type"] == "function":
+            if ref.get("name") not in {t["name"] for t in self.function_tools()}:
+                raise _fail(loc, f"Invalid value for '{where}': function {_show(ref.get('name'))} is not "
+                            "defined in 'tools'.")
+        elif ref["type"] == "mcp":
+            if ref.get("server_label") not in {t["server_label"] for t in self.mcp_tools()}:
+                raise _fail(loc, f"Invalid value for '{where}': MCP server {_show(ref.get('server_label'))} is "
+                            "not defined in 'tools'.")
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation id, whether given as a string or as ``{"id": ...}``."""
+        if isinstance(self.conversation, dict):
+            return self.conversation["id"]
+        return self.conversation
+
+    def function_tools(self) -> list[dict[str, Any]]:
+        """The function tools, each with ``description``, ``parameters`` and ``strict`` keys."""
+        return [
+            {**t, "description": t.get("description"), "parameters": t.get("parameters"), "strict": t.get("strict")}
+            for t in self.tools
+            if t.get("type") == "function"
+        ]
+
+    def mcp_tools(self) -> list[dict[str, Any]]:
+        """The MCP tool definitions, as given (including ``headers``/``authorization``)."""
+        return [dict(t) for t in self.tools if t.get("type") == "mcp"]
+
+    def input_items(self) -> list[dict[str, Any]]:
+        """The input in canonical stored form (see :func:`~troupe.protocol.items.normalize_input`).
+
+        Computed once: repeated calls return equal lists with the same minted ids.
+        """
+        if self._items is None:
+            self._items = normalize_input(self.input)
+        return copy.deepcopy(self._items)
+
+
+def parse_create_request(body: object) -> CreateResponseRequest:
+    """Validate a decoded JSON body into a :class:`CreateResponseRequest`.
+
+    Args:
+        body: the decoded JSON request body.
+
+    Returns:
+        The validated request.
+
+    Raises:
+        InvalidRequest: naming the offending parameter (``param`` is None when
+            the body is not a JSON object).
+
+    Example::
+
+        try:
+            req = parse_create_request(await request.json())
+        except InvalidRequest as err:
+            return JSONResponse(err.to_body(), status_code=err.status)
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequest(
+            f"The request body must be a JSON object, got {_describe(body)}.", param=None, code="invalid_type"
+        )
+    try:
+        return CreateResponseRequest.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_request_from_errors(exc.errors()) from exc
