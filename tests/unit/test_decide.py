@@ -69,7 +69,7 @@ def test_tool_choice_none_returns_calls_as_is():
 def test_max_infer_iters_reached_is_incomplete():
     state = LoopState(max_infer_iters=1).after_model(TurnEnd(tool_calls=(ADD,)), TurnPlan(server=(ADD,)), had_tools=True)
     assert decide(state) == ExecuteTools(calls=(ADD,))
-    assert decide(state.after_tools()) == Finish(status="incomplete", incomplete_reason="max_iterations")
+    assert decide(state.after_tools()) == Finish(status="incomplete", incomplete_reason="max_messages")
 
 
 def test_exhausted_tool_budget_gives_one_last_turn_without_tools():
@@ -83,7 +83,7 @@ def test_exhausted_tool_budget_gives_one_last_turn_without_tools():
 
 def test_calls_in_the_no_tools_turn_end_incomplete():
     state = LoopState().after_model(TurnEnd(tool_calls=(ADD,)), TurnPlan(server=(ADD,)), had_tools=False)
-    assert decide(state) == Finish(status="incomplete", incomplete_reason="max_tool_calls")
+    assert decide(state) == Finish(status="incomplete", incomplete_reason="max_messages")
 
 
 def test_approval_interrupts_after_other_calls_ran():

@@ -14,14 +14,19 @@ upstream finish ``length``                         Finish(incomplete, max_output
 upstream finish ``content_filter``                 Finish(incomplete, content_filter)
 no tool calls                                      Finish(completed)
 ``tool_choice: "none"`` and the model called       Finish(completed), calls returned as-is
-the final no-tools turn still called tools         Finish(incomplete, max_tool_calls)
+the final no-tools turn still called tools         Finish(incomplete, max_messages)
 calls to run or to answer with errors, not done    ExecuteTools
 calls that need approval                           InterruptForApproval (response completes)
 a client-executed function call in the turn        Finish(completed | requires_action)
 output-token budget spent                          Finish(incomplete, max_output_tokens)
-``max_infer_iters`` model calls made               Finish(incomplete, max_iterations)
+``max_infer_iters`` model calls made               Finish(incomplete, max_messages)
 otherwise (tool results to show the model)         CallModel (tool_choice reset to auto)
 =================================================  ===========================================
+
+``incomplete_details.reason`` is a closed enum in the SDK (``max_output_tokens``,
+``max_messages``, ``content_filter``, ``steered``) and strict clients reject
+other values, so the loop's own limits report ``max_messages``: the loop ran out
+of turns before the model gave its answer.
 """
 
 from __future__ import annotations
@@ -148,7 +153,7 @@ def decide(state: LoopState) -> NextAction:
     if not turn.tool_calls or plan.returned_as_is:
         return Finish(status="completed")
     if not state.last_turn_had_tools:
-        return Finish(status="incomplete", incomplete_reason="max_tool_calls")
+        return Finish(status="incomplete", incomplete_reason="max_messages")
     if plan.has_tool_work and not state.tools_ran:
         return ExecuteTools(calls=plan.server, rejected=plan.rejected)
     if plan.approval:
@@ -158,5 +163,5 @@ def decide(state: LoopState) -> NextAction:
     if state.output_tokens_left is not None and state.output_tokens_left <= 0:
         return Finish(status="incomplete", incomplete_reason="max_output_tokens")
     if state.model_calls >= state.max_infer_iters:
-        return Finish(status="incomplete", incomplete_reason="max_iterations")
+        return Finish(status="incomplete", incomplete_reason="max_messages")
     return CallModel(use_request_tool_choice=False, tools_enabled=not state.tools_exhausted)

@@ -1,0 +1,238 @@
+"""The canonical loop transcript, built in one place, and the upstream payload built from it.
+
+Three representations, kept apart (see docs/architecture.md):
+
+* the **client transcript**: Responses wire items as the client sent and
+  receives them (``history`` + ``new_input`` here);
+* the **canonical transcript**: the few item kinds the loop reasons over:
+  ``message`` (role + text/parts), ``function_call`` and ``function_call_output``;
+* the **upstream payload**: Chat Completions messages, rebuilt from the
+  canonical transcript on every model call, never patched in place.
+
+Canonicalization rules (:func:`build_transcript`):
+
+* a replayed ``mcp_call`` becomes a ``function_call`` plus its output (an error
+  becomes the output text), so the model sees what happened and nothing runs again;
+* ``mcp_list_tools``, ``mcp_approval_request``, ``mcp_approval_response``,
+  ``reasoning``, ``compaction`` and hosted-tool items never go upstream;
+* a ``function_call_output`` must pair, by ``call_id``, with a ``function_call``
+  earlier in history or input; an unpaired output, or a second output for a
+  settled call, is a 400 naming ``input[i].call_id``;
+* an input item whose ``id`` the history already holds is dropped (clients
+  that re-send their history get de-duplicated, not a 400);
+* ``item_reference`` resolves against the history's items.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from troupe.protocol import InvalidRequest
+
+from .model import ToolCall
+
+__all__ = ["Transcript", "build_transcript", "content_text"]
+
+@dataclass(slots=True)
+class Transcript:
+    """Canonical items, appended to as the loop runs (mutated in place, never reordered)."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_message(self, role: str, text: str) -> None:
+        self.items.append({"type": "message", "role": role, "content": text})
+
+    def add_call(self, call: ToolCall) -> None:
+        self.items.append(
+            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+        )
+
+    def add_output(self, call_id: str, output: str) -> None:
+        self.items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+
+    def settled_call_ids(self) -> set[str]:
+        return {item["call_id"] for item in self.items if item["type"] == "function_call_output"}
+
+    def to_chat_messages(self, instructions: str | None = None) -> list[dict[str, Any]]:
+        """The upstream Chat Completions messages for this transcript.
+
+        Each assistant tool-call message is followed at once by its tool
+        messages, wherever the outputs stood in the transcript (Chat Completions
+        requires that); calls with no output yet are left out.
+        """
+        outputs = {i["call_id"]: i["output"] for i in self.items if i["type"] == "function_call_output"}
+        messages: list[dict[str, Any]] = []
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+        pending_tools: list[dict[str, Any]] = []  # tool messages owed after the current assistant message
+
+        def flush() -> None:
+            messages.extend(pending_tools)
+            pending_tools.clear()
+
+        for item in self.items:
+            kind = item["type"]
+            if kind == "message":
+                flush()
+                messages.append(_chat_message(item))
+            elif kind == "function_call":
+                if item["call_id"] not in outputs:
+                    continue
+                last = messages[-1] if messages else None
+                if last is None or last["role"] != "assistant" or (not last.get("tool_calls") and pending_tools):
+                    flush()
+                    last = {"role": "assistant", "content": None}
+                    messages.append(last)
+                last.setdefault("tool_calls", []).append(
+                    {
+                        "id": item["call_id"],
+                        "type": "function",
+                        "function": {"name": item["name"], "arguments": item["arguments"] or "{}"},
+                    }
+                )
+                pending_tools.append(
+                    {"role": "tool", "tool_call_id": item["call_id"], "content": outputs[item["call_id"]]}
+                )
+        flush()
+        return messages
+
+
+def _chat_message(item: dict[str, Any]) -> dict[str, Any]:
+    role = item["role"]
+    # Many OpenAI-compatible servers reject the newer "developer" role; it means "system" to them.
+    chat_role = "system" if role == "developer" else role
+    content = item["content"]
+    if isinstance(content, str) or chat_role != "user":
+        return {"role": chat_role, "content": content_text(content)}
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if part.get("type") == "input_image" and part.get("image_url"):
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"], "detail": part.get("detail", "auto")}})
+        else:
+            text = _part_text(part)
+            if text:
+                parts.append({"type": "text", "text": text})
+    if all(p["type"] == "text" for p in parts):
+        return {"role": "user", "content": "".join(p["text"] for p in parts)}
+    return {"role": "user", "content": parts}
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    for key in ("text", "refusal"):
+        if isinstance(part.get(key), str):
+            return part[key]
+    return ""
+
+
+def content_text(content: str | Iterable[dict[str, Any]] | None) -> str:
+    """The text of a message's content, string or parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(_part_text(p) for p in content)
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, str):
+        return f"Error: {error}"
+    if isinstance(error, dict):
+        detail = error.get("message") or error.get("content") or json.dumps(error)
+        if not isinstance(detail, str):
+            detail = content_text(detail) if isinstance(detail, list) else json.dumps(detail)
+        return f"Error: {detail}"
+    return f"Error: {error}"
+
+
+def _output_text(output: Any) -> str:
+    return output if isinstance(output, str) else content_text(output or [])
+
+
+def build_transcript(
+    history: Sequence[dict[str, Any]], new_input: Sequence[dict[str, Any]]
+) -> tuple[Transcript, list[dict[str, Any]]]:
+    """Canonicalize ``history`` + ``new_input`` (both normalized client items).
+
+    Args:
+        history: the thread's earlier items (previous responses' input and output,
+            or the conversation's items), oldest first.
+        new_input: this request's input items, normalized (every item has ``type``).
+
+    Returns:
+        The canonical transcript, and the input items actually accepted
+        (``new_input`` minus duplicates of history items), to be stored as the
+        response's input.
+
+    Raises:
+        InvalidRequest: an unpaired or duplicate ``function_call_output``, or an
+            ``item_reference`` to an unknown item; ``param`` names the input item.
+    """
+    transcript = Transcript()
+    known_ids = {item["id"]: item for item in history if item.get("id")}
+    calls: set[str] = set()
+    settled: set[str] = set()
+
+    def take(item: dict[str, Any], index: int | None) -> None:
+        kind = item.get("type", "message")
+        if kind == "message":
+            transcript.items.append({"type": "message", "role": item["role"], "content": item.get("content", "")})
+        elif kind == "function_call":
+            calls.add(item["call_id"])
+            transcript.items.append(
+                {"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": item.get("arguments", "")}
+            )
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if index is not None:
+                _check_output(call_id, index, calls, settled)
+            elif call_id not in calls or call_id in settled:
+                return  # a stray output in stored history cannot be sent upstream
+            settled.add(call_id)
+            transcript.add_output(call_id, _output_text(item.get("output")))
+        elif kind == "mcp_call":
+            call_id = item.get("id") or item.get("call_id", "")
+            calls.add(call_id)
+            settled.add(call_id)
+            transcript.items.append(
+                {"type": "function_call", "call_id": call_id, "name": item["name"], "arguments": item.get("arguments", "")}
+            )
+            error = item.get("error")
+            transcript.add_output(call_id, _error_text(error) if error else _output_text(item.get("output")))
+        # Everything else (mcp_list_tools, approvals, reasoning, hosted-tool calls,
+        # compaction) is for the client only and stays out of the upstream view.
+
+    for item in history:
+        take(item, None)
+    accepted: list[dict[str, Any]] = []
+    for index, item in enumerate(new_input):
+        if item.get("id") and item["id"] in known_ids and item.get("type") != "item_reference":
+            continue  # already in the thread: de-duplicate
+        if item.get("type") == "item_reference":
+            target = known_ids.get(item.get("id", ""))
+            if target is None:
+                raise InvalidRequest(
+                    f"Item with id '{item.get('id')}' not found.", param=f"input[{index}].id", code="not_found"
+                )
+            take(target, index)
+        else:
+            take(item, index)
+        accepted.append(item)
+    return transcript, accepted
+
+
+def _check_output(call_id: str | None, index: int, calls: set[str], settled: set[str]) -> None:
+    param = f"input[{index}].call_id"
+    if not call_id:
+        raise InvalidRequest("A function_call_output needs a 'call_id'.", param=param, code="missing_required_parameter")
+    if call_id not in calls:
+        raise InvalidRequest(
+            f"No tool call found for function call output with call_id '{call_id}'.", param=param, code="invalid_value"
+        )
+    if call_id in settled:
+        raise InvalidRequest(
+            f"The tool call '{call_id}' already has an output.", param=param, code="invalid_value"
+        )
+
