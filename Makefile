@@ -23,6 +23,7 @@ sim: $(STAMP)
 	$(BIN)/troupe sim --host 127.0.0.1 --port 8001
 
 test: $(STAMP)
+	$(BIN)/ruff check troupe tests
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

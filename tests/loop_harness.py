@@ -109,6 +109,8 @@ def check_stream(outcome: Outcome) -> Response | None:
         assert events[-1]["type"] == "response.requires_action"
         return None
     for event in events:
+        if "response" in event:
+            assert isinstance(event["response"]["created_at"], int), "strict clients need an integer created_at"
         model = OPEN_RESPONSES_EVENTS.get(event["type"])
         # OR nests errors; we send the openai SDK's flat error shape.
         if model is not None and event["type"] != "error" and (or_can_model or "response" not in event):

@@ -7,16 +7,13 @@ port); the tests wait for ``/health`` rather than for wall-clock time.
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-import uvicorn
 
+from tests.servers import serve_app
 from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
@@ -31,38 +28,10 @@ from troupe.agentloop.sim import SimSettings
 from troupe.serve.sim_app import create_sim_app
 
 
-def _wait_for_health(url: str, thread: threading.Thread, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not thread.is_alive():
-            raise RuntimeError("the sim server thread exited during start-up")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.02)  # poll interval, not a wait for readiness
-    raise TimeoutError(f"{url} did not become healthy within {timeout_s} s")
-
-
 @pytest.fixture(scope="module")
 def sim_base_url() -> Iterator[str]:
-    # Bind first and hand the socket to uvicorn: the port is ours before the server starts.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()
-    config = uvicorn.Config(create_sim_app(SimSettings()), log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        _wait_for_health(f"http://{host}:{port}/health", thread)
-        yield f"http://{host}:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with serve_app(create_sim_app(SimSettings())) as url:
+        yield f"{url}/v1"
 
 
 class CountingClient:

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
+from tests.servers import serve_app
 from troupe.agentloop.sim import SimSettings
 from troupe.serve import cli
 from troupe.serve.sim_app import create_sim_app
@@ -31,40 +28,10 @@ WEATHER = {
 }
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll ``condition`` until it holds (a condition wait, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        threading.Event().wait(0.01)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    # Bind port 0 ourselves and hand uvicorn the socket: no fixed port, no race for one.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(create_sim_app(SimSettings()), log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _healthy(url))
+    with serve_app(create_sim_app(SimSettings())) as url:
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest.fixture

@@ -200,7 +200,11 @@ class WireWriter:
         # The SDK model validates names and types; the dict is what goes on the wire.
         event = cls(type=cls.model_fields["type"].annotation.__args__[0], sequence_number=self._seq, **fields)
         self._seq += 1
-        return event.to_dict(mode="json")
+        data = event.to_dict(mode="json")
+        if "response" in fields:
+            # The SDK types created_at as a float; strict clients want the integer we built.
+            data["response"] = fields["response"]
+        return data
 
     def _add(self, item: Any) -> dict[str, Any]:
         data = item if isinstance(item, dict) else item.to_dict(mode="json")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import typing
 from functools import cache
-from typing import Any, Literal, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from openai.types.responses import (
     ResponseInputFileParam,
@@ -34,7 +34,8 @@ from openai.types.responses.response_input_image_param import ImageDetail
 from openai.types.responses.response_input_item_param import ResponseInputItemParam
 from openai.types.responses.response_output_text_param import Annotation, Logprob
 from pydantic import TypeAdapter
-from typing_extensions import Required, TypedDict
+from typing_extensions import TypedDict
+from typing import Required
 
 from .errors import InvalidRequest, Loc, _describe, _show, format_param, validate_as
 from .ids import ITEM, ITEM_ID_PREFIXES, MESSAGE, new_id
@@ -58,10 +59,10 @@ class _MessageItem(TypedDict, total=False):
     # ResponseOutputMessageParam: parts are validated one by one below.
     type: Literal["message"]
     role: Required[Literal["user", "assistant", "system", "developer"]]
-    content: Required[Union[str, list[dict[str, Any]]]]
-    id: Optional[str]
-    status: Optional[Literal["in_progress", "completed", "incomplete"]]
-    phase: Optional[Literal["commentary", "final_answer"]]
+    content: Required[str | list[dict[str, Any]]]
+    id: str | None
+    status: Literal["in_progress", "completed", "incomplete"] | None
+    phase: Literal["commentary", "final_answer"] | None
 
 
 class _OutputTextPart(TypedDict, total=False):
@@ -75,8 +76,8 @@ class _OutputTextPart(TypedDict, total=False):
 class _InputImagePart(TypedDict, total=False):
     # SDK ResponseInputImageParam, with ``detail`` optional (defaults to "auto").
     type: Required[Literal["input_image"]]
-    image_url: Optional[str]
-    file_id: Optional[str]
+    image_url: str | None
+    file_id: str | None
     detail: ImageDetail
 
 
