@@ -1,1 +1,28 @@
-"""storage"""
+"""Storage: the :class:`Store` contract, its in-memory and DuckDB implementations, and group commit.
+
+Example::
+
+    from troupe.storage import DuckDBStore, GroupCommitWriter
+
+    store = DuckDBStore("troupe.duckdb")
+    writer = GroupCommitWriter(store.write_responses)
+"""
+
+from .base import Order, Page, ResponseRecord, StepTrace, StorageError, Store
+from .duckdb_store import DuckDBStore
+from .group_commit import GroupCommitWriter
+from .memory import InMemoryStore
+from .schema import SCHEMA_VERSION
+
+__all__ = [
+    "DuckDBStore",
+    "GroupCommitWriter",
+    "InMemoryStore",
+    "Order",
+    "Page",
+    "ResponseRecord",
+    "SCHEMA_VERSION",
+    "StepTrace",
+    "StorageError",
+    "Store",
+]

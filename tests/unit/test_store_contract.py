@@ -1,0 +1,492 @@
+"""The Store contract: one conformance suite, run against every implementation.
+
+The builders at the top (:func:`make_record` and friends) are shared with the
+DuckDB and group-commit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from troupe.storage import DuckDBStore, InMemoryStore, Page, ResponseRecord, StepTrace, StorageError, Store
+
+T0 = 1_760_000_000
+
+
+def message(item_id: str, role: str, text: str) -> dict[str, Any]:
+    """A message item as the API stores it."""
+    if role == "assistant":
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "message", "id": item_id, "role": role, "status": "completed", "content": [part]}
+    return {"type": "message", "id": item_id, "role": role, "content": [{"type": "input_text", "text": text}]}
+
+
+def function_call(item_id: str, call_id: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+        "status": "completed",
+    }
+
+
+def make_response(
+    rid: str,
+    *,
+    created_at: int = T0,
+    model: str = "gpt-test",
+    status: str = "completed",
+    output: list[dict[str, Any]] | None = None,
+    conversation: str | None = None,
+    previous: str | None = None,
+    input_tokens: int = 12,
+    output_tokens: int = 5,
+) -> dict[str, Any]:
+    """A realistic Response object."""
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": created_at,
+        "completed_at": created_at + 1 if status == "completed" else None,
+        "model": model,
+        "status": status,
+        "error": None if status != "failed" else {"code": "server_error", "message": "upstream died"},
+        "incomplete_details": None,
+        "instructions": None,
+        "output": output if output is not None else [message(f"msg_{rid}_out", "assistant", f"answer {rid}")],
+        "previous_response_id": previous,
+        "conversation": {"id": conversation} if conversation else None,
+        "tools": [],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "text": {"format": {"type": "text"}},
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "store": True,
+        "background": False,
+        "metadata": {},
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 1},
+            "total_tokens": input_tokens + output_tokens,
+        },
+    }
+
+
+def make_record(
+    rid: str,
+    *,
+    tenant: str = "acme",
+    inputs: list[dict[str, Any]] | None = None,
+    traces: Sequence[StepTrace] = (),
+    thread_id: str | None = None,
+    append: bool = True,
+    **response: Any,
+) -> ResponseRecord:
+    """A finished response with one user input item (unless ``inputs``) and one assistant output."""
+    if inputs is None:
+        inputs = [message(f"msg_{rid}_in", "user", f"question {rid}")]
+    return ResponseRecord(
+        tenant=tenant,
+        response=make_response(rid, **response),
+        input_items=inputs,
+        thread_id=thread_id or response.get("conversation") or rid,
+        started_at=T0 + 0.25,
+        ended_at=T0 + 1.75,
+        ttft_s=0.5,
+        traces=list(traces),
+        append_to_conversation=append,
+    )
+
+
+def ids(items: Sequence[dict[str, Any]]) -> list[str]:
+    return [item["id"] for item in items]
+
+
+def conversation(cid: str) -> dict[str, Any]:
+    return {"id": cid, "object": "conversation", "created_at": T0, "metadata": {"topic": "weather"}}
+
+
+@pytest.fixture(params=["memory", "duckdb"])
+def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
+    s: Store = InMemoryStore() if request.param == "memory" else DuckDBStore(tmp_path / "t.duckdb")
+    yield s
+    s.close()
+
+
+# -- responses -------------------------------------------------------------------
+
+
+def test_write_and_get_response(store: Store) -> None:
+    record = make_record("resp_1", thread_id="thr_1")
+    store.write_responses([record])
+    assert store.get_response("acme", "resp_1") == record.response
+    assert store.get_thread_id("acme", "resp_1") == "thr_1"
+    assert store.get_response("acme", "resp_missing") is None
+    assert store.get_thread_id("acme", "resp_missing") is None
+    store.write_responses([])  # an empty batch is a no-op
+
+
+def test_tenants_are_isolated(store: Store) -> None:
+    store.write_responses([make_record("resp_1", tenant="acme", traces=[_trace("resp_1", 0)])])
+    store.create_conversation("acme", conversation("conv_1"), [message("msg_c", "user", "hi")])
+    assert store.get_response("other", "resp_1") is None
+    assert store.get_thread_id("other", "resp_1") is None
+    assert store.list_input_items("other", "resp_1") is None
+    assert store.chain_items("other", "resp_1") is None
+    assert store.step_traces("other", "resp_1") == []
+    assert store.list_responses("other") == Page(data=[], has_more=False)
+    assert store.delete_response("other", "resp_1") is False
+    assert store.get_conversation("other", "conv_1") is None
+    assert store.update_conversation("other", "conv_1", {"x": "y"}) is None
+    assert store.add_conversation_items("other", "conv_1", [message("msg_x", "user", "x")]) is False
+    assert store.list_conversation_items("other", "conv_1") is None
+    assert store.get_conversation_item("other", "conv_1", "msg_c") is None
+    assert store.delete_conversation_item("other", "conv_1", "msg_c") is False
+    assert store.conversation_items("other", "conv_1") is None
+    assert store.delete_conversation("other", "conv_1") is False
+    # Nothing above touched acme's objects, and the same ids are free for another tenant.
+    assert store.get_response("acme", "resp_1") is not None
+    assert ids(store.conversation_items("acme", "conv_1")) == ["msg_c"]
+    store.write_responses([make_record("resp_1", tenant="other", model="other-model")])
+    store.create_conversation("other", conversation("conv_1"), [])
+    assert store.get_response("other", "resp_1")["model"] == "other-model"
+    assert store.get_response("acme", "resp_1")["model"] == "gpt-test"
+    assert store.conversation_items("other", "conv_1") == []
+
+
+def test_delete_response(store: Store) -> None:
+    store.create_conversation("acme", conversation("conv_1"), [])
+    store.write_responses([make_record("resp_1", conversation="conv_1", traces=[_trace("resp_1", 0)])])
+    assert store.delete_response("acme", "resp_1") is True
+    assert store.get_response("acme", "resp_1") is None
+    assert store.get_thread_id("acme", "resp_1") is None
+    assert store.list_input_items("acme", "resp_1") is None
+    assert store.chain_items("acme", "resp_1") is None
+    assert store.step_traces("acme", "resp_1") == []
+    assert store.list_responses("acme").data == []
+    assert store.delete_response("acme", "resp_1") is False
+    # What it appended to the conversation stays there.
+    assert ids(store.conversation_items("acme", "conv_1")) == ["msg_resp_1_in", "msg_resp_1_out"]
+
+
+def _seven(store: Store) -> list[str]:
+    # Two per second: created_at ties must keep write order.
+    rids = [f"resp_{i}" for i in range(7)]
+    records = [
+        make_record(rid, created_at=T0 + i // 2, model="m-even" if i % 2 == 0 else "m-odd")
+        for i, rid in enumerate(rids)
+    ]
+    store.write_responses(records[:3])
+    store.write_responses(records[3:])
+    return rids
+
+
+def _walk(pager, limit: int) -> list[list[str]]:
+    """Every page's ids, following ``after = last_id`` while ``has_more``."""
+    pages, after = [], None
+    while True:
+        page = pager(after=after, limit=limit)
+        pages.append(ids(page.data))
+        assert page.first_id == (page.data[0]["id"] if page.data else None)
+        assert page.last_id == (page.data[-1]["id"] if page.data else None)
+        if not page.has_more:
+            return pages
+        after = page.last_id
+
+
+def test_list_responses_pages_in_both_orders(store: Store) -> None:
+    rids = _seven(store)
+    default = store.list_responses("acme")
+    assert ids(default.data) == rids[::-1] and default.has_more is False
+    assert default.data[0] == store.get_response("acme", "resp_6")
+
+    def asc(**kw):
+        return store.list_responses("acme", order="asc", **kw)
+
+    def desc(**kw):
+        return store.list_responses("acme", order="desc", **kw)
+
+    assert _walk(asc, 3) == [rids[0:3], rids[3:6], rids[6:]]
+    assert _walk(desc, 3) == [rids[6:3:-1], rids[3:0:-1], rids[0:1]]
+    page = store.list_responses("acme", limit=7, order="asc")
+    assert ids(page.data) == rids and page.has_more is False
+    wire = store.list_responses("acme", limit=2).to_list_object()
+    assert (wire["object"], wire["first_id"], wire["last_id"], wire["has_more"]) == ("list", "resp_6", "resp_5", True)
+
+
+def test_list_responses_filters_by_model(store: Store) -> None:
+    _seven(store)
+    even = store.list_responses("acme", model="m-even")
+    assert ids(even.data) == ["resp_6", "resp_4", "resp_2", "resp_0"]
+    assert ids(store.list_responses("acme", model="m-odd", order="asc", limit=2).data) == ["resp_1", "resp_3"]
+    # The cursor is a position: it need not match the filter.
+    assert ids(store.list_responses("acme", model="m-even", after="resp_3", order="asc").data) == ["resp_4", "resp_6"]
+    assert store.list_responses("acme", model="nope").data == []
+
+
+def test_list_responses_orders_by_created_at_not_write_order(store: Store) -> None:
+    store.write_responses([make_record("resp_late", created_at=T0 + 10)])
+    store.write_responses([make_record("resp_early", created_at=T0)])  # e.g. a long-running background response
+    assert ids(store.list_responses("acme", order="asc").data) == ["resp_early", "resp_late"]
+
+
+def test_list_responses_unknown_cursor_gives_empty_page(store: Store) -> None:
+    _seven(store)
+    assert store.list_responses("acme", after="resp_unknown") == Page(data=[], has_more=False)
+
+
+def test_page_arguments_are_checked(store: Store) -> None:
+    with pytest.raises(ValueError):
+        store.list_responses("acme", limit=0)
+    with pytest.raises(ValueError):
+        store.list_responses("acme", order="sideways")  # type: ignore[arg-type]
+
+
+def test_list_input_items_pages_in_both_orders(store: Store) -> None:
+    inputs = [message(f"msg_{i}", "user", f"part {i}") for i in range(5)]
+    store.write_responses([make_record("resp_1", inputs=inputs)])
+    in_ids = ids(inputs)
+    page = store.list_input_items("acme", "resp_1")
+    assert ids(page.data) == in_ids[::-1] and page.has_more is False and page.data[0] == inputs[-1]
+
+    def asc(**kw):
+        return store.list_input_items("acme", "resp_1", order="asc", **kw)
+
+    def desc(**kw):
+        return store.list_input_items("acme", "resp_1", **kw)
+
+    assert _walk(asc, 2) == [in_ids[0:2], in_ids[2:4], in_ids[4:]]
+    assert _walk(desc, 2) == [in_ids[4:2:-1], in_ids[2:0:-1], in_ids[0:1]]
+    assert store.list_input_items("acme", "resp_missing") is None
+    assert store.list_input_items("acme", "resp_1", after="msg_unknown").data == []
+    store.write_responses([make_record("resp_2", inputs=[])])
+    assert store.list_input_items("acme", "resp_2") == Page(data=[], has_more=False)
+
+
+def _chain(store: Store) -> None:
+    store.write_responses([make_record("resp_1")])
+    store.write_responses(
+        [
+            make_record("resp_2", previous="resp_1", thread_id="resp_1", output=[function_call("fc_2", "call_2")]),
+            make_record("resp_3", previous="resp_2", thread_id="resp_1"),
+        ]
+    )
+
+
+def test_chain_items_follow_previous_response_id(store: Store) -> None:
+    _chain(store)
+    assert ids(store.chain_items("acme", "resp_3")) == [
+        "msg_resp_1_in",
+        "msg_resp_1_out",
+        "msg_resp_2_in",
+        "fc_2",
+        "msg_resp_3_in",
+        "msg_resp_3_out",
+    ]
+    assert store.chain_items("acme", "resp_2")[-1] == function_call("fc_2", "call_2")
+    assert ids(store.chain_items("acme", "resp_1")) == ["msg_resp_1_in", "msg_resp_1_out"]
+    assert store.chain_items("acme", "resp_missing") is None
+    assert store.get_thread_id("acme", "resp_3") == "resp_1"
+
+
+def test_chain_items_stop_at_a_deleted_link(store: Store) -> None:
+    _chain(store)
+    assert store.delete_response("acme", "resp_2")
+    assert ids(store.chain_items("acme", "resp_3")) == ["msg_resp_3_in", "msg_resp_3_out"]
+
+
+def test_chain_items_do_not_cross_tenants(store: Store) -> None:
+    store.write_responses([make_record("resp_1", tenant="other")])
+    store.write_responses([make_record("resp_2", previous="resp_1")])
+    assert ids(store.chain_items("acme", "resp_2")) == ["msg_resp_2_in", "msg_resp_2_out"]
+
+
+# -- conversations -----------------------------------------------------------------
+
+
+def test_conversation_create_get_update_delete(store: Store) -> None:
+    conv = conversation("conv_1")
+    store.create_conversation("acme", conv, [])
+    assert store.get_conversation("acme", "conv_1") == conv
+    updated = store.update_conversation("acme", "conv_1", {"topic": "rain", "n": "2"})
+    assert updated == {**conv, "metadata": {"topic": "rain", "n": "2"}}
+    assert store.get_conversation("acme", "conv_1") == updated
+    assert store.update_conversation("acme", "conv_missing", {}) is None
+    assert store.get_conversation("acme", "conv_missing") is None
+    assert store.delete_conversation("acme", "conv_1") is True
+    assert store.get_conversation("acme", "conv_1") is None
+    assert store.conversation_items("acme", "conv_1") is None
+    assert store.delete_conversation("acme", "conv_1") is False
+
+
+def test_conversation_id_is_unique_per_tenant(store: Store) -> None:
+    store.create_conversation("acme", conversation("conv_1"), [message("msg_1", "user", "hi")])
+    with pytest.raises(StorageError):
+        store.create_conversation("acme", conversation("conv_1"), [message("msg_2", "user", "again")])
+    assert ids(store.conversation_items("acme", "conv_1")) == ["msg_1"]
+
+
+def test_conversation_items_add_list_get_delete(store: Store) -> None:
+    first = [message(f"msg_{i}", "user", f"m{i}") for i in range(3)]
+    store.create_conversation("acme", conversation("conv_1"), first)
+    assert store.add_conversation_items("acme", "conv_1", [message(f"msg_{i}", "user", f"m{i}") for i in range(3, 6)])
+    all_ids = [f"msg_{i}" for i in range(6)]
+    assert ids(store.conversation_items("acme", "conv_1")) == all_ids
+    page = store.list_conversation_items("acme", "conv_1")  # default: newest first
+    assert ids(page.data) == all_ids[::-1] and page.has_more is False
+
+    def asc(**kw):
+        return store.list_conversation_items("acme", "conv_1", order="asc", **kw)
+
+    def desc(**kw):
+        return store.list_conversation_items("acme", "conv_1", order="desc", **kw)
+
+    assert _walk(asc, 4) == [all_ids[:4], all_ids[4:]]
+    assert _walk(desc, 4) == [all_ids[:1:-1], all_ids[1::-1]]
+    assert store.get_conversation_item("acme", "conv_1", "msg_1") == first[1]
+    assert store.get_conversation_item("acme", "conv_1", "msg_missing") is None
+    assert store.delete_conversation_item("acme", "conv_1", "msg_1") is True
+    assert store.delete_conversation_item("acme", "conv_1", "msg_1") is False
+    assert store.get_conversation_item("acme", "conv_1", "msg_1") is None
+    # Appending after a delete keeps the order stable (positions, not timestamps).
+    store.add_conversation_items("acme", "conv_1", [message("msg_6", "user", "m6")])
+    assert ids(store.conversation_items("acme", "conv_1")) == ["msg_0", "msg_2", "msg_3", "msg_4", "msg_5", "msg_6"]
+    assert ids(asc(after="msg_3").data) == ["msg_4", "msg_5", "msg_6"]
+    # Unknown conversation / cursor.
+    assert store.add_conversation_items("acme", "conv_missing", first) is False
+    assert store.list_conversation_items("acme", "conv_missing") is None
+    assert store.get_conversation_item("acme", "conv_missing", "msg_0") is None
+    assert store.delete_conversation_item("acme", "conv_missing", "msg_0") is False
+    assert store.list_conversation_items("acme", "conv_1", after="msg_1") == Page(data=[], has_more=False)
+
+
+def test_conversation_responses_append_input_then_output(store: Store) -> None:
+    store.create_conversation("acme", conversation("conv_1"), [message("msg_seed", "user", "seed")])
+    store.write_responses(
+        [
+            make_record(
+                "resp_1",
+                conversation="conv_1",
+                output=[function_call("fc_1", "c1"), message("msg_o1", "assistant", "ok")],
+            )
+        ]
+    )
+    # Two responses of one conversation in one batch append in batch order.
+    store.write_responses([make_record("resp_2", conversation="conv_1"), make_record("resp_3", conversation="conv_1")])
+    store.write_responses([make_record("resp_4", conversation="conv_1", append=False)])
+    assert ids(store.conversation_items("acme", "conv_1")) == [
+        "msg_seed",
+        "msg_resp_1_in",
+        "fc_1",
+        "msg_o1",
+        "msg_resp_2_in",
+        "msg_resp_2_out",
+        "msg_resp_3_in",
+        "msg_resp_3_out",
+    ]
+    assert store.get_thread_id("acme", "resp_2") == "conv_1"
+    store.add_conversation_items("acme", "conv_1", [message("msg_after", "user", "later")])
+    assert ids(store.list_conversation_items("acme", "conv_1", limit=2).data) == ["msg_after", "msg_resp_3_out"]
+
+
+def test_response_of_a_deleted_conversation_is_still_stored(store: Store) -> None:
+    store.write_responses([make_record("resp_1", conversation="conv_gone")])
+    assert store.get_response("acme", "resp_1")["conversation"] == {"id": "conv_gone"}
+    assert store.conversation_items("acme", "conv_gone") is None
+
+
+# -- traces --------------------------------------------------------------------------
+
+
+def _trace(rid: str, seq: int, **kw: Any) -> StepTrace:
+    fields: dict[str, Any] = {"kind": "model", "name": "gpt-test", "started_at": T0 + seq, "duration_s": 0.5}
+    return StepTrace(response_id=rid, seq=seq, **{**fields, **kw})
+
+
+def test_step_traces_round_trip(store: Store) -> None:
+    traces = [
+        _trace("resp_1", 0, ttft_s=0.125, input_tokens=100, output_tokens=20),
+        _trace("resp_1", 1, kind="tool", name="get_weather", call_id="call_1", error="timeout"),
+        _trace("resp_1", 2, input_tokens=130, output_tokens=7),
+    ]
+    store.write_responses([make_record("resp_1", traces=[traces[2], traces[0], traces[1]])])
+    assert store.step_traces("acme", "resp_1") == traces
+    assert store.step_traces("acme", "resp_missing") == []
+
+
+# -- atomicity and copies ------------------------------------------------------------
+
+
+def test_a_failing_batch_writes_nothing(store: Store) -> None:
+    store.create_conversation("acme", conversation("conv_1"), [])
+    store.write_responses([make_record("resp_1")])
+    across = [make_record("resp_2", conversation="conv_1", traces=[_trace("resp_2", 0)]), make_record("resp_1")]
+    within = [make_record("resp_3", conversation="conv_1"), make_record("resp_3")]
+    for batch in (across, within):
+        with pytest.raises(StorageError):
+            store.write_responses(batch)
+    assert ids(store.list_responses("acme").data) == ["resp_1"]
+    for rid in ("resp_2", "resp_3"):
+        assert store.get_response("acme", rid) is None
+        assert store.list_input_items("acme", rid) is None
+        assert store.step_traces("acme", rid) == []
+    assert store.conversation_items("acme", "conv_1") == []
+    store.write_responses([make_record("resp_2")])  # the store still works
+    assert store.get_response("acme", "resp_2") is not None
+
+
+def test_values_that_are_not_json_are_refused(store: Store) -> None:
+    bad = make_record("resp_1", inputs=[{"type": "message", "id": "msg_1", "role": "user", "content": object()}])
+    with pytest.raises(StorageError):
+        store.write_responses([bad])
+    assert store.get_response("acme", "resp_1") is None
+    nan = make_record("resp_2")
+    nan.response["temperature"] = float("nan")
+    with pytest.raises(StorageError):
+        store.write_responses([nan])
+
+
+def test_returned_objects_are_copies(store: Store) -> None:
+    record = make_record("resp_1", conversation="conv_1")
+    conv = conversation("conv_1")
+    items = [message("msg_1", "user", "hi")]
+    store.create_conversation("acme", conv, items)
+    store.write_responses([record])
+    # Mutating what was passed in changes nothing stored...
+    record.response["status"] = "mutated"
+    record.input_items[0]["id"] = "mutated"
+    conv["metadata"]["topic"] = "mutated"
+    items[0]["content"] = "mutated"
+    # ...nor does mutating what comes out.
+    for got in (
+        store.get_response("acme", "resp_1"),
+        store.list_responses("acme").data[0],
+        store.get_conversation("acme", "conv_1"),
+        store.update_conversation("acme", "conv_1", {"topic": "weather"}),
+    ):
+        got.clear()
+    for got_items in (
+        store.list_input_items("acme", "resp_1").data,
+        store.chain_items("acme", "resp_1"),
+        store.conversation_items("acme", "conv_1"),
+        store.list_conversation_items("acme", "conv_1").data,
+    ):
+        got_items[0].clear()
+    store.get_conversation_item("acme", "conv_1", "msg_1").clear()
+    assert store.get_response("acme", "resp_1") == make_record("resp_1", conversation="conv_1").response
+    assert store.get_conversation("acme", "conv_1") == conversation("conv_1")
+    assert ids(store.list_input_items("acme", "resp_1").data) == ["msg_resp_1_in"]
+    assert store.conversation_items("acme", "conv_1") == [
+        message("msg_1", "user", "hi"),
+        *make_record("resp_1").input_items,
+        *make_record("resp_1").response["output"],
+    ]

@@ -1,0 +1,456 @@
+"""The DuckDB :class:`~troupe.storage.base.Store`: one file (or ``:memory:``), one connection.
+
+DuckDB allows one writing process per file, so the runtime owns the store from a
+single thread (see :class:`~troupe.storage.group_commit.GroupCommitWriter`); the
+lock here only makes misuse from several threads safe, not fast.
+
+Writes of a batch of responses are one transaction of a few multi-row
+``INSERT … VALUES (…), (…)`` statements (one per table per chunk): DuckDB's
+``executemany`` runs one statement per row, several times slower.
+
+Read-only SQL (:meth:`DuckDBStore.query`) is guarded twice: the statement must
+pass :func:`~troupe.storage.schema.check_read_only`, and it runs inside a
+transaction that is always rolled back. A second ``read_only`` connection is not
+an option: DuckDB refuses to open a file twice in one process with a different
+configuration, and ``:memory:`` databases cannot be shared that way at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+
+from . import schema
+from .base import Order, Page, ResponseRecord, StepTrace, StorageError, Store
+
+__all__ = ["DuckDBStore"]
+
+# Rows per multi-row INSERT; bounds the statement size (and parse time) for big batches.
+_CHUNK_ROWS = 256
+
+
+def _check_page_args(limit: int, order: str) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if order not in ("asc", "desc"):
+        raise ValueError(f"order must be 'asc' or 'desc', got {order!r}")
+
+
+class DuckDBStore(Store):
+    """Responses, conversations and traces in DuckDB. See :class:`~troupe.storage.base.Store`.
+
+    Args:
+        path: the database file (created if missing); None or ``":memory:"`` for
+            a private in-memory database.
+
+    Raises:
+        StorageError: the file cannot be opened, is not a DuckDB database, was
+            written by a newer Troupe (a newer schema version), or a migration failed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = ":memory:" if path is None else os.fspath(path)
+        self._lock = threading.Lock()
+        self._conn: duckdb.DuckDBPyConnection | None = None
+        try:
+            self._conn = duckdb.connect(self.path)
+        except duckdb.Error as exc:
+            raise StorageError(f"cannot open DuckDB database {self.path!r}: {exc}") from exc
+        try:
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._transaction() as conn:
+            conn.execute(schema.CREATE_VERSION_TABLE)
+            current = conn.execute(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}").fetchone()[0]
+            if current > schema.SCHEMA_VERSION:
+                raise StorageError(
+                    f"{self.path!r} has schema version {current}, newer than the {schema.SCHEMA_VERSION} this Troupe "
+                    "knows: upgrade Troupe (downgrades are not supported)"
+                )
+            for version in range(current + 1, schema.SCHEMA_VERSION + 1):
+                for statement in schema.MIGRATIONS[version - 1]:
+                    conn.execute(statement)
+                conn.execute(f"INSERT INTO {schema.VERSION_TABLE} (version) VALUES (?)", [version])
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open database (always :data:`~troupe.storage.schema.SCHEMA_VERSION` once open)."""
+        return self._fetchone(f"SELECT max(version) FROM {schema.VERSION_TABLE}")[0]
+
+    @contextmanager
+    def _locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection, under the lock; DuckDB errors become StorageError."""
+        with self._lock:
+            if self._conn is None:
+                raise StorageError("the store is closed")
+            try:
+                yield self._conn
+            except duckdb.Error as exc:
+                raise StorageError(f"DuckDB: {exc}") from exc
+
+    @contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Like :meth:`_locked`, inside BEGIN … COMMIT; any error rolls back and becomes a StorageError."""
+        with self._locked() as conn:
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass  # a failed COMMIT has already ended the transaction
+                if isinstance(exc, Exception) and not isinstance(exc, StorageError | duckdb.Error):
+                    # e.g. a malformed record (no id, an item that is not a dict)
+                    raise StorageError(f"{type(exc).__name__}: {exc}") from exc
+                raise
+
+    def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        with self._locked() as conn:
+            return conn.execute(sql, params).fetchone()
+
+    def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._locked() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    @staticmethod
+    def _insert(conn: duckdb.DuckDBPyConnection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Multi-row INSERTs of ``rows``, chunked (call inside a transaction)."""
+        if not rows:
+            return
+        placeholders = "(" + ", ".join("?" * len(rows[0])) + ")"
+        for start in range(0, len(rows), _CHUNK_ROWS):
+            chunk = rows[start : start + _CHUNK_ROWS]
+            params = [value for row in chunk for value in row]
+            conn.execute(f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([placeholders] * len(chunk)), params)
+
+    @staticmethod
+    def _next_conversation_seq(conn: duckdb.DuckDBPyConnection, tenant: str, conversation_id: str) -> int | None:
+        """The next append position, or None if the conversation is unknown (inside a transaction)."""
+        row = conn.execute(
+            "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM conversation_items WHERE tenant = $1 AND conversation_id = $2)"
+            " FROM conversations WHERE tenant = $1 AND id = $2",
+            [tenant, conversation_id],
+        ).fetchone()
+        return None if row is None else row[0]
+
+    def _paged(
+        self, sql: str, params: list[Any], keys: tuple[str, ...], anchor: Sequence[Any] | None, limit: int, order: Order
+    ) -> Page:
+        """Run ``sql`` (a SELECT of one JSON column, ending in a WHERE clause) as a page after ``anchor``.
+
+        ``keys`` are the sort columns; ``anchor`` is the cursor's values of them.
+        """
+        direction = "ASC" if order == "asc" else "DESC"
+        key_row = "(" + ", ".join(keys) + ")"
+        if anchor is not None:
+            # A row-value comparison: lexicographic over the sort columns.
+            sql += f" AND {key_row} {'>' if order == 'asc' else '<'} (" + ", ".join("?" * len(keys)) + ")"
+            params = [*params, *anchor]
+        order_by = ", ".join(f"{key} {direction}" for key in keys)
+        rows = self._fetchall(f"{sql} ORDER BY {order_by} LIMIT ?", [*params, limit + 1])
+        return Page(data=[json.loads(r[0]) for r in rows[:limit]], has_more=len(rows) > limit)
+
+    # -- responses ---------------------------------------------------------------
+
+    def write_responses(self, records: Sequence[ResponseRecord]) -> None:
+        """See :meth:`Store.write_responses`. One transaction for the whole batch."""
+        if not records:
+            return
+        with self._transaction() as conn:
+            seq = conn.execute("SELECT coalesce(max(seq) + 1, 0) FROM responses").fetchone()[0]
+            responses, items, traces, appended = [], [], [], []
+            next_seq: dict[tuple[str, str], int | None] = {}
+            for offset, record in enumerate(records):
+                rid = record.response.get("id")
+                responses.append(schema.response_row(record, seq + offset))
+                # Each item is encoded once, for response_items and the conversation alike.
+                encoded = {
+                    role: [(item.get("id"), schema.dump_json(item)) for item in role_items]
+                    for role, role_items in (
+                        ("input", record.input_items),
+                        ("output", record.response.get("output") or []),
+                    )
+                }
+                for role, role_items in encoded.items():
+                    items.extend(
+                        (record.tenant, rid, role, pos, iid, text) for pos, (iid, text) in enumerate(role_items)
+                    )
+                traces.extend(schema.trace_row(record.tenant, t) for t in record.traces)
+                conversation_id = schema.nested(record.response, "conversation", "id")
+                if record.append_to_conversation and conversation_id is not None:
+                    key = (record.tenant, conversation_id)
+                    if key not in next_seq:
+                        next_seq[key] = self._next_conversation_seq(conn, *key)
+                    start = next_seq[key]
+                    if start is None:
+                        continue  # deleted while the response ran: the response is still stored
+                    added = [*encoded["input"], *encoded["output"]]
+                    appended.extend((*key, start + i, iid, text) for i, (iid, text) in enumerate(added))
+                    next_seq[key] = start + len(added)
+            self._insert(conn, "responses", schema.RESPONSE_COLUMNS, responses)
+            self._insert(conn, "response_items", schema.ITEM_COLUMNS, items)
+            self._insert(conn, "step_traces", schema.TRACE_COLUMNS, traces)
+            self._insert(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
+
+    def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """See :meth:`Store.get_response`."""
+        row = self._fetchone("SELECT response FROM responses WHERE tenant = ? AND id = ?", [tenant, response_id])
+        return None if row is None else json.loads(row[0])
+
+    def get_thread_id(self, tenant: str, response_id: str) -> str | None:
+        """See :meth:`Store.get_thread_id`."""
+        row = self._fetchone("SELECT thread_id FROM responses WHERE tenant = ? AND id = ?", [tenant, response_id])
+        return None if row is None else row[0]
+
+    def delete_response(self, tenant: str, response_id: str) -> bool:
+        """See :meth:`Store.delete_response`."""
+        with self._transaction() as conn:
+            found = conn.execute(
+                "DELETE FROM responses WHERE tenant = ? AND id = ? RETURNING id", [tenant, response_id]
+            ).fetchall()
+            for table in ("response_items", "step_traces"):
+                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND response_id = ?", [tenant, response_id])
+        return bool(found)
+
+    def list_responses(
+        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        """See :meth:`Store.list_responses`. An unknown ``after`` gives an empty page."""
+        _check_page_args(limit, order)
+        anchor = None
+        if after is not None:
+            # The cursor need not match the model filter: it only marks a position.
+            row = self._fetchone("SELECT created_at, seq FROM responses WHERE tenant = ? AND id = ?", [tenant, after])
+            if row is None:
+                return Page(data=[], has_more=False)
+            anchor = row
+        sql, params = "SELECT response FROM responses WHERE tenant = ?", [tenant]
+        if model is not None:
+            sql, params = sql + " AND model = ?", [*params, model]
+        # seq breaks ties between equal created_at (whole seconds on the wire).
+        return self._paged(sql, params, ("created_at", "seq"), anchor, limit, order)
+
+    def list_input_items(
+        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        """See :meth:`Store.list_input_items`. An unknown ``after`` gives an empty page."""
+        _check_page_args(limit, order)
+        if self._fetchone("SELECT 1 FROM responses WHERE tenant = ? AND id = ?", [tenant, response_id]) is None:
+            return None
+        where = "FROM response_items WHERE tenant = ? AND response_id = ? AND role = 'input'"
+        return self._item_page(where, [tenant, response_id], "position", after, limit, order)
+
+    def _item_page(self, where: str, params: list[Any], key: str, after: str | None, limit: int, order: Order) -> Page:
+        anchor = None
+        if after is not None:
+            # With duplicate ids the cursor is the first one in iteration order.
+            pick = "min" if order == "asc" else "max"
+            anchor = self._fetchone(f"SELECT {pick}({key}) {where} AND item_id = ?", [*params, after])
+            if anchor[0] is None:
+                return Page(data=[], has_more=False)
+        return self._paged(f"SELECT item {where}", params, (key,), anchor, limit, order)
+
+    def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.chain_items`."""
+        # UNION (not UNION ALL) makes the recursion stop even on a (corrupt) cycle.
+        links = self._fetchall(
+            """
+            WITH RECURSIVE chain(id, previous_response_id) AS (
+                SELECT id, previous_response_id FROM responses WHERE tenant = $1 AND id = $2
+                UNION
+                SELECT r.id, r.previous_response_id FROM responses r JOIN chain c
+                    ON r.tenant = $1 AND r.id = c.previous_response_id
+            )
+            SELECT id, previous_response_id FROM chain
+            """,
+            [tenant, response_id],
+        )
+        if not links:
+            return None
+        previous = dict(links)
+        order: list[str] = []
+        current: str | None = response_id
+        while current in previous and current not in order:
+            order.append(current)
+            current = previous[current]
+        rank = {rid: -i for i, rid in enumerate(order)}  # oldest first
+        rows = self._fetchall(
+            "SELECT response_id, role, position, item FROM response_items WHERE tenant = ? AND response_id = ANY(?)",
+            [tenant, order],
+        )
+        rows.sort(key=lambda r: (rank[r[0]], r[1] != "input", r[2]))
+        return [json.loads(r[3]) for r in rows]
+
+    def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
+        """See :meth:`Store.step_traces`."""
+        rows = self._fetchall(
+            "SELECT response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens,"
+            " error FROM step_traces WHERE tenant = ? AND response_id = ? ORDER BY seq",
+            [tenant, response_id],
+        )
+        fields = ("response_id", "seq", "kind", "name", "call_id", "started_at", "duration_s", "ttft_s")
+        fields += ("input_tokens", "output_tokens", "error")
+        return [StepTrace(**dict(zip(fields, row, strict=True))) for row in rows]
+
+    # -- conversations -----------------------------------------------------------
+
+    def create_conversation(self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]) -> None:
+        """See :meth:`Store.create_conversation`.
+
+        Raises:
+            StorageError: the id is taken (for this tenant) or a value is not JSON.
+        """
+        conversation_id = conversation.get("id")
+        row = (
+            tenant,
+            conversation_id,
+            conversation.get("created_at"),
+            schema.dump_json(conversation.get("metadata") or {}),
+        )
+        item_rows = [
+            (tenant, conversation_id, seq, item.get("id"), schema.dump_json(item)) for seq, item in enumerate(items)
+        ]
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO conversations (tenant, id, created_at, metadata, conversation) VALUES (?, ?, ?, ?, ?)",
+                [*row, schema.dump_json(conversation)],
+            )
+            self._insert(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, item_rows)
+
+    def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
+        """See :meth:`Store.get_conversation`."""
+        sql = "SELECT conversation FROM conversations WHERE tenant = ? AND id = ?"
+        row = self._fetchone(sql, [tenant, conversation_id])
+        return None if row is None else json.loads(row[0])
+
+    def update_conversation(self, tenant: str, conversation_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+        """See :meth:`Store.update_conversation`."""
+        with self._transaction() as conn:
+            sql = "SELECT conversation FROM conversations WHERE tenant = ? AND id = ?"
+            row = conn.execute(sql, [tenant, conversation_id]).fetchone()
+            if row is None:
+                return None
+            conversation = {**json.loads(row[0]), "metadata": metadata}
+            conn.execute(
+                "UPDATE conversations SET metadata = ?, conversation = ? WHERE tenant = ? AND id = ?",
+                [schema.dump_json(metadata), schema.dump_json(conversation), tenant, conversation_id],
+            )
+        return json.loads(schema.dump_json(conversation))  # a copy the caller's metadata dict does not alias
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """See :meth:`Store.delete_conversation`."""
+        with self._transaction() as conn:
+            found = conn.execute(
+                "DELETE FROM conversations WHERE tenant = ? AND id = ? RETURNING id", [tenant, conversation_id]
+            ).fetchall()
+            sql = "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ?"
+            conn.execute(sql, [tenant, conversation_id])
+        return bool(found)
+
+    def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
+        """See :meth:`Store.add_conversation_items`."""
+        encoded = [(item.get("id"), schema.dump_json(item)) for item in items]
+        with self._transaction() as conn:
+            start = self._next_conversation_seq(conn, tenant, conversation_id)
+            if start is None:
+                return False
+            rows = [(tenant, conversation_id, start + i, item_id, text) for i, (item_id, text) in enumerate(encoded)]
+            self._insert(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, rows)
+        return True
+
+    def _conversation_exists(self, tenant: str, conversation_id: str) -> bool:
+        sql = "SELECT 1 FROM conversations WHERE tenant = ? AND id = ?"
+        return self._fetchone(sql, [tenant, conversation_id]) is not None
+
+    def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        """See :meth:`Store.list_conversation_items`. An unknown ``after`` gives an empty page."""
+        _check_page_args(limit, order)
+        if not self._conversation_exists(tenant, conversation_id):
+            return None
+        where = "FROM conversation_items WHERE tenant = ? AND conversation_id = ?"
+        return self._item_page(where, [tenant, conversation_id], "seq", after, limit, order)
+
+    def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        """See :meth:`Store.get_conversation_item`. With duplicate ids, the earliest item."""
+        # Items never outlive their conversation (delete_conversation removes them).
+        row = self._fetchone(
+            "SELECT item FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?"
+            " ORDER BY seq LIMIT 1",
+            [tenant, conversation_id, item_id],
+        )
+        return None if row is None else json.loads(row[0])
+
+    def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        """See :meth:`Store.delete_conversation_item`. With duplicate ids, removes them all."""
+        with self._transaction() as conn:
+            found = conn.execute(
+                "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ? RETURNING seq",
+                [tenant, conversation_id, item_id],
+            ).fetchall()
+        return bool(found)
+
+    def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.conversation_items`."""
+        if not self._conversation_exists(tenant, conversation_id):
+            return None
+        rows = self._fetchall(
+            "SELECT item FROM conversation_items WHERE tenant = ? AND conversation_id = ? ORDER BY seq",
+            [tenant, conversation_id],
+        )
+        return [json.loads(r[0]) for r in rows]
+
+    # -- analytics -----------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+        """Run one read-only statement (for ``troupe sql`` and analytics).
+
+        Allowed: SELECT (also ``WITH …``, ``FROM …``, ``VALUES``), DESCRIBE, SHOW,
+        SUMMARIZE, and EXPLAIN [ANALYZE] of one of those. The statement runs in a
+        transaction that is rolled back whatever happens, so even a function with
+        side effects on the database leaves nothing behind.
+
+        Args:
+            sql: the statement (a trailing ``;`` is fine, a second statement is not).
+            params: ``?``/``$1`` parameters, or a dict for ``$name`` ones.
+
+        Returns:
+            ``(column names, rows)``; JSON values come back as JSON text.
+
+        Raises:
+            StorageError: not exactly one read-only statement, or DuckDB rejected it.
+        """
+        schema.check_read_only(sql)
+        with self._locked() as conn:
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                result = conn.execute(sql, params)
+                columns = [d[0] for d in result.description or []]
+                rows = result.fetchall()
+            finally:
+                conn.execute("ROLLBACK")
+        return columns, rows
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection (idempotent); later calls raise StorageError."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

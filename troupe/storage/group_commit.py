@@ -1,0 +1,181 @@
+"""Group commit: many concurrent ``submit``s, few transactions.
+
+Every finished response must be durable before the client hears it is done, but
+one transaction per response caps throughput at the commit rate. The writer
+queues records and commits them in batches: while one batch is being written
+(on the executor thread), new records wait in the queue and form the next batch.
+An idle writer holds a lone record back for at most ``max_delay_s``, in case
+company arrives.
+
+All store access goes through one executor thread (DuckDB takes one writer, and
+the store is not built for concurrency); :meth:`GroupCommitWriter.run_sync`
+gives reads the same thread, so a read issued after ``submit`` returned sees
+the record.
+
+Example::
+
+    store = DuckDBStore("troupe.duckdb")
+    writer = GroupCommitWriter(store.write_responses)
+    await writer.submit(record)                       # durable from here on
+    response = await writer.run_sync(store.get_response, tenant, record.id)
+    await writer.close()
+    store.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .base import ResponseRecord, StorageError
+
+__all__ = ["GroupCommitWriter"]
+
+T = TypeVar("T")
+
+
+class GroupCommitWriter:
+    """Batches :class:`ResponseRecord` writes; bound to the event loop of its first ``submit``.
+
+    Args:
+        write: stores a batch atomically, raising StorageError on failure
+            (e.g. ``store.write_responses``); called on the executor thread.
+        max_batch: the most records per ``write`` call.
+        max_delay_s: the most an idle writer waits for more records before
+            writing (0: write at once; batches still form while a write runs).
+        executor: where ``write`` and :meth:`run_sync` calls run; default a
+            dedicated single-thread executor, shut down by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[list[ResponseRecord]], None],
+        *,
+        max_batch: int = 256,
+        max_delay_s: float = 0.002,
+        executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if max_delay_s < 0:
+            raise ValueError(f"max_delay_s must be >= 0, got {max_delay_s}")
+        self._write = write
+        self._max_batch = max_batch
+        self._max_delay_s = max_delay_s
+        self._owns_executor = executor is None
+        self._executor = executor or concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-store")
+        self._queue: list[tuple[ResponseRecord, asyncio.Future[None]]] = []
+        self._inflight: list[tuple[ResponseRecord, asyncio.Future[None]]] = []
+        # Set by every submit and by close: wakes an idle flusher, and lets one
+        # waiting for company recheck the batch size.
+        self._wakeup = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._closing = False
+        self._writes = 0
+
+    @property
+    def pending(self) -> int:
+        """Records queued and not yet handed to ``write``."""
+        return len(self._queue)
+
+    @property
+    def write_calls(self) -> int:
+        """How many times ``write`` has been called (successfully or not)."""
+        return self._writes
+
+    async def submit(self, record: ResponseRecord) -> None:
+        """Queue ``record`` and return once the batch holding it is committed.
+
+        Cancelling the caller does not withdraw the record: it is written anyway.
+
+        Raises:
+            StorageError: the batch failed (nothing of it was written), or the
+                writer is closed.
+        """
+        if self._closing:
+            raise StorageError("the group commit writer is closed")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((record, future))
+        self._wakeup.set()
+        if self._flusher is None or self._flusher.done():  # first use, or a flusher killed by a cancel
+            self._flusher = asyncio.create_task(self._run(), name="troupe-group-commit")
+        # Awaiting the future itself: cancelling this caller cancels only its own future.
+        await future
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the writer's executor thread (for reads and other store calls).
+
+        Returns:
+            What ``fn`` returned.
+
+        Raises:
+            Whatever ``fn`` raised.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def close(self) -> None:
+        """Write everything queued, then stop (idempotent); later ``submit`` calls raise StorageError."""
+        self._closing = True
+        self._wakeup.set()
+        if self._flusher is not None:
+            await self._flusher
+        if self._owns_executor:
+            # Off the loop: shutdown waits for run_sync calls still running.
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
+
+    async def _run(self) -> None:
+        """The flusher: started by a first record, one batch at a time until closed and drained."""
+        try:
+            while True:
+                await self._wait_for_company()
+                # What queued while a batch was being written has waited already: no delay.
+                while self._queue:
+                    await self._write_batch()
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+        finally:
+            # Only reached with records left if the task was cancelled (loop teardown):
+            # fail them rather than leave their submitters waiting forever.
+            stranded = self._inflight + self._queue
+            self._inflight, self._queue = [], []
+            for _, future in stranded:
+                if not future.done():
+                    future.set_exception(StorageError("the group commit writer stopped before writing"))
+
+    async def _wait_for_company(self) -> None:
+        """Give a record that found the writer idle up to ``max_delay_s`` to be joined by others."""
+        if self._max_delay_s <= 0:
+            return
+        try:
+            async with asyncio.timeout(self._max_delay_s):
+                while len(self._queue) < self._max_batch and not self._closing:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+        except TimeoutError:
+            pass
+
+    async def _write_batch(self) -> None:
+        self._inflight, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+        records = [record for record, _ in self._inflight]
+        self._writes += 1
+        error: StorageError | None = None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._write, records)
+        except Exception as exc:
+            if isinstance(exc, StorageError):
+                error = exc
+            else:
+                error = StorageError(f"{type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+        batch, self._inflight = self._inflight, []
+        for _, future in batch:
+            if future.done():
+                continue  # its submitter was cancelled; the record was written (or failed) anyway
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)

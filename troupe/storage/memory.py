@@ -1,0 +1,313 @@
+"""An in-memory :class:`~troupe.storage.base.Store`: for tests and ``--storage :memory:`` style runs.
+
+Everything is kept as JSON text, which gives two properties for free: callers can
+never mutate stored state (every read decodes a fresh object), and the store
+accepts and returns exactly what :class:`~troupe.storage.duckdb_store.DuckDBStore`
+does (tuples come back as lists, a non-JSON value or NaN is a StorageError).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import Order, Page, ResponseRecord, StepTrace, StorageError, Store
+
+__all__ = ["InMemoryStore"]
+
+
+def _dump(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"not storable as JSON: {exc}") from exc
+
+
+def _check_page_args(limit: int, order: str) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if order not in ("asc", "desc"):
+        raise ValueError(f"order must be 'asc' or 'desc', got {order!r}")
+
+
+def _anchor(entries: list[tuple[Any, str | None, str]], after: str, order: Order) -> Any:
+    """The key of the first entry with id ``after`` in iteration order (None if absent)."""
+    ordered = entries if order == "asc" else reversed(entries)
+    return next((key for key, item_id, _ in ordered if item_id == after), None)
+
+
+def _page(entries: list[tuple[Any, str | None, str]], anchor: Any, limit: int, order: Order) -> Page:
+    """A page of ``entries`` (``(sort key, id, JSON)``, ascending by key) after the ``anchor`` key."""
+    ordered = entries if order == "asc" else entries[::-1]
+    if anchor is not None:
+        ordered = [e for e in ordered if (e[0] > anchor if order == "asc" else e[0] < anchor)]
+    return Page(data=[json.loads(text) for _, _, text in ordered[:limit]], has_more=len(ordered) > limit)
+
+
+def _page_after(entries: list[tuple[Any, str | None, str]], after: str | None, limit: int, order: Order) -> Page:
+    """Like :func:`_page`, the cursor being an id; an unknown ``after`` gives an empty page."""
+    if after is None:
+        return _page(entries, None, limit, order)
+    anchor = _anchor(entries, after, order)
+    return Page(data=[], has_more=False) if anchor is None else _page(entries, anchor, limit, order)
+
+
+@dataclass(slots=True)
+class _Response:
+    seq: int
+    created_at: float
+    model: str | None
+    previous_response_id: str | None
+    thread_id: str
+    response: str
+    input_items: list[tuple[str | None, str]]
+    """``(id, JSON)`` in input order."""
+    output_items: list[str]
+    traces: list[StepTrace]
+
+
+@dataclass(slots=True)
+class _Conversation:
+    conversation: str
+    items: list[tuple[int, str | None, str]] = field(default_factory=list)
+    """``(seq, id, JSON)`` in append order."""
+    next_seq: int = 0
+
+    def append(self, items: Sequence[tuple[str | None, str]]) -> None:
+        for item_id, text in items:
+            self.items.append((self.next_seq, item_id, text))
+            self.next_seq += 1
+
+
+def _encode_items(items: Sequence[dict[str, Any]]) -> list[tuple[str | None, str]]:
+    return [(item.get("id"), _dump(item)) for item in items]
+
+
+class InMemoryStore(Store):
+    """Dicts behind one lock. See :class:`~troupe.storage.base.Store` for the method contracts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._responses: dict[tuple[str, str], _Response] = {}
+        self._conversations: dict[tuple[str, str], _Conversation] = {}
+        self._next_seq = 0
+
+    # -- responses ---------------------------------------------------------------
+
+    def write_responses(self, records: Sequence[ResponseRecord]) -> None:
+        """See :meth:`Store.write_responses`."""
+        with self._lock:
+            # Phase 1 validates and encodes everything; phase 2 cannot fail, so a
+            # failing batch leaves no trace (the same all-or-none as a rollback).
+            try:
+                staged = self._stage(records)
+            except StorageError:
+                raise
+            except Exception as exc:  # e.g. a malformed record (no id, an item that is not a dict)
+                raise StorageError(f"{type(exc).__name__}: {exc}") from exc
+            for record, stored, outputs in staged:
+                self._responses[(record.tenant, record.id)] = stored
+                conversation = self._appended_conversation(record)
+                if conversation is not None:
+                    conversation.append(stored.input_items)
+                    conversation.append(outputs)
+            self._next_seq += len(staged)
+
+    def _stage(
+        self, records: Sequence[ResponseRecord]
+    ) -> list[tuple[ResponseRecord, _Response, list[tuple[str | None, str]]]]:
+        """Validate and encode ``records`` without touching the store."""
+        staged = []
+        seen: set[tuple[str, str]] = set()
+        for offset, record in enumerate(records):
+            response = record.response
+            key = (record.tenant, response.get("id"))
+            if not isinstance(key[1], str) or key in self._responses or key in seen:
+                raise StorageError(f"cannot store response {key[1]!r}: missing or duplicate id")
+            if not isinstance(response.get("created_at"), int | float):
+                raise StorageError(f"response {key[1]!r} has no numeric created_at")
+            seen.add(key)
+            outputs = _encode_items(response.get("output") or [])
+            stored = _Response(
+                seq=self._next_seq + offset,
+                created_at=response["created_at"],
+                model=response.get("model"),
+                previous_response_id=response.get("previous_response_id"),
+                thread_id=record.thread_id,
+                response=_dump(response),
+                input_items=_encode_items(record.input_items),
+                output_items=[text for _, text in outputs],
+                traces=list(record.traces),
+            )
+            staged.append((record, stored, outputs))
+        return staged
+
+    def _appended_conversation(self, record: ResponseRecord) -> _Conversation | None:
+        ref = record.response.get("conversation")
+        if not record.append_to_conversation or not isinstance(ref, dict):
+            return None
+        # A conversation deleted while the response ran gets nothing; the response is still stored.
+        return self._conversations.get((record.tenant, ref.get("id")))
+
+    def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """See :meth:`Store.get_response`."""
+        with self._lock:
+            stored = self._responses.get((tenant, response_id))
+            return None if stored is None else json.loads(stored.response)
+
+    def get_thread_id(self, tenant: str, response_id: str) -> str | None:
+        """See :meth:`Store.get_thread_id`."""
+        with self._lock:
+            stored = self._responses.get((tenant, response_id))
+            return None if stored is None else stored.thread_id
+
+    def delete_response(self, tenant: str, response_id: str) -> bool:
+        """See :meth:`Store.delete_response`."""
+        with self._lock:
+            return self._responses.pop((tenant, response_id), None) is not None
+
+    def list_responses(
+        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        """See :meth:`Store.list_responses`."""
+        _check_page_args(limit, order)
+        with self._lock:
+            anchor = None
+            if after is not None:
+                cursor = self._responses.get((tenant, after))
+                if cursor is None:
+                    return Page(data=[], has_more=False)
+                # The cursor need not match the model filter: it only marks a position.
+                anchor = (cursor.created_at, cursor.seq)
+            entries = sorted(
+                ((r.created_at, r.seq), rid, r.response)
+                for (t, rid), r in self._responses.items()
+                if t == tenant and (model is None or r.model == model)
+            )
+            return _page(entries, anchor, limit, order)
+
+    def list_input_items(
+        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        """See :meth:`Store.list_input_items`."""
+        _check_page_args(limit, order)
+        with self._lock:
+            stored = self._responses.get((tenant, response_id))
+            if stored is None:
+                return None
+            entries = [(pos, item_id, text) for pos, (item_id, text) in enumerate(stored.input_items)]
+            return _page_after(entries, after, limit, order)
+
+    def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.chain_items`."""
+        with self._lock:
+            if (tenant, response_id) not in self._responses:
+                return None
+            chain: list[_Response] = []
+            visited: set[str] = set()
+            current: str | None = response_id
+            # Walk back until the first response, a deleted link, or (defensively) a cycle.
+            while current is not None and current not in visited and (tenant, current) in self._responses:
+                visited.add(current)
+                stored = self._responses[(tenant, current)]
+                chain.append(stored)
+                current = stored.previous_response_id
+            texts = [
+                t for stored in reversed(chain) for t in [*(t for _, t in stored.input_items), *stored.output_items]
+            ]
+            return [json.loads(t) for t in texts]
+
+    def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
+        """See :meth:`Store.step_traces`."""
+        with self._lock:
+            stored = self._responses.get((tenant, response_id))
+            # StepTrace is frozen with immutable fields, so sharing instances is safe.
+            return [] if stored is None else sorted(stored.traces, key=lambda t: t.seq)
+
+    # -- conversations -----------------------------------------------------------
+
+    def create_conversation(self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]) -> None:
+        """See :meth:`Store.create_conversation`.
+
+        Raises:
+            StorageError: the id is taken (for this tenant) or a value is not JSON.
+        """
+        encoded = _dump(conversation)
+        encoded_items = _encode_items(items)
+        with self._lock:
+            key = (tenant, conversation.get("id"))
+            if not isinstance(key[1], str) or key in self._conversations:
+                raise StorageError(f"cannot create conversation {key[1]!r}: missing or duplicate id")
+            stored = _Conversation(conversation=encoded)
+            stored.append(encoded_items)
+            self._conversations[key] = stored
+
+    def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
+        """See :meth:`Store.get_conversation`."""
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            return None if stored is None else json.loads(stored.conversation)
+
+    def update_conversation(self, tenant: str, conversation_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+        """See :meth:`Store.update_conversation`."""
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            if stored is None:
+                return None
+            conversation = json.loads(stored.conversation)
+            conversation["metadata"] = metadata
+            stored.conversation = _dump(conversation)
+            return json.loads(stored.conversation)
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """See :meth:`Store.delete_conversation`."""
+        with self._lock:
+            return self._conversations.pop((tenant, conversation_id), None) is not None
+
+    def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
+        """See :meth:`Store.add_conversation_items`."""
+        encoded = _encode_items(items)
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            if stored is None:
+                return False
+            stored.append(encoded)
+            return True
+
+    def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        """See :meth:`Store.list_conversation_items`."""
+        _check_page_args(limit, order)
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            return None if stored is None else _page_after(stored.items, after, limit, order)
+
+    def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        """See :meth:`Store.get_conversation_item`. With duplicate ids, the earliest item."""
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            if stored is None:
+                return None
+            text = next((t for _, i, t in stored.items if i == item_id), None)
+            return None if text is None else json.loads(text)
+
+    def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        """See :meth:`Store.delete_conversation_item`. With duplicate ids, removes them all."""
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            if stored is None:
+                return False
+            kept = [entry for entry in stored.items if entry[1] != item_id]
+            removed = len(kept) != len(stored.items)
+            stored.items = kept
+            return removed
+
+    def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.conversation_items`."""
+        with self._lock:
+            stored = self._conversations.get((tenant, conversation_id))
+            return None if stored is None else [json.loads(t) for _, _, t in stored.items]

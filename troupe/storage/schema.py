@@ -1,0 +1,240 @@
+"""The DuckDB schema (ordered migrations), how records map to rows, and what SQL counts as read-only.
+
+``MIGRATIONS[i]`` is the list of SQL statements that takes a database from
+version ``i`` to version ``i + 1`` (version 1 is the first release). A migration
+is never edited once released: change the schema by appending a new one.
+:class:`~troupe.storage.duckdb_store.DuckDBStore` applies the missing ones on open,
+in one transaction, and records each in ``schema_version``.
+
+Conventions shared by every table:
+
+* ``tenant`` first, ``""`` when auth is off; every lookup filters on it.
+* Times are unix seconds as ``DOUBLE`` (the wire ``created_at`` is an int, but
+  timings such as ``started_at`` are fractional); ``to_timestamp(x)`` turns
+  them into ``TIMESTAMP WITH TIME ZONE`` for analytics.
+* JSON columns use DuckDB's ``JSON`` type, so ``response->>'status'`` works.
+* Order never relies on timestamps alone: ``responses.seq`` (a global write
+  order) breaks ``created_at`` ties, ``conversation_items.seq`` is the append
+  order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import duckdb
+
+from .base import ResponseRecord, StepTrace, StorageError
+
+__all__ = [
+    "CONVERSATION_ITEM_COLUMNS",
+    "CREATE_VERSION_TABLE",
+    "ITEM_COLUMNS",
+    "MIGRATIONS",
+    "RESPONSE_COLUMNS",
+    "SCHEMA_VERSION",
+    "TRACE_COLUMNS",
+    "VERSION_TABLE",
+    "check_read_only",
+    "dump_json",
+    "nested",
+    "response_row",
+    "trace_row",
+]
+
+VERSION_TABLE = "schema_version"
+
+# The version table itself is not a migration: it must exist before we can tell
+# which migrations are missing.
+CREATE_VERSION_TABLE = f"""
+CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (
+    version    INTEGER PRIMARY KEY,
+    applied_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT current_timestamp
+)
+"""
+
+_V1 = [
+    """
+    CREATE TABLE responses (
+        tenant               VARCHAR NOT NULL,
+        id                   VARCHAR NOT NULL,
+        seq                  BIGINT  NOT NULL,  -- write order, breaks created_at ties
+        created_at           DOUBLE  NOT NULL,
+        completed_at         DOUBLE,
+        model                VARCHAR,
+        status               VARCHAR,
+        conversation_id      VARCHAR,
+        previous_response_id VARCHAR,
+        thread_id            VARCHAR NOT NULL,
+        input_tokens         BIGINT,
+        output_tokens        BIGINT,
+        cached_tokens        BIGINT,
+        reasoning_tokens     BIGINT,
+        total_tokens         BIGINT,
+        started_at           DOUBLE  NOT NULL,
+        ended_at             DOUBLE  NOT NULL,
+        ttft_s               DOUBLE,
+        e2e_s                DOUBLE  NOT NULL,
+        error_code           VARCHAR,
+        response             JSON    NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE response_items (
+        tenant      VARCHAR NOT NULL,
+        response_id VARCHAR NOT NULL,
+        role        VARCHAR NOT NULL CHECK (role IN ('input', 'output')),
+        position    INTEGER NOT NULL,
+        item_id     VARCHAR,
+        item        JSON    NOT NULL
+    )
+    """,
+    # Not unique: ART unique indexes in DuckDB slow bulk inserts and the
+    # uniqueness already follows from responses' primary key.
+    "CREATE INDEX response_items_by_response ON response_items (tenant, response_id)",
+    """
+    CREATE TABLE conversations (
+        tenant       VARCHAR NOT NULL,
+        id           VARCHAR NOT NULL,
+        created_at   DOUBLE  NOT NULL,
+        metadata     JSON    NOT NULL,
+        conversation JSON    NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE conversation_items (
+        tenant          VARCHAR NOT NULL,
+        conversation_id VARCHAR NOT NULL,
+        seq             BIGINT  NOT NULL,  -- append order within the conversation
+        item_id         VARCHAR,
+        item            JSON    NOT NULL
+    )
+    """,
+    "CREATE INDEX conversation_items_by_conversation ON conversation_items (tenant, conversation_id)",
+    """
+    CREATE TABLE step_traces (
+        tenant        VARCHAR NOT NULL,
+        response_id   VARCHAR NOT NULL,
+        seq           INTEGER NOT NULL,
+        kind          VARCHAR NOT NULL,
+        name          VARCHAR NOT NULL,
+        call_id       VARCHAR,
+        started_at    DOUBLE  NOT NULL,
+        duration_s    DOUBLE  NOT NULL,
+        ttft_s        DOUBLE,
+        input_tokens  BIGINT  NOT NULL,
+        output_tokens BIGINT  NOT NULL,
+        error         VARCHAR
+    )
+    """,
+    "CREATE INDEX step_traces_by_response ON step_traces (tenant, response_id)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1]
+"""``MIGRATIONS[v - 1]`` creates version ``v``."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The newest version this code knows; a database file with a newer one is refused."""
+
+
+# -- mapping records to rows (the current schema) ---------------------------------
+
+RESPONSE_COLUMNS = (
+    "tenant, id, seq, created_at, completed_at, model, status, conversation_id, previous_response_id, thread_id, "
+    "input_tokens, output_tokens, cached_tokens, reasoning_tokens, total_tokens, started_at, ended_at, ttft_s, "
+    "e2e_s, error_code, response"
+)
+ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item"
+CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item"
+TRACE_COLUMNS = (
+    "tenant, response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens, error"
+)
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON text; StorageError for what JSON cannot hold (NaN, arbitrary objects)."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"not storable as JSON: {exc}") from exc
+
+
+def nested(mapping: Any, *keys: str) -> Any:
+    """``mapping[k1][k2]…``, or None where a level is missing or not a dict."""
+    for key in keys:
+        if not isinstance(mapping, dict):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def response_row(record: ResponseRecord, seq: int) -> tuple[Any, ...]:
+    """The ``responses`` row of ``record`` (columns :data:`RESPONSE_COLUMNS`), ``seq`` being its write order."""
+    response = record.response
+    usage = response.get("usage")
+    return (
+        record.tenant,
+        response.get("id"),
+        seq,
+        response.get("created_at"),
+        response.get("completed_at"),
+        response.get("model"),
+        response.get("status"),
+        nested(response, "conversation", "id"),
+        response.get("previous_response_id"),
+        record.thread_id,
+        nested(usage, "input_tokens"),
+        nested(usage, "output_tokens"),
+        nested(usage, "input_tokens_details", "cached_tokens"),
+        nested(usage, "output_tokens_details", "reasoning_tokens"),
+        nested(usage, "total_tokens"),
+        record.started_at,
+        record.ended_at,
+        record.ttft_s,
+        record.ended_at - record.started_at,
+        nested(response, "error", "code"),
+        dump_json(response),
+    )
+
+
+def trace_row(tenant: str, t: StepTrace) -> tuple[Any, ...]:
+    """The ``step_traces`` row of ``t`` (columns :data:`TRACE_COLUMNS`)."""
+    return (
+        tenant, t.response_id, t.seq, t.kind, t.name, t.call_id, t.started_at, t.duration_s, t.ttft_s,
+        t.input_tokens, t.output_tokens, t.error,
+    )  # fmt: skip
+
+
+# -- read-only SQL ---------------------------------------------------------------
+
+_READ_KEYWORDS = frozenset({"select", "with", "from", "values", "describe", "show", "summarize", "explain"})
+_EXPLAIN_PREFIX = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
+
+
+def check_read_only(sql: str) -> None:
+    """Raise StorageError unless ``sql`` is exactly one read-only statement.
+
+    DuckDB's own parser must find exactly one statement, of type SELECT (which
+    DESCRIBE, SHOW and SUMMARIZE also are; ``WITH … DELETE`` is not); as a cheap
+    second line, its first keyword must be a reading one (SELECT, WITH, FROM,
+    VALUES, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN [ANALYZE] of such a statement).
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise StorageError(f"invalid SQL: {exc}") from exc
+    if len(statements) != 1:
+        raise StorageError("exactly one statement is allowed")
+    text = statements[0].query.strip()
+    first = text.split(None, 1)[0].lower() if text else ""
+    if first not in _READ_KEYWORDS:
+        raise StorageError(f"only read-only queries are allowed, not {first.upper() or 'an empty statement'}")
+    if first == "explain":
+        # EXPLAIN ANALYZE executes its statement: the explained one must be read-only too.
+        check_read_only(_EXPLAIN_PREFIX.sub("", text, count=1))
+    elif statements[0].type != duckdb.StatementType.SELECT:
+        raise StorageError(f"only read-only queries are allowed, not {statements[0].type.name}")
