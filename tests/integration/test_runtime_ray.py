@@ -1,0 +1,131 @@
+"""The runtime on Ray: conversation hosts as actors, tools as tasks, the storage actor."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import pytest_asyncio
+import ray
+
+from troupe.actors import HostFailed, Runtime, RuntimeSettings
+from troupe.protocol import parse_create_request
+
+# One runtime per placement for the whole module: starting actors costs seconds each.
+pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.asyncio(loop_scope="module")]
+
+
+def req(**body):
+    return parse_create_request({"model": "sim", **body})
+
+
+def hosts_of(namespace):
+    """The conversation host actors of one test's namespace (everything but storage)."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
+    return [ray.get_actor(n, namespace=namespace) for n in names if n != "troupe-storage"]
+
+
+def text(response):
+    return response["output"][-1]["content"][0]["text"]
+
+
+@pytest.fixture(scope="module", params=["pooled", "dedicated"])
+def placement(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def namespace(placement):
+    return f"test-runtime-{placement}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runtime(placement, namespace, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ray") / "ray.duckdb"
+    settings = RuntimeSettings(storage_path=str(path), namespace=namespace, placement=placement, pool_size=2)
+    rt = await Runtime.on_ray(settings)
+    yield rt
+    await rt.close()
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == namespace:
+            ray.kill(ray.get_actor(actor["name"], namespace=namespace))
+
+
+async def test_chain_and_conversation(runtime):
+    first = await runtime.respond("", req(input="uno"))
+    second = await runtime.respond("", req(input="[[history]]", previous_response_id=first["id"]))
+    assert text(second) == "uno | [[history]]"
+    conv = await runtime.create_conversation("")
+    for word in ("a", "b"):
+        await runtime.respond("", req(input=word, conversation=conv["id"]))
+    last = await runtime.respond("", req(input="[[history]]", conversation=conv["id"]))
+    assert text(last) == "a | b | [[history]]"
+
+
+async def test_registered_tools_run_as_parallel_ray_tasks(runtime):
+    calls = " ".join('[[call sleep {"ms": 200}]]' for _ in range(3))
+    out = await runtime.respond("", req(input=calls))
+    assert text(out) == "\n".join(["sleep -> slept 200 ms"] * 3)
+    tools = [t for t in await runtime.step_traces("", out["id"]) if t["kind"] == "tool"]
+    assert len(tools) == 3
+    ends = [t["started_at"] + t["duration_s"] for t in tools]
+    assert max(t["started_at"] for t in tools) < min(ends), "the three tool tasks overlapped"
+
+
+async def test_streaming_batches_several_deltas_per_hop(runtime):
+    batches = [b async for b in await runtime.stream("", req(input="[[tokens 64]]"))]
+    events = [e for b in batches for e in b]
+    assert sum(e["type"] == "response.output_text.delta" for e in events) == 64
+    assert len(batches) < len(events), "events travel in batches"
+    assert events[-1]["type"] == "response.completed"
+
+
+async def test_concurrent_conversations_lose_nothing(runtime, placement):
+    # Fifty on pooled hosts; dedicated placement starts one actor process per conversation
+    # (about a second each on two cores), so it proves the same with fewer.
+    count = 50 if placement == "pooled" else 8
+    tenant = f"many-{placement}"
+    responses = await asyncio.gather(*(runtime.respond(tenant, req(input=f"[[say n{i}]]")) for i in range(count)))
+    assert sorted(text(r) for r in responses) == sorted(f"n{i}" for i in range(count))
+    page = await runtime.list_responses(tenant, limit=100)
+    assert len(page.data) == count
+
+
+async def test_two_requests_on_one_conversation_come_out_in_order(runtime):
+    conv = await runtime.create_conversation("")
+    slow = req(input="[[latency ttft=100]] [[say slow]]", conversation=conv["id"])
+    quick = req(input="[[say quick]]", conversation=conv["id"])
+    await asyncio.gather(runtime.respond("", slow), runtime.respond("", quick))
+    texts = [i["content"][0]["text"] for i in (await runtime.list_conversation_items("", conv["id"], order="asc")).data]
+    assert {(texts[0], texts[1]), (texts[2], texts[3])} == {(slow.input, "slow"), (quick.input, "quick")}
+
+
+async def test_a_killed_host_fails_the_turn_clearly_and_history_survives(runtime, namespace):
+    first = await runtime.respond("", req(input="keep me"))
+    stream = await runtime.stream("", req(input="[[latency itl=200]] [[tokens 50]]", previous_response_id=first["id"]))
+    events = list(await anext(stream))
+    for host in hosts_of(namespace):
+        ray.kill(host, no_restart=False)
+    async for batch in stream:
+        events.extend(batch)
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "server_error"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    follow = await runtime.respond("", req(input="[[history]]", previous_response_id=first["id"]))
+    assert text(follow) == "keep me | [[history]]"
+
+
+async def test_non_streaming_turn_on_a_killed_host_raises_server_error(runtime, namespace):
+    first = await runtime.respond("", req(input="x"))
+    task = asyncio.create_task(
+        runtime.respond("", req(input="[[latency ttft=3000]] [[say late]]", previous_response_id=first["id"]))
+    )
+    # Wait until the turn is running on its host, then kill the hosts of this namespace.
+    hosts = hosts_of(namespace)
+    while not any(await asyncio.gather(*(h.ping.remote() for h in hosts))):
+        await asyncio.sleep(0.01)  # polling a condition: a turn is running
+    for h in hosts:
+        ray.kill(h, no_restart=False)
+    with pytest.raises(HostFailed):
+        await task

@@ -1,0 +1,286 @@
+"""The conversation host: the I/O shell around the pure agent loop.
+
+A :class:`ConversationHost` hosts one conversation (dedicated placement) or
+many (pooled placement). Per conversation it owns the *message cache* (the
+thread's client transcript, from which the loop's canonical transcript and the
+upstream messages are rebuilt) and runs that conversation's turns one after
+another: a second request to a busy conversation waits for the first. Different
+conversations run concurrently.
+
+It is a plain class: ``troupe.actors.placement`` wraps it with ``ray.remote`` in
+one place, and the in-process runtime uses it as it is.
+
+On a cache miss (a new host, a restart, an evicted thread) it rebuilds the
+thread from storage: the conversation's items, or the ``previous_response_id``
+chain. A finished response is written to storage (group commit) *before* its
+terminal event is released, so a client that saw ``response.completed`` can
+always retrieve the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from troupe.agentloop.driver import LoopSettings, prepare, run_loop
+from troupe.agentloop.events import StepTraced
+from troupe.agentloop.tools import ToolExecutor
+from troupe.agentloop.writer import WireWriter
+from troupe.protocol import CreateResponseRequest, NotFound
+from troupe.storage import ResponseRecord, StepTrace
+
+from .models import ModelRegistry
+from .settings import RuntimeSettings
+from .store_client import StoreClient
+
+__all__ = ["TurnJob", "ConversationHost", "HostClient"]
+
+_DELTA_TYPES = frozenset(
+    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnJob:
+    """One response to run; picklable, it crosses the ingress → host hop."""
+
+    tenant: str
+    request: CreateResponseRequest
+    response_id: str
+    created_at: int
+    thread_id: str
+    """The conversation id, the chain's thread id, or a fresh one."""
+
+
+class HostClient(Protocol):
+    """How the runtime talks to a host, in-process or through a Ray actor handle."""
+
+    def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]: ...
+
+    async def add_conversation_items(
+        self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
+    ) -> list[dict[str, Any]] | None: ...
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool: ...
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Thread:
+    """One conversation's message cache and turn lock."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    history: list[dict[str, Any]] | None = None
+    """The thread's client items, oldest first; None until loaded."""
+    tip: str | None = None
+    """For a previous_response_id chain: the response the history ends with."""
+
+
+class ConversationHost:
+    """Runs turns for the conversations placed on it.
+
+    Args:
+        settings: the runtime settings (models, limits, batching).
+        store: the storage client (group-committing writes).
+        executors: the server-side tool executors.
+    """
+
+    def __init__(
+        self, settings: RuntimeSettings, *, store: StoreClient, executors: Sequence[ToolExecutor] = ()
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.executors = list(executors)
+        self.models = ModelRegistry(settings.models)
+        self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
+        self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
+        self.last_active = time.monotonic()
+        self.running = 0
+        """Turns in progress (the dedicated placement's idle check reads it)."""
+
+    # -- the message cache -------------------------------------------------------
+
+    def _thread(self, tenant: str, thread_id: str) -> _Thread:
+        key = (tenant, thread_id)
+        thread = self._threads.get(key)
+        if thread is None:
+            thread = self._threads[key] = _Thread()
+        self._threads.move_to_end(key)
+        # Drop the least recently used idle threads; a running turn's thread is never dropped.
+        for old_key in list(self._threads)[: max(0, len(self._threads) - self.settings.cache_size)]:
+            if not self._threads[old_key].lock.locked():
+                del self._threads[old_key]
+        return thread
+
+    def cached_threads(self) -> int:
+        return len(self._threads)
+
+    async def _history(self, job: TurnJob, thread: _Thread) -> list[dict[str, Any]]:
+        request, tenant = job.request, job.tenant
+        if request.conversation_id is not None:
+            if thread.history is None:
+                items = await self.store.conversation_items(tenant, request.conversation_id)
+                if items is None:
+                    raise NotFound(f"Conversation '{request.conversation_id}' not found.", param="conversation")
+                thread.history = items
+            return thread.history
+        if request.previous_response_id is not None:
+            if thread.history is None or thread.tip != request.previous_response_id:
+                items = await self.store.chain_items(tenant, request.previous_response_id)
+                if items is None:
+                    raise NotFound(
+                        f"Previous response with id '{request.previous_response_id}' not found.",
+                        param="previous_response_id",
+                        code="previous_response_not_found",
+                    )
+                thread.history, thread.tip = items, request.previous_response_id
+            return thread.history
+        return []
+
+    # -- a turn ------------------------------------------------------------------
+
+    async def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]:
+        """Run one response; yields its wire events in batches.
+
+        Raises (before the first batch): InvalidRequest / NotFound for input that
+        does not fit the thread.
+        """
+        thread = self._thread(job.tenant, job.thread_id)
+        async with thread.lock:  # turns of one conversation never interleave
+            self.running += 1
+            try:
+                async for batch in self._run_turn(job, thread):
+                    yield batch
+            finally:
+                self.running -= 1
+                self.last_active = time.monotonic()
+
+    async def _run_turn(self, job: TurnJob, thread: _Thread) -> AsyncIterator[list[dict[str, Any]]]:
+        started = time.time()
+        request = job.request
+        history = await self._history(job, thread)
+        prepared = prepare(request, history, self.executors)
+        spec = self.settings.model(request.model)
+        if spec is None:
+            raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
+        writer = WireWriter(
+            request, response_id=job.response_id, created_at=job.created_at, conversation_id=request.conversation_id
+        )
+        events = run_loop(
+            prepared,
+            model=self.models.client(spec),
+            executors=self.executors,
+            settings=self.loop_settings,
+            upstream_model=spec.upstream_model or spec.name,
+        )
+        traces: list[StepTrace] = []
+        batch: list[dict[str, Any]] = []
+        flushed_at = time.monotonic()
+        ttft_s: float | None = None
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, StepTraced):
+                    traces.append(_trace(job.response_id, len(traces), event))
+                    continue
+                wire = writer.write(event)
+                if writer.finished:
+                    # Durable before the client hears it is done.
+                    await self._finish(
+                        job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces
+                    )
+                    yield batch + wire
+                    return
+                if ttft_s is None and any(e["type"] in _DELTA_TYPES for e in wire):
+                    ttft_s = time.time() - started
+                batch.extend(wire)
+                # Several events per hop, but never hold one back for long, nor any non-delta.
+                now = time.monotonic()
+                if (
+                    len(batch) >= self.settings.delta_batch_max
+                    or now - flushed_at >= self.settings.delta_batch_s
+                    or any(e["type"] not in _DELTA_TYPES for e in wire)
+                ):
+                    yield batch
+                    batch, flushed_at = [], now
+
+    async def _finish(
+        self,
+        job: TurnJob,
+        thread: _Thread,
+        history: list[dict[str, Any]],
+        input_items: list[dict[str, Any]],
+        response: dict[str, Any],
+        started: float,
+        ttft_s: float | None,
+        traces: list[StepTrace],
+    ) -> None:
+        if not job.request.store or response["status"] == "cancelled":
+            return  # nothing written, and the cache still matches storage
+        in_conversation = job.request.conversation_id is not None
+        appended = response["status"] != "failed"  # a failed turn does not become conversation history
+        record = ResponseRecord(
+            tenant=job.tenant,
+            response=response,
+            input_items=input_items,
+            thread_id=job.thread_id,
+            started_at=started,
+            ended_at=time.time(),
+            ttft_s=ttft_s,
+            traces=traces,
+            append_to_conversation=appended,
+        )
+        await self.store.write_response(record)
+        if not in_conversation:
+            thread.history, thread.tip = history + input_items + response["output"], response["id"]
+        elif appended:
+            thread.history = history + input_items + response["output"]
+
+    # -- conversation item writes (serialized with the conversation's turns) ------
+
+    async def add_conversation_items(
+        self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
+    ) -> list[dict[str, Any]] | None:
+        thread = self._thread(tenant, conversation_id)
+        async with thread.lock:
+            if not await self.store.add_conversation_items(tenant, conversation_id, items):
+                return None
+            if thread.history is not None:
+                thread.history = thread.history + items
+            return items
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        thread = self._thread(tenant, conversation_id)
+        async with thread.lock:
+            thread.history = None  # reload on the next turn
+            return await self.store.delete_conversation_item(tenant, conversation_id, item_id)
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        thread = self._thread(tenant, conversation_id)
+        async with thread.lock:
+            thread.history = None
+            return await self.store.delete_conversation(tenant, conversation_id)
+
+    async def close(self) -> None:
+        await self.models.close()
+
+
+def _trace(response_id: str, seq: int, event: StepTraced) -> StepTrace:
+    return StepTrace(
+        response_id=response_id,
+        seq=seq,
+        kind=event.kind,
+        name=event.name,
+        started_at=event.started_at,
+        duration_s=event.ended_at - event.started_at,
+        call_id=event.call_id,
+        ttft_s=event.ttft_s,
+        input_tokens=event.input_tokens,
+        output_tokens=event.output_tokens,
+        error=event.error,
+    )

@@ -1,0 +1,229 @@
+"""Placement: which conversation host runs a thread's turns.
+
+* ``pooled`` (default): K long-lived host actors; a thread goes to host
+  ``hash(thread) mod K`` (a stable hash, so every ingress replica agrees). Many
+  conversations share a host, the way a virtual-actor system hosts grains.
+* ``dedicated``: one named actor per conversation, created on first use; it exits
+  after ``idle_timeout_s`` without a turn and is recreated later from storage.
+* ``LocalPlacement``: one in-process host, no Ray (tests, development).
+
+A host that dies mid-turn surfaces as :class:`HostFailed`; the runtime turns it
+into a clear ``server_error``. Pooled hosts restart (``max_restarts=-1``) and
+rebuild their message cache from storage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from troupe.protocol import ProtocolError, ServerError
+
+from .host import ConversationHost, HostClient, TurnJob
+from .settings import RuntimeSettings
+from .store_client import StoreClient
+from .tool_tasks import local_executor
+
+__all__ = [
+    "Placement",
+    "LocalPlacement",
+    "PooledPlacement",
+    "DedicatedPlacement",
+    "HostFailed",
+    "ray_placement",
+    "stable_hash",
+]
+
+
+class HostFailed(ServerError):
+    """The host running a turn died or could not be reached (500, ``server_error``)."""
+
+    default_code = "server_error"
+
+
+class Placement(Protocol):
+    async def host_for(self, thread_id: str) -> HostClient: ...
+
+    def forget(self, thread_id: str) -> None:
+        """Drop any cached route for ``thread_id`` (its host died)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def stable_hash(key: str) -> int:
+    """Python's ``hash()`` is salted per process; replicas must agree, so use a digest."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+class LocalPlacement:
+    """Every thread on one in-process host."""
+
+    def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
+        self.host = ConversationHost(settings, store=store, executors=[local_executor(settings.tools)])
+
+    async def host_for(self, thread_id: str) -> HostClient:
+        return self.host
+
+    def forget(self, thread_id: str) -> None:
+        """A local host cannot die on its own."""
+
+    async def close(self) -> None:
+        await self.host.close()
+
+
+# -- Ray ----------------------------------------------------------------------------
+
+
+class HostActor(ConversationHost):
+    """The host as it runs inside a Ray actor: storage and tools over Ray."""
+
+    def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
+        from .storage_actor import RayStoreClient
+        from .tool_tasks import RayToolExecutor
+
+        executor = RayToolExecutor(settings.tools, num_cpus=settings.tool_num_cpus, timeout_s=settings.tool_timeout_s)
+        super().__init__(settings, store=RayStoreClient.by_name(settings), executors=[executor])
+        self._idle_timeout_s = idle_timeout_s
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]:
+        if self._idle_timeout_s is not None and self._watcher is None:
+            self._watcher = asyncio.create_task(self._exit_when_idle(self._idle_timeout_s))
+        async for batch in super().respond(job):
+            yield batch
+
+    async def _exit_when_idle(self, idle_timeout_s: float) -> None:
+        import ray
+
+        while True:
+            await asyncio.sleep(min(idle_timeout_s / 4, 5.0))
+            if self.running == 0 and time.monotonic() - self.last_active > idle_timeout_s:
+                # The next turn for this conversation creates a fresh actor, rebuilt from storage.
+                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    async def ping(self) -> int:
+        """Turns running now (tests wait on it; a health probe just awaits it)."""
+        return self.running
+
+
+def _actor_class() -> Any:
+    import ray
+
+    return ray.remote(HostActor)
+
+
+class RayHostClient:
+    """A host reached through a Ray actor handle."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]:
+        import ray
+
+        stream = self.handle.respond.options(num_returns="streaming").remote(job)
+        done = False
+        try:
+            async for ref in stream:
+                yield await _call(ref)
+            done = True
+        except ray.exceptions.RayActorError as exc:
+            raise HostFailed(
+                "The conversation host failed during the response; the conversation's history is intact, "
+                "and the next request will continue it."
+            ) from exc
+        finally:
+            if not done:
+                ray.cancel(stream)  # the client went away (or the host failed): stop the turn
+
+    async def add_conversation_items(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> Any:
+        return await _call(self.handle.add_conversation_items.remote(tenant, conversation_id, items))
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        return await _call(self.handle.delete_conversation_item.remote(tenant, conversation_id, item_id))
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        return await _call(self.handle.delete_conversation.remote(tenant, conversation_id))
+
+
+async def _call(ref: Any) -> Any:
+    import ray
+
+    try:
+        return await ref
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, ProtocolError):
+            raise exc.cause from None  # a bad request, raised by the host before streaming
+        raise
+
+
+class PooledPlacement:
+    """K shared host actors; a thread's host is chosen by a stable hash of its id."""
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        cls = _actor_class()
+        self.handles = [
+            cls.options(
+                name=f"troupe-host-{i}",
+                namespace=settings.namespace,
+                get_if_exists=True,
+                num_cpus=0,
+                max_concurrency=10_000,
+                max_restarts=-1,
+                max_task_retries=0,
+            ).remote(settings)
+            for i in range(settings.pool_size)
+        ]
+
+    async def host_for(self, thread_id: str) -> HostClient:
+        return RayHostClient(self.handles[stable_hash(thread_id) % len(self.handles)])
+
+    def forget(self, thread_id: str) -> None:
+        """Pooled hosts restart in place; the handle stays valid."""
+
+    async def close(self) -> None:
+        """The hosts serve every replica; they end with the Ray namespace."""
+
+
+class DedicatedPlacement:
+    """One named actor per conversation, exiting when idle."""
+
+    def __init__(self, settings: RuntimeSettings, *, max_cached_handles: int = 10_000) -> None:
+        self.settings = settings
+        self._cls = _actor_class()
+        self._handles: OrderedDict[str, Any] = OrderedDict()
+        self._max = max_cached_handles
+
+    async def host_for(self, thread_id: str) -> HostClient:
+        handle = self._handles.get(thread_id)
+        if handle is None:
+            handle = self._cls.options(
+                name=f"troupe-conv-{thread_id}",
+                namespace=self.settings.namespace,
+                get_if_exists=True,
+                num_cpus=0,
+                max_concurrency=1_000,
+                max_restarts=0,
+            ).remote(self.settings, self.settings.idle_timeout_s)
+            self._handles[thread_id] = handle
+            if len(self._handles) > self._max:
+                self._handles.popitem(last=False)
+        self._handles.move_to_end(thread_id)
+        return RayHostClient(handle)
+
+    def forget(self, thread_id: str) -> None:
+        self._handles.pop(thread_id, None)
+
+    async def close(self) -> None:
+        self._handles.clear()
+
+
+def ray_placement(settings: RuntimeSettings) -> Placement:
+    if settings.placement == "dedicated":
+        return DedicatedPlacement(settings)
+    return PooledPlacement(settings)

@@ -1,0 +1,285 @@
+"""The runtime facade: everything the HTTP layer asks of Troupe.
+
+:class:`Runtime` resolves a request's *thread* (its conversation, the chain its
+``previous_response_id`` continues, or a new one), sends the turn to the
+conversation host that owns the thread, and serves the read-side calls from
+storage. It is transport-agnostic: the same class runs
+
+* on Ray (:meth:`Runtime.on_ray`): conversation hosts are Ray actors (pooled or
+  dedicated placement), storage is the single ``StorageActor``, tools are Ray tasks;
+* in-process (:meth:`Runtime.local`): the same host class without Ray, for
+  tests of the HTTP layer and for development.
+
+Example::
+
+    runtime = Runtime.local(RuntimeSettings(storage_path=":memory:"))
+    request = parse_create_request({"model": "sim", "input": "[[say hi]]"})
+    response = await runtime.respond("", request)       # non-streaming
+    async for batch in await runtime.stream("", request):  # streaming
+        for event in batch: ...
+    await runtime.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from troupe.protocol import CreateResponseRequest, NotFound, ServerError, new_id, normalize_input
+from troupe.storage import Order, Page
+
+from .host import HostClient, TurnJob
+from .placement import HostFailed, LocalPlacement, Placement
+from .settings import RuntimeSettings
+from .store_client import StoreClient
+
+__all__ = ["Runtime", "EventBatches"]
+
+_START_ATTEMPTS = 5
+
+EventBatches = AsyncIterator[list[dict[str, Any]]]
+
+
+class Runtime:
+    """What the HTTP layer talks to. Build it with :meth:`local` or :meth:`on_ray`."""
+
+    def __init__(self, settings: RuntimeSettings, *, store: StoreClient, placement: Placement) -> None:
+        self.settings = settings
+        self.store = store
+        self.placement = placement
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def local(cls, settings: RuntimeSettings = RuntimeSettings()) -> Runtime:
+        """An in-process runtime: one host, tools run in-process, the store in a thread."""
+        from .store_client import LocalStoreClient
+
+        store = LocalStoreClient.open(settings.storage_path)
+        return cls(settings, store=store, placement=LocalPlacement(settings, store))
+
+    @classmethod
+    async def on_ray(cls, settings: RuntimeSettings = RuntimeSettings()) -> Runtime:
+        """The Ray runtime; Ray must be initialized (``ray.init`` or inside Serve)."""
+        from .placement import ray_placement
+        from .storage_actor import RayStoreClient
+
+        store = await RayStoreClient.connect(settings)
+        return cls(settings, store=store, placement=ray_placement(settings))
+
+    async def close(self) -> None:
+        await self.placement.close()
+        await self.store.close()
+
+    # -- responses ---------------------------------------------------------------
+
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.settings.models]
+
+    async def stream(self, tenant: str, request: CreateResponseRequest) -> EventBatches:
+        """Start a response; its wire events in batches, ending with the terminal event.
+
+        A host that dies mid-stream ends the stream with an ``error`` event and
+        ``response.failed`` (``server_error``), numbered on from the last event.
+
+        Raises (before anything is streamed):
+            InvalidRequest, NotFound: the request does not fit (unknown model,
+                unknown ``previous_response_id`` or ``conversation``, bad input items).
+            HostFailed: no host could start the turn.
+        """
+        return _failures_as_events(await self._start(tenant, request))
+
+    async def respond(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
+        """Run a response to the end; the final Response (non-streaming).
+
+        Raises:
+            HostFailed: the host died during the turn (a 500 ``server_error``).
+        """
+        final: dict[str, Any] | None = None
+        async for batch in await self._start(tenant, request):
+            for event in batch:
+                if "response" in event:
+                    final = event["response"]
+        if final is None:  # pragma: no cover - every terminal event carries the response
+            raise ServerError("The response ended without a result.")
+        return final
+
+    async def _start(self, tenant: str, request: CreateResponseRequest) -> EventBatches:
+        if self.settings.model(request.model) is None:
+            raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
+        job = TurnJob(
+            tenant=tenant,
+            request=request,
+            response_id=new_id("resp"),
+            created_at=int(time.time()),
+            thread_id=await self._thread_of(tenant, request),
+        )
+        for attempt in range(_START_ATTEMPTS):
+            host = await self.placement.host_for(job.thread_id)
+            batches = host.respond(job)
+            # Pull the first batch now so a bad request fails as an HTTP error, not mid-stream.
+            try:
+                first = await anext(batches)
+            except HostFailed:
+                # Nothing ran yet (a host that just died or exited idle): try a fresh one. Ray
+                # releases a dead actor's name asynchronously, hence the short, growing pauses.
+                self.placement.forget(job.thread_id)
+                if attempt == _START_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.05 * 2**attempt)
+                continue
+            return _prepend(first, batches)
+        raise AssertionError("unreachable")
+
+    async def _thread_of(self, tenant: str, request: CreateResponseRequest) -> str:
+        if request.conversation_id is not None:
+            if await self.store.get_conversation(tenant, request.conversation_id) is None:
+                raise NotFound(
+                    f"Conversation '{request.conversation_id}' not found.", param="conversation"
+                )
+            return request.conversation_id
+        if request.previous_response_id is not None:
+            thread = await self.store.get_thread_id(tenant, request.previous_response_id)
+            if thread is None:
+                raise NotFound(
+                    f"Previous response with id '{request.previous_response_id}' not found.",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            return thread
+        return new_id("thread")
+
+    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any]:
+        found = await self.store.get_response(tenant, response_id)
+        if found is None:
+            raise _not_found("Response", response_id, "response_id")
+        return found
+
+    async def delete_response(self, tenant: str, response_id: str) -> dict[str, Any]:
+        if not await self.store.delete_response(tenant, response_id):
+            raise _not_found("Response", response_id, "response_id")
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    async def list_responses(
+        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        return await self.store.list_responses(tenant, model=model, after=after, limit=limit, order=order)
+
+    async def list_input_items(
+        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        page = await self.store.list_input_items(tenant, response_id, after=after, limit=limit, order=order)
+        if page is None:
+            raise _not_found("Response", response_id, "response_id")
+        return page
+
+    async def step_traces(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
+        """A stored response's step traces as plain dicts (for analytics and tests)."""
+        await self.get_response(tenant, response_id)
+        return [
+            {f: getattr(t, f) for f in t.__slots__}  # type: ignore[attr-defined]
+            for t in await self.store.step_traces(tenant, response_id)
+        ]
+
+    # -- conversations -----------------------------------------------------------
+    # Item writes go through the conversation's host, so they queue behind any running
+    # turn of that conversation and its message cache stays true.
+
+    async def create_conversation(
+        self, tenant: str, *, items: list[dict[str, Any]] | None = None, metadata: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        conversation = {
+            "id": new_id("conv"),
+            "object": "conversation",
+            "created_at": int(time.time()),
+            "metadata": metadata or {},
+        }
+        await self.store.create_conversation(tenant, conversation, normalize_input(items or []))
+        return conversation
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]:
+        found = await self.store.get_conversation(tenant, conversation_id)
+        if found is None:
+            raise _not_found("Conversation", conversation_id, "conversation_id")
+        return found
+
+    async def update_conversation(self, tenant: str, conversation_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
+        found = await self.store.update_conversation(tenant, conversation_id, metadata)
+        if found is None:
+            raise _not_found("Conversation", conversation_id, "conversation_id")
+        return found
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]:
+        host = await self._conversation_host(tenant, conversation_id)
+        if not await host.delete_conversation(tenant, conversation_id):
+            raise _not_found("Conversation", conversation_id, "conversation_id")
+        return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+    async def add_conversation_items(
+        self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        host = await self._conversation_host(tenant, conversation_id)
+        added = await host.add_conversation_items(tenant, conversation_id, normalize_input(items))
+        if added is None:
+            raise _not_found("Conversation", conversation_id, "conversation_id")
+        return Page(data=added, has_more=False).to_list_object()
+
+    async def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        page = await self.store.list_conversation_items(tenant, conversation_id, after=after, limit=limit, order=order)
+        if page is None:
+            raise _not_found("Conversation", conversation_id, "conversation_id")
+        return page
+
+    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any]:
+        await self.get_conversation(tenant, conversation_id)
+        item = await self.store.get_conversation_item(tenant, conversation_id, item_id)
+        if item is None:
+            raise _not_found("Item", item_id, "item_id")
+        return item
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any]:
+        """Returns the Conversation (what the API answers to an item delete)."""
+        conversation = await self.get_conversation(tenant, conversation_id)
+        host = await self._conversation_host(tenant, conversation_id)
+        if not await host.delete_conversation_item(tenant, conversation_id, item_id):
+            raise _not_found("Item", item_id, "item_id")
+        return conversation
+
+    async def _conversation_host(self, tenant: str, conversation_id: str) -> HostClient:
+        return await self.placement.host_for(conversation_id)
+
+
+def _not_found(kind: str, object_id: str, param: str) -> NotFound:
+    return NotFound(f"{kind} with id '{object_id}' not found.", param=param)
+
+
+async def _failures_as_events(batches: EventBatches) -> EventBatches:
+    """Turn a host failure mid-stream into ``error`` + ``response.failed`` (Open Responses' rule)."""
+    last_seq, snapshot = -1, None
+    async with contextlib.aclosing(batches):
+        try:
+            async for batch in batches:
+                for event in batch:
+                    last_seq = event["sequence_number"]
+                    snapshot = event.get("response", snapshot)
+                yield batch
+        except HostFailed as exc:
+            error = {"code": "server_error", "message": exc.message}
+            failed = dict(snapshot or {}, status="failed", error=error, completed_at=int(time.time()))
+            yield [
+                {"type": "error", "sequence_number": last_seq + 1, "code": "server_error", "message": exc.message, "param": None},
+                {"type": "response.failed", "sequence_number": last_seq + 2, "response": failed},
+            ]
+
+
+async def _prepend(first: list[dict[str, Any]], rest: EventBatches) -> EventBatches:
+    # aclosing: when the client goes away and this generator is closed, the turn is closed too.
+    async with contextlib.aclosing(rest):
+        yield first
+        async for batch in rest:
+            yield batch

@@ -1,0 +1,87 @@
+"""Runtime settings: what the actors need to know (models, tools, placement, storage, limits).
+
+Plain frozen dataclasses, picklable, so one value travels to every actor. The
+HTTP layer (``troupe.serve.config``) builds them from the TOML file and the
+environment; the defaults here are the embedded defaults: the ``sim`` model,
+the example tools, pooled placement, ``troupe.duckdb`` in the working directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["ModelSpec", "ToolSpec", "RuntimeSettings", "DEFAULT_TOOLS"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A model clients can name in ``model``."""
+
+    name: str
+    """The name clients use."""
+    kind: Literal["sim", "openai"] = "openai"
+    """``sim``: the in-process simulated model; ``openai``: any OpenAI-compatible server."""
+    base_url: str | None = None
+    """For ``openai``: e.g. ``http://127.0.0.1:8001/v1``."""
+    upstream_model: str | None = None
+    """The name sent upstream (default: ``name``)."""
+    api_key_env: str | None = None
+    """Environment variable holding the upstream API key (read where the model is called)."""
+    ttft_ms: float = 0.0
+    """For ``sim``: default time to first token."""
+    itl_ms: float = 0.0
+    """For ``sim``: default time between tokens."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A server-side Python tool: ``module:function``, run as a Ray task."""
+
+    name: str
+    target: str
+    """``package.module:function``; sync or async; called with the JSON arguments as keywords."""
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    """JSON schema of the arguments; None derives it from the function's type hints."""
+
+
+DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(name="calculator", target="troupe.actors.example_tools:calculator",
+             description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'."),
+    ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep",
+             description="Wait the given number of milliseconds, then say so."),
+    ToolSpec(name="now", target="troupe.actors.example_tools:now",
+             description="The current date and time in UTC, ISO 8601."),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeSettings:
+    """Everything the runtime needs; the embedded defaults need no file."""
+
+    models: tuple[ModelSpec, ...] = (ModelSpec(name="sim", kind="sim"),)
+    tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
+    tool_num_cpus: float = 0.25
+    """CPUs each tool task reserves (I/O-bound tools need little; 0.25 lets 8 run per core)."""
+    tool_timeout_s: float = 60.0
+    """A tool call taking longer fails with a timeout error (fed back to the model)."""
+    placement: Literal["pooled", "dedicated"] = "pooled"
+    pool_size: int = 4
+    """Pooled placement: how many conversation hosts."""
+    idle_timeout_s: float = 300.0
+    """Dedicated placement: a conversation actor exits after this long without a turn."""
+    cache_size: int = 10_000
+    """Conversations whose message cache a host keeps (least recently used are dropped)."""
+    storage_path: str = "troupe.duckdb"
+    """The DuckDB file; ``:memory:`` keeps history in memory only."""
+    client_tool_status: Literal["completed", "requires_action"] = "completed"
+    namespace: str = "troupe"
+    """Ray namespace of the named actors (hosts, storage)."""
+    delta_batch_max: int = 16
+    """Most wire events per Ray hop while streaming."""
+    delta_batch_s: float = 0.01
+    """Longest a streamed event waits for company before it is sent."""
+
+    def model(self, name: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.name == name), None)
