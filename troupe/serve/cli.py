@@ -1,21 +1,35 @@
 """The ``troupe`` command line.
 
+Commands::
+
+    troupe serve   the Responses/Conversations API on Ray Serve (embedded defaults without a config)
+    troupe sql     a read-only SQL query over the stored history, printed as a table
+    troupe sim     the simulated model as a standalone OpenAI-compatible server
+
 Each subcommand is one ``_add_<name>(subcommands)`` function that declares its arguments
-and binds its handler with ``set_defaults(handler=...)``; adding ``serve``, ``sql`` or
-``bench`` later means adding such a function to ``_COMMANDS``.
+and binds its handler with ``set_defaults(handler=...)``; a new command is one more such
+function in ``_COMMANDS``. Heavy imports (Ray, uvicorn, DuckDB) happen in the handlers,
+so ``troupe --help`` stays fast.
 
 Example::
 
+    troupe serve --port 8000 --config troupe.toml
+    troupe sql "SELECT status, count(*) FROM responses GROUP BY status"
     troupe sim --port 8001 --ttft-ms 200 --itl-ms 20
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import decimal
+import os
+import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "format_table"]
 
 
 def _add_sim(subcommands: Any) -> None:
@@ -60,7 +74,149 @@ def _run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_sim,)
+def _add_serve(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "serve",
+        help="serve the OpenAI Responses and Conversations APIs on Ray Serve",
+        description=textwrap.fill(
+            "Start Ray (a fresh local instance, or join --address), Ray Serve, and the Troupe API: "
+            "POST /v1/responses with a server-side agent loop, the Conversations API, /v1/models, "
+            "/health. Without --config the embedded defaults apply: the `sim` model, the example "
+            "tools, history in ./troupe.duckdb, no API keys. Settings come from, lowest first: the "
+            "defaults, the TOML file (see docs/troupe.example.toml), TROUPE_* environment "
+            "variables, these flags. Stops on Ctrl-C or SIGTERM."
+        ),
+        epilog=(
+            "examples:\n"
+            "  troupe serve\n"
+            "  troupe serve --port 9000 --config troupe.toml\n"
+            "  TROUPE_API_KEYS=sk-alice=alice troupe serve --address 10.0.0.5:6379\n"
+            "then:\n"
+            "  OpenAI(base_url='http://127.0.0.1:8000/v1', api_key='unused')"
+            ".responses.create(model='sim', input='[[say hi]]')"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="TCP port (default 8000)")
+    parser.add_argument("--config", metavar="PATH", help="TOML configuration file (default: $TROUPE_CONFIG or none)")
+    parser.add_argument(
+        "--address", metavar="RAY_ADDRESS", help="join this Ray cluster instead of starting a local one"
+    )
+    parser.set_defaults(handler=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from troupe.serve.config import ConfigError, load_config
+
+    try:
+        server, runtime = load_config(args.config)
+    except ConfigError as exc:
+        print(f"troupe serve: {exc}", file=sys.stderr)
+        return 2
+    flags = {"host": args.host, "port": args.port, "ray_address": args.address}
+    server = dataclasses.replace(server, **{k: v for k, v in flags.items() if v is not None})
+
+    from troupe.serve.deployment import run_server
+
+    run_server(server, runtime)
+    return 0
+
+
+def _add_sql(subcommands: Any) -> None:
+    parser = subcommands.add_parser(
+        "sql",
+        help="run a read-only SQL query over the stored history",
+        description=textwrap.fill(
+            "Run one read-only statement (SELECT/WITH/DESCRIBE/SHOW/SUMMARIZE/EXPLAIN) against the "
+            "DuckDB history and print the result as an aligned table. The database is --db, else "
+            "the storage_path of --config / $TROUPE_STORAGE_PATH, else ./troupe.duckdb. DuckDB lets "
+            "only one process open a file, so stop `troupe serve` first (or query a copy)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  troupe sql \"SHOW TABLES\"\n"
+            "  troupe sql \"SELECT status, count(*) AS n FROM responses GROUP BY status\" --db troupe.duckdb"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("query", metavar="SQL", help="the statement, quoted")
+    parser.add_argument("--db", metavar="PATH", help="the DuckDB file")
+    parser.add_argument("--config", metavar="PATH", help="TOML configuration file naming the storage_path")
+    parser.set_defaults(handler=_run_sql)
+
+
+def _run_sql(args: argparse.Namespace) -> int:
+    from troupe.serve.config import ConfigError, load_config
+
+    path = args.db
+    if path is None:
+        try:
+            path = load_config(args.config)[1].storage_path
+        except ConfigError as exc:
+            print(f"troupe sql: {exc}", file=sys.stderr)
+            return 2
+    if path != ":memory:" and not os.path.exists(path):
+        # Opening would silently create an empty database; a typo deserves an error.
+        print(f"troupe sql: no database at {path!r}", file=sys.stderr)
+        return 1
+
+    from troupe.storage.base import StorageError
+    from troupe.storage.duckdb_store import DuckDBStore
+
+    try:
+        store = DuckDBStore(path)
+        try:
+            columns, rows = store.query(args.query)
+        finally:
+            store.close()
+    except StorageError as exc:
+        print(f"troupe sql: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(columns, rows))
+    return 0
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Render a result as an aligned text table, numbers right-aligned, NULL for None.
+
+    Example::
+
+        >>> print(format_table(["status", "n"], [("completed", 12), ("failed", 1)]))
+        status    |  n
+        ----------+---
+        completed | 12
+        failed    |  1
+        (2 rows)
+    """
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    def is_number(value: Any) -> bool:
+        return isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool)
+
+    # A column is right-aligned when every non-NULL value in it is a number (and there is one).
+    numeric = [
+        any(is_number(r[i]) for r in rows) and all(is_number(r[i]) or r[i] is None for r in rows)
+        for i in range(len(columns))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True))
+        return " | ".join(padded).rstrip()
+
+    out = [line(list(columns)), "-+-".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
+    return "\n".join(out)
+
+
+def _cell(value: Any) -> str:
+    text = "NULL" if value is None else str(value)
+    # One table row per result row: show embedded line breaks escaped.
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_sql, _add_sim)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,66 @@
+"""The real thing: Troupe as a Ray Serve application on a loopback port, for each placement.
+
+Both placements are deployed side by side in the shared Ray session, each as its
+own Serve application under its own route prefix, with its own Ray namespace
+and DuckDB file; tests get ``base_url`` for each and drive it with real clients.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.servers import wait_for
+from troupe.actors.settings import RuntimeSettings
+from troupe.serve.config import ServerSettings
+
+PLACEMENTS = ("pooled", "dedicated")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_session) -> Iterator[int]:
+    from ray import serve
+
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
+
+
+@pytest.fixture(scope="session")
+def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
+    """Deploy one Troupe app per placement; their root URLs (``…/v1`` is the API) by placement."""
+    from ray import serve
+
+    from troupe.serve.deployment import build_app
+
+    urls = {}
+    for placement in PLACEMENTS:
+        settings = RuntimeSettings(
+            placement=placement,
+            pool_size=2,
+            namespace=f"e2e-{placement}-{uuid.uuid4().hex[:6]}",
+            storage_path=str(tmp_path_factory.mktemp(placement) / "troupe.duckdb"),
+        )
+        serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
+        root = f"http://127.0.0.1:{serve_port}/{placement}"
+        wait_for(lambda root=root: _healthy(root), what=f"{root}/health")
+        urls[placement] = root
+    return urls
+
+
+def _healthy(root: str) -> bool:
+    try:
+        return httpx.get(f"{root}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False

@@ -1,0 +1,77 @@
+"""Failures over HTTP: a killed conversation host, a restarted storage actor."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import openai
+import pytest
+import ray
+from openai import OpenAI
+
+from tests.servers import wait_for
+
+PLACEMENTS = ("pooled", "dedicated")
+
+
+def named_actors(prefix: str) -> list:
+    """Live named actors of the e2e apps whose names start with ``prefix``."""
+    found = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"].startswith("e2e-") and actor["name"].startswith(prefix):
+            found.append(ray.get_actor(actor["name"], namespace=actor["namespace"]))
+    return found
+
+
+@pytest.fixture(params=PLACEMENTS)
+def root(request, troupe_apps) -> str:
+    return troupe_apps[request.param]
+
+
+def test_killed_host_is_a_clear_500_and_the_next_turn_continues(root):
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    first = client.responses.create(model="sim", input="keep this")
+    outcome: dict = {}
+
+    def slow_turn() -> None:
+        try:
+            client.responses.create(model="sim", input="[[latency ttft=5000]] [[say late]]", previous_response_id=first.id)
+        except openai.APIStatusError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=slow_turn)
+    thread.start()
+    hosts: list = []
+    wait_for(lambda: bool(hosts.extend(_running_hosts()) or hosts), what="the turn running on a host")
+    for host in hosts:
+        ray.kill(host, no_restart=False)
+    thread.join(timeout=30)
+    error = outcome["error"]
+    assert error.status_code == 500
+    assert error.response.headers["x-should-retry"] == "false"
+    assert error.body["code"] == "server_error" and "host failed" in error.body["message"]
+    follow = client.responses.create(model="sim", input="[[history]]", previous_response_id=first.id)
+    assert follow.output_text == "keep this | [[history]]"
+
+
+def _running_hosts() -> list:
+    storage = {a._actor_id for a in named_actors("troupe-storage")}
+    hosts = [h for h in named_actors("troupe-") if h._actor_id not in storage]
+    return [h for h, running in zip(hosts, ray.get([h.ping.remote() for h in hosts]), strict=True) if running]
+
+
+def test_storage_actor_restart_keeps_every_response(root):
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    old = client.responses.create(model="sim", input="[[say before the restart]]")
+    for storage in named_actors("troupe-storage"):
+        ray.kill(storage, no_restart=False)  # restarts and reopens the same DuckDB file
+
+    def served() -> bool:
+        try:
+            return httpx.get(f"{root}/v1/responses/{old.id}", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(served, timeout_s=60, what="the old response served again")
+    assert client.responses.retrieve(old.id).output_text == "before the restart"

@@ -1,0 +1,465 @@
+"""The HTTP API driven by the ``openai`` SDK, against three deployments of the same app.
+
+``url`` runs every test on: the app over ``Runtime.local`` (in-process, uvicorn), and
+the Ray Serve application with pooled and with dedicated placement (tests/e2e/conftest.py).
+The API-key tests use a local server with two keys (two tenants): authentication is the
+HTTP layer's, the same in every deployment. Raw ``httpx`` checks SSE framing and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.servers import serve_app, wait_for
+from troupe.actors.runtime import Runtime
+from troupe.actors.settings import RuntimeSettings
+from troupe.serve.app import create_app
+from troupe.serve.config import ServerSettings
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+KEYS = {"sk-alice": "alice", "sk-bob": "bob"}
+
+
+class LazyRuntime:
+    """Builds the runtime on first use, inside the server's event loop, and closes it there."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self) -> Runtime:
+        if self.runtime is None:
+            self.loop = asyncio.get_running_loop()
+            self.runtime = Runtime.local(RuntimeSettings(storage_path=":memory:"))
+        return self.runtime
+
+    def close(self) -> None:
+        if self.runtime is not None and self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.runtime.close(), self.loop).result(timeout=10)
+
+
+def _served(settings: ServerSettings) -> Iterator[str]:
+    runtime = LazyRuntime()
+    with serve_app(create_app(runtime, settings)) as url:
+        try:
+            yield url
+        finally:
+            runtime.close()
+
+
+@pytest.fixture(scope="module")
+def local_url() -> Iterator[str]:
+    """Authentication off, in-process runtime."""
+    yield from _served(ServerSettings())
+
+
+@pytest.fixture(params=["local", "pooled", "dedicated"])
+def url(request) -> str:
+    """The server root of each deployment (``/v1`` is appended by the tests)."""
+    if request.param == "local":
+        return request.getfixturevalue("local_url")
+    return request.getfixturevalue("troupe_apps")[request.param]
+
+
+@pytest.fixture(scope="module")
+def keyed_url() -> Iterator[str]:
+    """Two API keys, two tenants."""
+    yield from _served(ServerSettings(api_keys=KEYS))
+
+
+@pytest.fixture
+def client(url: str) -> OpenAI:
+    # max_retries=0: a test must see the first answer, not a retried one.
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+def keyed(keyed_url: str, key: str) -> OpenAI:
+    return OpenAI(base_url=f"{keyed_url}/v1", api_key=key, max_retries=0)
+
+
+def text_of(response: Any) -> str:
+    return response.output_text
+
+
+# -- responses -----------------------------------------------------------------------
+
+
+def test_create_non_stream_then_retrieve(client):
+    created = client.responses.create(model="sim", input="[[say hello there]]")
+    assert created.status == "completed" and created.object == "response"
+    assert text_of(created) == "hello there"
+    again = client.responses.retrieve(created.id)
+    assert again.to_dict() == created.to_dict()
+
+
+def test_stream_accumulates_to_the_stored_response(client):
+    with client.responses.stream(model="sim", input="[[say one two three]]") as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert types.count("response.output_text.delta") == 3
+    assert final.output_text == "one two three"
+    stored = client.responses.retrieve(final.id).to_dict()
+    assert _without_parsed(final.to_dict()) == stored
+
+
+def _without_parsed(value: Any) -> Any:
+    # The SDK's accumulator returns a ParsedResponse, which adds `parsed` to text parts.
+    if isinstance(value, dict):
+        return {k: _without_parsed(v) for k, v in value.items() if k != "parsed"}
+    if isinstance(value, list):
+        return [_without_parsed(v) for v in value]
+    return value
+
+
+def test_create_with_stream_true_returns_events(client):
+    events = list(client.responses.create(model="sim", input="[[say hi]]", stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed"
+
+
+def test_delete_then_404(client):
+    created = client.responses.create(model="sim", input="[[say bye]]")
+    client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.retrieve(created.id)
+    assert err.value.status_code == 404
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(created.id)
+
+
+def test_input_items_paging_both_orders(client):
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(5)]
+    created = client.responses.create(model="sim", input=messages)
+    asc = client.responses.input_items.list(created.id, limit=2, order="asc")
+    assert len(asc.data) == 2 and asc.has_more
+    asc_texts = [item.content[0].text for item in asc]  # iterating follows `after` across pages
+    assert asc_texts == [f"message {i}" for i in range(5)]
+    desc = [item.content[0].text for item in client.responses.input_items.list(created.id, limit=2)]
+    assert desc == asc_texts[::-1], "the default order is desc"
+    last = client.responses.input_items.list(created.id, limit=100, order="asc")
+    assert not last.has_more and last.first_id == last.data[0].id and last.last_id == last.data[-1].id
+
+
+def test_previous_response_id_three_deep(client):
+    first = client.responses.create(model="sim", input="alpha")
+    second = client.responses.create(model="sim", input="bravo", previous_response_id=first.id)
+    third = client.responses.create(model="sim", input="charlie [[history]]", previous_response_id=second.id)
+    assert third.previous_response_id == second.id
+    assert text_of(third) == "alpha | bravo | charlie [[history]]"
+
+
+def test_list_responses(client):
+    a = client.responses.create(model="sim", input="[[say a]]")
+    b = client.responses.create(model="sim", input="[[say b]]")
+    page = httpx.get(f"{client.base_url}responses", params={"limit": 2}).json()
+    assert page["object"] == "list" and [r["id"] for r in page["data"]] == [b.id, a.id]
+    asc = httpx.get(f"{client.base_url}responses", params={"after": a.id, "order": "asc"}).json()
+    assert b.id in [r["id"] for r in asc["data"]] and a.id not in [r["id"] for r in asc["data"]]
+    none = httpx.get(f"{client.base_url}responses", params={"model": "no-such-model"}).json()
+    assert none["data"] == [] and none["has_more"] is False
+
+
+def test_function_tool_round_trip(client):
+    first = client.responses.create(model="sim", input="What is the weather in Paris?", tools=[WEATHER])
+    call = first.output[0]
+    assert first.status == "completed"
+    assert call.type == "function_call" and call.name == "get_weather"
+    second = client.responses.create(
+        model="sim",
+        tools=[WEATHER],
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "rain"}],
+    )
+    assert text_of(second) == "get_weather -> rain"
+
+
+def test_server_tool_runs_inside_the_loop(client):
+    response = client.responses.create(model="sim", input='[[call calculator {"expression": "6 * 7"}]]')
+    kinds = [item.type for item in response.output]
+    assert kinds == ["function_call", "function_call_output", "message"]
+    assert "42" in text_of(response)
+    traces = httpx.get(f"{client.base_url}responses/{response.id}/step_traces").json()
+    assert isinstance(traces, list)
+    assert {t["kind"] for t in traces} <= {"model", "tool"}
+
+
+def test_models_and_health(client, url):
+    models = client.models.list()
+    assert [m.id for m in models] == ["sim"]
+    raw = httpx.get(f"{url}/v1/models").json()
+    assert raw["object"] == "list"
+    assert set(raw["data"][0]) == {"id", "object", "created", "owned_by"}
+    assert raw["data"][0]["owned_by"] == "troupe"
+    assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+
+
+# -- conversations -------------------------------------------------------------------
+
+
+def test_conversation_three_turns(client):
+    conv = client.conversations.create(metadata={"topic": "test"})
+    assert conv.object == "conversation" and conv.metadata == {"topic": "test"}
+    for word in ("one", "two", "three"):
+        reply = client.responses.create(model="sim", input=f"[[say {word}]]", conversation=conv.id)
+        assert text_of(reply) == word
+        assert reply.conversation.id == conv.id
+    asc = list(client.conversations.items.list(conv.id, order="asc", limit=2))
+    roles = [item.role for item in asc]
+    assert roles == ["user", "assistant"] * 3
+    assert [item.content[0].text for item in asc if item.role == "assistant"] == ["one", "two", "three"]
+    desc = list(client.conversations.items.list(conv.id))
+    assert [i.id for i in desc] == [i.id for i in asc][::-1], "the default order is desc"
+
+    item = client.conversations.items.retrieve(asc[1].id, conversation_id=conv.id)
+    assert item.id == asc[1].id and item.role == "assistant"
+    after_delete = client.conversations.items.delete(asc[1].id, conversation_id=conv.id)
+    assert after_delete.id == conv.id and after_delete.object == "conversation"
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.items.retrieve(asc[1].id, conversation_id=conv.id)
+
+
+def test_conversation_crud_and_items(client):
+    conv = client.conversations.create(items=[{"role": "user", "content": "remember: blue"}])
+    added = client.conversations.items.create(
+        conv.id, items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and red"}]}]
+    )
+    assert added.object == "list" and len(added.data) == 1
+    texts = [i.content[0].text for i in client.conversations.items.list(conv.id, order="asc")]
+    assert texts == ["remember: blue", "and red"]
+    updated = client.conversations.update(conv.id, metadata={"k": "v"})
+    assert updated.metadata == {"k": "v"}
+    assert client.conversations.retrieve(conv.id).metadata == {"k": "v"}
+    deleted = client.conversations.delete(conv.id)
+    assert deleted.deleted is True and deleted.id == conv.id
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.retrieve(conv.id)
+
+
+def test_conversation_body_errors(client, url):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.conversations.create(items=[{"role": "wizard", "content": "x"}])
+    assert err.value.param and err.value.param.startswith("items[0]")
+    too_many = [{"role": "user", "content": str(i)} for i in range(21)]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.conversations.create(items=too_many)
+    assert err.value.param == "items"
+    conv = client.conversations.create()
+    r = httpx.post(f"{url}/v1/conversations/{conv.id}/items", json={})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "items"
+    r = httpx.post(f"{url}/v1/conversations/{conv.id}", json={"metadata": {"k": 1}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "metadata.k"
+    r = httpx.post(f"{url}/v1/conversations", json={"itemz": []})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "itemz"
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.items.create("conv_nope", items=[{"role": "user", "content": "x"}])
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+def test_unknown_parameter_names_it(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", extra_body={"bogus": 1})
+    assert err.value.param == "bogus" and err.value.code == "unknown_parameter"
+
+
+def test_bad_type_names_it(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", temperature="hot")  # type: ignore[arg-type]
+    assert err.value.param == "temperature"
+
+
+def test_unknown_ids_are_404(client):
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_nope")
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_nope")
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="sim", input="x", previous_response_id="resp_nope")
+    assert err.value.param == "previous_response_id"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="sim", input="x", conversation="conv_nope")
+    assert err.value.param == "conversation"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="no-such-model", input="x")
+    assert err.value.code == "model_not_found"
+
+
+def test_conversation_and_previous_response_id_are_exclusive(client):
+    first = client.responses.create(model="sim", input="x")
+    conv = client.conversations.create()
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="y", conversation=conv.id, previous_response_id=first.id)
+    assert err.value.param == "conversation"
+
+
+def test_error_shape_and_no_retry_header(url):
+    cases = [
+        ("POST", "/v1/responses", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
+        ("POST", "/v1/responses", {"json": ["a list"]}, 400),
+        ("POST", "/v1/responses", {"json": {"input": "no model"}}, 400),
+        ("GET", "/v1/responses/resp_nope", {}, 404),
+        ("GET", "/v1/nowhere", {}, 404),
+        ("PUT", "/v1/responses", {}, 405),
+        ("GET", "/v1/responses?limit=0", {}, 400),
+        ("GET", "/v1/responses?limit=abc", {}, 400),
+        ("GET", "/v1/conversations/conv_x/items?order=sideways", {}, 400),
+    ]
+    for method, path, kwargs, status in cases:
+        r = httpx.request(method, f"{url}{path}", **kwargs)
+        assert r.status_code == status, (path, r.text)
+        error = r.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, path
+        assert error["message"]
+        assert r.headers["x-should-retry"] == "false", path
+    r = httpx.get(f"{url}/v1/responses", params={"limit": 101})
+    assert r.json()["error"]["param"] == "limit"
+    r = httpx.get(f"{url}/v1/conversations/conv_x/items", params={"order": "sideways"})
+    assert r.json()["error"]["param"] == "order"
+
+
+def test_model_failure_is_a_500_without_retry(client, url):
+    r = httpx.post(f"{url}/v1/responses", json={"model": "sim", "input": "[[fail 500]]"})
+    assert r.status_code == 500
+    assert r.headers["x-should-retry"] == "false"
+    assert r.json()["error"]["type"] == "server_error"
+    # The SDK honours the header: with retries allowed it still asks once.
+    retrying = OpenAI(base_url=client.base_url, api_key="unused", max_retries=2)
+    before = _count_failed(url)
+    with pytest.raises(openai.InternalServerError):
+        retrying.responses.create(model="sim", input="[[fail 500]] again")
+    assert _count_failed(url) == before + 1
+
+
+def _count_failed(url: str) -> int:
+    page = httpx.get(f"{url}/v1/responses", params={"limit": 100}).json()
+    return sum(r["status"] == "failed" for r in page["data"])
+
+
+def test_failed_stream_ends_with_response_failed(url):
+    with httpx.stream("POST", f"{url}/v1/responses", json={"model": "sim", "input": "[[fail 500]]", "stream": True}) as r:
+        assert r.status_code == 200
+        body = r.read().decode()
+    events = [json.loads(f.split("data: ", 1)[1]) for f in body.split("\n\n") if f.startswith("event:")]
+    assert events[-1]["type"] == "response.failed"
+    assert body.endswith("data: [DONE]\n\n")
+
+
+# -- SSE framing ---------------------------------------------------------------------
+
+
+def test_raw_sse_framing(url):
+    body = {"model": "sim", "input": "[[think hmm]] [[say framed text]]", "stream": True}
+    # The Agents SDK sends Accept: application/json with "stream": true; the body decides.
+    with httpx.stream("POST", f"{url}/v1/responses", json=body, headers={"Accept": "application/json"}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["cache-control"] == "no-cache"
+        assert r.headers["x-accel-buffering"] == "no"
+        raw = r.read()
+    text = raw.decode()
+    assert "\r" not in text, "LF line endings only"
+    assert text.endswith("\n\n")
+    frames = text[:-2].split("\n\n")
+    assert frames[-1] == "data: [DONE]"
+    sequence = []
+    for frame in frames[:-1]:
+        lines = frame.split("\n")
+        assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), frame
+        event = json.loads(lines[1][len("data: ") :])
+        assert lines[0][len("event: ") :] == event["type"]
+        sequence.append(event["sequence_number"])
+    assert sequence == list(range(len(sequence)))
+    assert json.loads(frames[-2].split("data: ", 1)[1])["type"] == "response.completed"
+
+
+def test_non_stream_ignores_accept_event_stream(url):
+    r = httpx.post(f"{url}/v1/responses", json={"model": "sim", "input": "[[say json]]"},
+                   headers={"Accept": "text/event-stream"})
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["output"][0]["content"][0]["text"] == "json"
+
+
+# -- auth and tenants ----------------------------------------------------------------
+
+
+def test_missing_or_bad_key_is_401(keyed_url):
+    r = httpx.post(f"{keyed_url}/v1/responses", json={"model": "sim", "input": "x"})
+    assert r.status_code == 401 and r.headers["x-should-retry"] == "false"
+    assert r.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        keyed(keyed_url, "sk-wrong").responses.create(model="sim", input="x")
+    with pytest.raises(openai.AuthenticationError):
+        keyed(keyed_url, "sk-wrong").models.list()
+    r = httpx.get(f"{keyed_url}/v1/responses", params={"limit": 0})
+    assert r.status_code == 401, "authentication comes before parameter validation"
+    assert httpx.get(f"{keyed_url}/health").status_code == 200, "health needs no key"
+
+
+def test_tenants_are_isolated(keyed_url):
+    alice, bob = keyed(keyed_url, "sk-alice"), keyed(keyed_url, "sk-bob")
+    mine = alice.responses.create(model="sim", input="[[say secret]]")
+    assert alice.responses.retrieve(mine.id).id == mine.id
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.input_items.list(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.delete(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.create(model="sim", input="x", previous_response_id=mine.id)
+    conv = alice.conversations.create()
+    with pytest.raises(openai.NotFoundError):
+        bob.conversations.retrieve(conv.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.create(model="sim", input="x", conversation=conv.id)
+    headers = {"Authorization": "Bearer sk-bob"}
+    listed = httpx.get(f"{keyed_url}/v1/responses", headers=headers).json()
+    assert mine.id not in [r["id"] for r in listed["data"]]
+    assert alice.responses.retrieve(mine.id).output_text == "secret", "bob's attempts changed nothing"
+
+
+# -- disconnects ---------------------------------------------------------------------
+
+
+class _EndlessRuntime:
+    """Just enough of a Runtime: a stream that never ends, and records being closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.sent = 0
+
+    async def stream(self, tenant: str, request: Any) -> Any:
+        async def batches() -> Any:
+            try:
+                while True:
+                    self.sent += 1
+                    yield [{"type": "response.in_progress", "sequence_number": self.sent}]
+                    await asyncio.sleep(0.01)
+            finally:
+                self.closed = True
+
+        return batches()
+
+
+def test_client_disconnect_closes_the_runtime_stream():
+    runtime = _EndlessRuntime()
+    with serve_app(create_app(lambda: runtime, ServerSettings())) as base:  # type: ignore[arg-type,return-value]
+        with httpx.stream("POST", f"{base}/v1/responses", json={"model": "sim", "input": "x", "stream": True}) as r:
+            for _ in r.iter_raw():
+                break
+        wait_for(lambda: runtime.closed, timeout_s=10, what="the runtime's iterator closed")

@@ -1,0 +1,279 @@
+"""``troupe.serve.config``: defaults, every TOML section, environment overrides, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from troupe.actors.settings import DEFAULT_TOOLS, ModelSpec, RuntimeSettings, ToolSpec
+from troupe.serve.config import ConfigError, ServerSettings, load_config, parse_api_keys, tenant_of_key
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "troupe.example.toml"
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    def _write(text: str) -> Path:
+        path = tmp_path / "troupe.toml"
+        path.write_text(text)
+        return path
+
+    return _write
+
+
+def test_no_file_no_env_is_the_embedded_defaults():
+    server, runtime = load_config(None, env={})
+    assert server == ServerSettings()
+    assert (server.host, server.port, dict(server.api_keys), server.ray_address) == ("127.0.0.1", 8000, {}, None)
+    assert server.max_ongoing_requests >= 100, "Serve's default of 5 would queue the sixth stream"
+    assert runtime == RuntimeSettings()
+    assert [m.name for m in runtime.models] == ["sim"]
+    assert runtime.tools == DEFAULT_TOOLS
+
+
+def test_unrelated_environment_is_ignored():
+    assert load_config(None, env={"HOME": "/x", "PORT": "1"}) == load_config(None, env={})
+
+
+def test_every_section(write):
+    path = write(
+        """
+        [server]
+        host = "0.0.0.0"
+        port = 9001
+        ray_address = "10.0.0.5:6379"
+        num_replicas = 3
+        max_ongoing_requests = 500
+
+        [auth]
+        keys = { "sk-a" = "alice", "sk-b" = "bob" }
+
+        [runtime]
+        placement = "dedicated"
+        pool_size = 8
+        idle_timeout_s = 30
+        storage_path = "/tmp/h.duckdb"
+        client_tool_status = "requires_action"
+        tool_num_cpus = 0.5
+        tool_timeout_s = 5
+        cache_size = 10
+        namespace = "t2"
+        delta_batch_max = 4
+        delta_batch_s = 0.02
+
+        [[models]]
+        name = "llama"
+        kind = "openai"
+        base_url = "http://127.0.0.1:8001/v1"
+        upstream_model = "meta/llama"
+        api_key_env = "LLAMA_KEY"
+
+        [[models]]
+        name = "sim-slow"
+        kind = "sim"
+        ttft_ms = 200
+        itl_ms = 20.5
+
+        [[tools]]
+        name = "get_weather"
+        target = "my.tools:get_weather"
+        description = "Weather for a city."
+        parameters = { type = "object", properties = { city = { type = "string" } } }
+        """
+    )
+    server, runtime = load_config(path, env={})
+    assert server == ServerSettings(
+        host="0.0.0.0", port=9001, ray_address="10.0.0.5:6379", num_replicas=3, max_ongoing_requests=500,
+        api_keys={"sk-a": "alice", "sk-b": "bob"},
+    )
+    assert (runtime.placement, runtime.pool_size, runtime.idle_timeout_s) == ("dedicated", 8, 30.0)
+    assert isinstance(runtime.idle_timeout_s, float), "TOML integers become floats for float options"
+    assert (runtime.storage_path, runtime.client_tool_status) == ("/tmp/h.duckdb", "requires_action")
+    assert (runtime.tool_num_cpus, runtime.tool_timeout_s, runtime.cache_size) == (0.5, 5.0, 10)
+    assert (runtime.namespace, runtime.delta_batch_max, runtime.delta_batch_s) == ("t2", 4, 0.02)
+    assert runtime.models == (
+        ModelSpec(name="sim", kind="sim"),
+        ModelSpec(name="llama", kind="openai", base_url="http://127.0.0.1:8001/v1", upstream_model="meta/llama",
+                  api_key_env="LLAMA_KEY"),
+        ModelSpec(name="sim-slow", kind="sim", ttft_ms=200.0, itl_ms=20.5),
+    )
+    weather = ToolSpec(
+        name="get_weather", target="my.tools:get_weather", description="Weather for a city.",
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+    )
+    assert runtime.tools == DEFAULT_TOOLS + (weather,), "configured tools are added to the examples"
+    pickle.loads(pickle.dumps((server, runtime)))  # both travel to Ray actors
+
+
+def test_example_tools_and_sim_model_can_be_turned_off(write):
+    path = write(
+        """
+        [runtime]
+        example_tools = false
+        sim_model = false
+        [[models]]
+        name = "m"
+        base_url = "http://x/v1"
+        [[tools]]
+        name = "t"
+        target = "a.b:c"
+        """
+    )
+    _, runtime = load_config(path, env={})
+    assert [m.name for m in runtime.models] == ["m"]
+    assert [t.name for t in runtime.tools] == ["t"]
+    assert runtime.models[0].kind == "openai", "kind defaults to an OpenAI-compatible server"
+
+
+def test_a_configured_name_replaces_the_builtin(write):
+    path = write(
+        """
+        [[models]]
+        name = "sim"
+        kind = "sim"
+        ttft_ms = 50
+        [[tools]]
+        name = "calculator"
+        target = "my.calc:evaluate"
+        """
+    )
+    _, runtime = load_config(path, env={})
+    assert runtime.models == (ModelSpec(name="sim", kind="sim", ttft_ms=50.0),)
+    assert [t.name for t in runtime.tools] == ["sleep", "now", "calculator"]
+    assert runtime.tools[-1].target == "my.calc:evaluate"
+
+
+def test_tool_parameters_as_a_json_string(write):
+    path = write('[[tools]]\nname = "t"\ntarget = "a:b"\nparameters = \'{"type": "object"}\'\n')
+    assert load_config(path, env={})[1].tools[-1].parameters == {"type": "object"}
+
+
+def test_keys_as_a_list_get_derived_tenants(write):
+    server, _ = load_config(write('[auth]\nkeys = ["sk-a", "sk-b"]\n'), env={})
+    assert dict(server.api_keys) == {"sk-a": tenant_of_key("sk-a"), "sk-b": tenant_of_key("sk-b")}
+    assert tenant_of_key("sk-a") != tenant_of_key("sk-b")
+    assert "sk-a" not in tenant_of_key("sk-a"), "the tenant name never carries the secret"
+
+
+def test_parse_api_keys():
+    assert parse_api_keys("sk-a=alice, sk-b=bob") == {"sk-a": "alice", "sk-b": "bob"}
+    assert parse_api_keys("sk-a, sk-b=bob,") == {"sk-a": tenant_of_key("sk-a"), "sk-b": "bob"}
+    assert parse_api_keys("") == {}
+    for bad in ("sk-a=", "=alice"):
+        with pytest.raises(ConfigError, match="TROUPE_API_KEYS"):
+            parse_api_keys(bad)
+
+
+def test_environment_overrides_the_file(write):
+    path = write('[server]\nport = 9001\nhost = "0.0.0.0"\n[auth]\nkeys = {"sk-file" = "f"}\n'
+                 '[runtime]\npool_size = 2\nstorage_path = "a.duckdb"\n')
+    env = {
+        "TROUPE_HOST": "127.0.0.2",
+        "TROUPE_PORT": "9002",
+        "TROUPE_STORAGE_PATH": ":memory:",
+        "TROUPE_PLACEMENT": "dedicated",
+        "TROUPE_POOL_SIZE": "16",
+        "TROUPE_API_KEYS": "sk-env=e",
+        "TROUPE_RAY_ADDRESS": "ray://head:10001",
+    }
+    server, runtime = load_config(path, env=env)
+    assert (server.host, server.port, server.ray_address) == ("127.0.0.2", 9002, "ray://head:10001")
+    assert dict(server.api_keys) == {"sk-env": "e"}, "the environment's keys replace the file's"
+    assert (runtime.storage_path, runtime.placement, runtime.pool_size) == (":memory:", "dedicated", 16)
+
+
+def test_empty_environment_variables_count_as_unset(write):
+    path = write("[server]\nport = 9001\n")
+    assert load_config(path, env={"TROUPE_PORT": "", "TROUPE_API_KEYS": " "})[0].port == 9001
+
+
+def test_troupe_config_names_the_file(write):
+    path = write("[server]\nport = 9005\n")
+    assert load_config(None, env={"TROUPE_CONFIG": str(path)})[0].port == 9005
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[server]\nprot = 1\n", "'server.prot'"),
+        ("[runtime]\npool_sze = 1\n", "'runtime.pool_sze'"),
+        ("[auth]\nkey = []\n", "'auth.key'"),
+        ("[serve]\nport = 1\n", "'serve'"),
+        ('[[models]]\nname = "m"\nbase_url = "u"\nurl = "x"\n', "'models[0].url'"),
+        ('[[tools]]\nname = "t"\ntarget = "a:b"\nfunc = "x"\n', "'tools[0].func'"),
+    ],
+)
+def test_unknown_keys_are_named(write, text, named):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(text), env={})
+    assert f"unknown key {named}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[server]\nport = "80"\n', "server.port: expected an integer"),
+        ("[server]\nport = 70000\n", "server.port: not a TCP port"),
+        ("[runtime]\npool_size = 0\n", "runtime.pool_size: must be greater than 0"),
+        ('[runtime]\nplacement = "random"\n', "runtime.placement: expected one of 'pooled', 'dedicated'"),
+        ("[runtime]\nexample_tools = 1\n", "runtime.example_tools: expected a boolean"),
+        ("[runtime]\ntool_num_cpus = -1\n", "must not be negative"),
+        ('[[models]]\nname = "m"\n', "models[0].base_url is required"),
+        ('[[models]]\nname = "m"\nkind = "vllm"\nbase_url = "u"\n', "models[0].kind: expected one of"),
+        ('[[models]]\nkind = "sim"\n', "models[0]: missing required key 'name'"),
+        ('[[tools]]\nname = "t"\n', "tools[0]: missing required key 'target'"),
+        ('[[tools]]\nname = "t"\ntarget = "no_colon"\n', "tools[0].target must look like"),
+        ('[[tools]]\nname = "t"\ntarget = "a:b"\n[[tools]]\nname = "t"\ntarget = "a:c"\n', "'t' is configured twice"),
+        ('[auth]\nkeys = "sk-a"\n', "auth.keys: expected a table"),
+        ('[auth]\nkeys = {"sk-a" = 1}\n', "auth.keys: the tenant of each key"),
+        ("server = 1\n", "'server' must be a table"),
+        ("[server\n", "invalid TOML"),
+    ],
+)
+def test_bad_values_are_located(write, text, fragment):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(text), env={})
+    assert fragment in str(err.value)
+    assert str(err.value).startswith(str(write(text))), "errors name the file"
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"TROUPE_PORT": "eighty"}, "TROUPE_PORT: expected an integer"),
+        ({"TROUPE_POOL_SIZE": "-2"}, "TROUPE_POOL_SIZE: must be greater than 0"),
+        ({"TROUPE_PLACEMENT": "anywhere"}, "TROUPE_PLACEMENT: expected one of"),
+    ],
+)
+def test_bad_environment_is_named(env, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(None, env=env)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.toml", env={})
+
+
+def test_the_example_file_loads_and_documents_every_option():
+    server, runtime = load_config(EXAMPLE, env={})
+    assert [m.name for m in runtime.models] == ["sim", "llama", "sim-slow"]
+    assert [t.name for t in runtime.tools][-1] == "get_weather"
+    text = EXAMPLE.read_text()
+    doc = tomllib.loads(text)
+    for f in dataclasses.fields(RuntimeSettings):
+        if f.name not in ("models", "tools"):
+            assert f.name in doc["runtime"], f"runtime.{f.name} is not documented"
+            assert doc["runtime"][f.name] == f.default, f"runtime.{f.name}: the example should show the default"
+    for f in dataclasses.fields(ServerSettings):
+        assert f.name in text or f.name == "api_keys", f"server.{f.name} is not documented"
+    for spec in (ModelSpec, ToolSpec):
+        for f in dataclasses.fields(spec):
+            assert f"{f.name} =" in text, f"{spec.__name__}.{f.name} is not documented"
+    for var in ("TROUPE_HOST", "TROUPE_PORT", "TROUPE_STORAGE_PATH", "TROUPE_PLACEMENT", "TROUPE_POOL_SIZE",
+                "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG"):
+        assert var in text

@@ -1,0 +1,400 @@
+"""The HTTP API: OpenAI's Responses and Conversations endpoints over a :class:`Runtime`.
+
+Routes (CONTRACT §1)::
+
+    POST        /v1/responses                        create; SSE when the body says "stream": true
+    GET         /v1/responses                        list (model, after, limit, order)
+    GET|DELETE  /v1/responses/{id}                   retrieve | delete
+    GET         /v1/responses/{id}/input_items       list the response's input items
+    GET         /v1/responses/{id}/step_traces       Troupe extension: timed model/tool steps (JSON array)
+    POST        /v1/conversations                    create {items?, metadata?}
+    GET|POST|DELETE /v1/conversations/{id}           retrieve | update {metadata} | delete
+    GET|POST    /v1/conversations/{id}/items         list | add {items: [≤20]}
+    GET|DELETE  /v1/conversations/{id}/items/{item}  retrieve | delete (answers the Conversation)
+    GET         /v1/models, /health                  model names | liveness (never authenticated)
+
+Every error answers OpenAI's body ``{"error": {message, type, param, code}}``, with
+``x-should-retry: false`` unless it is a 429 or 503: the ``openai`` SDK retries 5xx by
+default, which would re-run a non-idempotent agent loop.
+
+Tests serve the app with uvicorn over ``Runtime.local``; :mod:`.deployment` mounts it on Ray Serve.
+
+Example::
+
+    runtime = Runtime.local(RuntimeSettings(storage_path=":memory:"))
+    app = create_app(lambda: runtime, ServerSettings())
+    uvicorn.run(app, port=8000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
+
+from troupe.actors.runtime import EventBatches, Runtime
+from troupe.protocol import (
+    SSE_DONE,
+    SSE_MEDIA_TYPE,
+    AuthenticationFailed,
+    InvalidRequest,
+    ProtocolError,
+    encode_sse,
+    invalid_request_from_errors,
+    parse_create_request,
+    validate_input_items,
+)
+
+from .config import ServerSettings
+
+__all__ = ["create_app", "error_response"]
+
+_MAX_ITEMS = 20
+_METADATA_MAX_KEYS, _METADATA_MAX_KEY, _METADATA_MAX_VALUE = 16, 64, 512
+_RETRYABLE = frozenset({429, 503})
+
+LimitParam = Annotated[int, Query(ge=1, le=100, description="Page size, 1–100.")]
+OrderParam = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc` (by creation time).")]
+
+
+def error_response(error: ProtocolError) -> JSONResponse:
+    """The JSON answer for ``error``, with ``x-should-retry: false`` unless it is 429/503."""
+    headers = {} if error.status in _RETRYABLE else {"x-should-retry": "false"}
+    return JSONResponse(error.to_body(), status_code=error.status, headers=headers)
+
+
+def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> FastAPI:
+    """Build the FastAPI app.
+
+    Args:
+        get_runtime: returns the :class:`Runtime` to serve; called on every request, so
+            the runtime may be built after the app (Serve builds it in the replica).
+        settings: ``api_keys`` turns authentication on (key → tenant); empty: off.
+
+    Returns:
+        The app; it owns no resources (closing the runtime is the caller's job).
+
+    Example::
+
+        app = create_app(lambda: runtime, ServerSettings(api_keys={"sk-a": "alice"}))
+    """
+    app = FastAPI(
+        title="Troupe",
+        description="The OpenAI Responses and Conversations APIs with a server-side agent loop.",
+        version="0.1.0",
+    )
+    keys = dict(settings.api_keys)
+    created = int(time.time())
+    _install_error_handlers(app)
+
+    async def tenant(request: Request) -> str:
+        # A dependency, so that it runs (and may answer 401) before parameters are validated.
+        return _authenticate(request, keys)
+
+    # A default, not an Annotated alias: string annotations (PEP 563) are resolved
+    # against module globals, where a local alias does not exist.
+    who_dep = Depends(tenant)
+
+    @app.get("/health", include_in_schema=False)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def list_models(who: str = who_dep) -> dict[str, Any]:
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "troupe"}
+            for name in get_runtime().model_names()
+        ]
+        return {"object": "list", "data": data}
+
+    # -- responses ---------------------------------------------------------------
+
+    @app.post("/v1/responses")
+    async def create_response(request: Request, who: str = who_dep) -> Response:
+        body = parse_create_request(await _json_body(request))
+        runtime = get_runtime()
+        # Streaming is the body's call, never the Accept header's: the Agents SDK sends
+        # `Accept: application/json` with "stream": true.
+        if body.stream:
+            return EventStreamResponse(await runtime.stream(who, body))
+        response = await runtime.respond(who, body)
+        if response.get("status") == "failed":
+            # A stream reports a failure in-band (error + response.failed); a plain request has
+            # only its status code. The failed response stays stored for GET.
+            raise _failure_of(response)
+        return JSONResponse(response)
+
+    @app.get("/v1/responses")
+    async def list_responses(
+        model: str | None = None,
+        after: str | None = None,
+        limit: LimitParam = 20,
+        order: OrderParam = "desc",
+        who: str = who_dep,
+    ) -> dict[str, Any]:
+        page = await get_runtime().list_responses(who, model=model, after=after, limit=limit, order=order)
+        return page.to_list_object()
+
+    @app.get("/v1/responses/{response_id}")
+    async def get_response(response_id: str, stream: bool = False, who: str = who_dep) -> dict[str, Any]:
+        if stream:  # replaying a stored response as SSE (background resumption) is not offered
+            raise InvalidRequest("Streaming a stored response is not supported.", param="stream", code="invalid_value")
+        return await get_runtime().get_response(who, response_id)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete_response(response_id: str, who: str = who_dep) -> dict[str, Any]:
+        return await get_runtime().delete_response(who, response_id)
+
+    @app.get("/v1/responses/{response_id}/input_items")
+    async def list_input_items(
+        response_id: str,
+        after: str | None = None,
+        limit: LimitParam = 20,
+        order: OrderParam = "desc",
+        who: str = who_dep,
+    ) -> dict[str, Any]:
+        page = await get_runtime().list_input_items(who, response_id, after=after, limit=limit, order=order)
+        return page.to_list_object()
+
+    @app.get("/v1/responses/{response_id}/step_traces")
+    async def step_traces(response_id: str, who: str = who_dep) -> list[dict[str, Any]]:
+        return await get_runtime().step_traces(who, response_id)
+
+    # -- conversations -----------------------------------------------------------
+
+    @app.post("/v1/conversations")
+    async def create_conversation(request: Request, who: str = who_dep) -> dict[str, Any]:
+        body = _object_body(await _json_body(request, empty_ok=True), allowed=("items", "metadata"))
+        items = _items(body, required=False)
+        metadata = _metadata(body.get("metadata"))
+        return await get_runtime().create_conversation(who, items=items, metadata=metadata)
+
+    @app.get("/v1/conversations/{conversation_id}")
+    async def get_conversation(conversation_id: str, who: str = who_dep) -> dict[str, Any]:
+        return await get_runtime().get_conversation(who, conversation_id)
+
+    @app.post("/v1/conversations/{conversation_id}")
+    async def update_conversation(request: Request, conversation_id: str, who: str = who_dep) -> dict[str, Any]:
+        body = _object_body(await _json_body(request), allowed=("metadata",))
+        if "metadata" not in body:
+            raise _missing("metadata")
+        return await get_runtime().update_conversation(who, conversation_id, _metadata(body["metadata"]) or {})
+
+    @app.delete("/v1/conversations/{conversation_id}")
+    async def delete_conversation(conversation_id: str, who: str = who_dep) -> dict[str, Any]:
+        return await get_runtime().delete_conversation(who, conversation_id)
+
+    @app.post("/v1/conversations/{conversation_id}/items")
+    async def add_items(request: Request, conversation_id: str, who: str = who_dep) -> dict[str, Any]:
+        body = _object_body(await _json_body(request), allowed=("items",))
+        return await get_runtime().add_conversation_items(who, conversation_id, _items(body, required=True))
+
+    @app.get("/v1/conversations/{conversation_id}/items")
+    async def list_items(
+        conversation_id: str,
+        after: str | None = None,
+        limit: LimitParam = 20,
+        order: OrderParam = "desc",
+        who: str = who_dep,
+    ) -> dict[str, Any]:
+        page = await get_runtime().list_conversation_items(who, conversation_id, after=after, limit=limit, order=order)
+        return page.to_list_object()
+
+    @app.get("/v1/conversations/{conversation_id}/items/{item_id}")
+    async def get_item(conversation_id: str, item_id: str, who: str = who_dep) -> dict[str, Any]:
+        return await get_runtime().get_conversation_item(who, conversation_id, item_id)
+
+    @app.delete("/v1/conversations/{conversation_id}/items/{item_id}")
+    async def delete_item(conversation_id: str, item_id: str, who: str = who_dep) -> dict[str, Any]:
+        return await get_runtime().delete_conversation_item(who, conversation_id, item_id)
+
+    return app
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ProtocolError)
+    async def _protocol_error(_: Request, exc: ProtocolError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's 422 for a bad query/path parameter becomes OpenAI's 400 naming it;
+        # the leading "query"/"path" segment of the location is dropped.
+        errors = [{**e, "loc": tuple(e["loc"][1:])} for e in exc.errors()]
+        return error_response(invalid_request_from_errors(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        # Unknown routes (404) and wrong methods (405) keep OpenAI's error shape.
+        kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
+        message = "Unknown request URL or method." if exc.status_code in (404, 405) else str(exc.detail)
+        response = error_response(ProtocolError(message, type=kind, status=exc.status_code))
+        for name, value in (exc.headers or {}).items():  # e.g. Allow on a 405
+            response.headers[name] = value
+        return response
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        # Starlette still re-raises after answering, so the server logs the traceback.
+        return error_response(ProtocolError("The server had an error while processing your request."))
+
+
+def _failure_of(response: dict[str, Any]) -> ProtocolError:
+    """The HTTP error for a non-streaming response that ended ``failed``: 429 for an upstream
+    rate limit (worth a retry), else 500 (``x-should-retry: false``)."""
+    error = response.get("error") or {}
+    code = error.get("code") or "server_error"
+    message = error.get("message") or "The response failed."
+    if code == "rate_limit_exceeded":
+        return ProtocolError(message, type="rate_limit_error", code=code, status=429)
+    return ProtocolError(message, type="server_error", code=code, status=500)
+
+
+# -- request helpers -------------------------------------------------------------------
+
+
+def _authenticate(request: Request, keys: dict[str, str]) -> str:
+    """The caller's tenant: ``""`` with auth off, else the tenant of its bearer key."""
+    if not keys:
+        return ""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationFailed(
+            "You didn't provide an API key. Provide it in an Authorization header using Bearer auth "
+            "(Authorization: Bearer YOUR_KEY)."
+        )
+    # compare_digest against every key: the timing tells nothing about which (if any) matched.
+    found = [name for key, name in keys.items() if hmac.compare_digest(key.encode(), token.encode())]
+    if not found:
+        hint = token[:3] + "…" + token[-4:] if len(token) > 8 else "…"
+        raise AuthenticationFailed(f"Incorrect API key provided: {hint}.")
+    return found[0]
+
+
+async def _json_body(request: Request, *, empty_ok: bool = False) -> Any:
+    raw = await request.body()
+    if not raw.strip() and empty_ok:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise InvalidRequest(
+            "We could not parse the JSON body of your request. The API expects a JSON payload "
+            "(Content-Type: application/json).",
+            code="invalid_json",
+        ) from exc
+
+
+def _missing(param: str) -> InvalidRequest:
+    return InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+
+
+def _object_body(body: Any, *, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_type")
+    for key in body:
+        if key not in allowed:
+            raise InvalidRequest(f"Unknown parameter: '{key}'.", param=key, code="unknown_parameter")
+    return body
+
+
+def _items(body: dict[str, Any], *, required: bool) -> list[dict[str, Any]]:
+    items = body.get("items")
+    if items is None:
+        if required:
+            raise _missing("items")
+        return []
+    if not isinstance(items, list):
+        raise InvalidRequest("Invalid type for 'items': expected an array.", param="items", code="invalid_type")
+    if len(items) > _MAX_ITEMS:
+        message = f"Invalid 'items': array too long. Expected at most {_MAX_ITEMS} items, got {len(items)}."
+        raise InvalidRequest(message, param="items", code="array_above_max_length")
+    validate_input_items(items, param="items")
+    return items
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    """Validate metadata as OpenAI does: ≤16 string pairs, keys ≤64 and values ≤512 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("Invalid type for 'metadata': expected an object.", param="metadata", code="invalid_type")
+    problem = None
+    if len(value) > _METADATA_MAX_KEYS:
+        problem = ("metadata", f"at most {_METADATA_MAX_KEYS} keys are allowed")
+    for key, item in value.items():
+        if problem is None and len(key) > _METADATA_MAX_KEY:
+            problem = ("metadata", f"keys can be at most {_METADATA_MAX_KEY} characters long")
+        if problem is None and not isinstance(item, str):
+            problem = (f"metadata.{key}", "expected a string")
+        if problem is None and len(item) > _METADATA_MAX_VALUE:
+            problem = (f"metadata.{key}", f"values can be at most {_METADATA_MAX_VALUE} characters long")
+    if problem is not None:
+        raise InvalidRequest(f"Invalid '{problem[0]}': {problem[1]}.", param=problem[0], code="invalid_value")
+    return value
+
+
+# -- streaming -------------------------------------------------------------------------
+
+
+class EventStreamResponse(StreamingResponse):
+    """SSE over the runtime's event batches (one write per batch, ``data: [DONE]`` last).
+
+    It races a disconnect listener. When the client goes away the streaming task is
+    cancelled once, with plain asyncio (an anyio cancel scope would re-cancel the
+    runtime's clean-up awaits), and the runtime's iterator is closed, which cancels the
+    turn. Starlette alone does not close it on every path: with ASGI 2.4 servers it
+    merely stops iterating when a send fails.
+    """
+
+    def __init__(self, batches: EventBatches) -> None:
+        self._batches = batches
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(self._frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
+
+    async def _frames(self) -> AsyncIterator[bytes]:
+        async for batch in self._batches:
+            if batch:
+                yield b"".join(encode_sse(event) for event in batch)
+        yield SSE_DONE
+
+    async def _send_all(self, send: Send) -> None:
+        try:
+            await self.stream_response(send)
+        except OSError:  # the client went away mid-write (ASGI 2.4 servers raise here)
+            pass
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streamer = asyncio.ensure_future(self._send_all(send))
+        watcher = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            streamer.cancel()  # no-op when it has finished
+            # Shielded: when Serve cancels this request task (client gone), clean-up still completes.
+            await asyncio.shield(self._finish(streamer, watcher))
+        if not streamer.cancelled() and streamer.exception() is not None:
+            raise streamer.exception()  # type: ignore[misc]
+
+    async def _finish(self, *tasks: asyncio.Future[None]) -> None:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # `async for` never closes what it iterates, so closing the frame generator leaves
+        # the runtime's iterator open: close both (closing a finished one is a no-op).
+        for iterator in (self.body_iterator, self._batches):
+            with contextlib.suppress(Exception):  # clean-up must reach the runtime's iterator
+                await iterator.aclose()  # type: ignore[attr-defined]
