@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Until the Ray runtime lands, `make run` starts the simulated model server.
+# Serve Troupe on its embedded defaults: http://127.0.0.1:8000/v1, the `sim` model,
+# the example tools, history in ./troupe.duckdb. Pass a config with CONFIG=troupe.toml.
 run: $(STAMP)
-	$(BIN)/troupe sim --host 127.0.0.1 --port 8000
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/troupe serve $(if $(CONFIG),--config $(CONFIG))
 
 sim: $(STAMP)
 	$(BIN)/troupe sim --host 127.0.0.1 --port 8001
