@@ -31,7 +31,7 @@ from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import StepTraced
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
-from troupe.protocol import CreateResponseRequest, NotFound
+from troupe.protocol import CreateResponseRequest, NotFound, conversation_not_found, previous_response_not_found
 from troupe.storage import ResponseRecord, StepTrace
 
 from .models import ModelRegistry
@@ -127,18 +127,14 @@ class ConversationHost:
             if thread.history is None:
                 items = await self.store.conversation_items(tenant, request.conversation_id)
                 if items is None:
-                    raise NotFound(f"Conversation '{request.conversation_id}' not found.", param="conversation")
+                    raise conversation_not_found(request.conversation_id)
                 thread.history = items
             return thread.history
         if request.previous_response_id is not None:
             if thread.history is None or thread.tip != request.previous_response_id:
                 items = await self.store.chain_items(tenant, request.previous_response_id)
                 if items is None:
-                    raise NotFound(
-                        f"Previous response with id '{request.previous_response_id}' not found.",
-                        param="previous_response_id",
-                        code="previous_response_not_found",
-                    )
+                    raise previous_response_not_found(request.previous_response_id)
                 thread.history, thread.tip = items, request.previous_response_id
             return thread.history
         return []

@@ -28,7 +28,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from troupe.protocol import CreateResponseRequest, NotFound, ServerError, new_id, normalize_input
+from troupe.protocol import (
+    CreateResponseRequest,
+    NotFound,
+    ServerError,
+    conversation_not_found,
+    new_id,
+    normalize_input,
+    previous_response_not_found,
+)
 from troupe.storage import Order, Page
 
 from .host import HostClient, TurnJob
@@ -137,18 +145,12 @@ class Runtime:
     async def _thread_of(self, tenant: str, request: CreateResponseRequest) -> str:
         if request.conversation_id is not None:
             if await self.store.get_conversation(tenant, request.conversation_id) is None:
-                raise NotFound(
-                    f"Conversation '{request.conversation_id}' not found.", param="conversation"
-                )
+                raise conversation_not_found(request.conversation_id)
             return request.conversation_id
         if request.previous_response_id is not None:
             thread = await self.store.get_thread_id(tenant, request.previous_response_id)
             if thread is None:
-                raise NotFound(
-                    f"Previous response with id '{request.previous_response_id}' not found.",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
+                raise previous_response_not_found(request.previous_response_id)
             return thread
         return new_id("thread")
 

@@ -41,6 +41,8 @@ __all__ = [
     "Conflict",
     "Unprocessable",
     "ServerError",
+    "previous_response_not_found",
+    "conversation_not_found",
     "format_param",
     "invalid_request_from_errors",
     "validate_as",
@@ -127,6 +129,20 @@ class NotFound(ProtocolError):
     default_status = 404
     default_type = "invalid_request_error"
     default_code = "not_found"
+
+
+def previous_response_not_found(response_id: str) -> NotFound:
+    """The 404 for a ``previous_response_id`` that names no stored response."""
+    return NotFound(
+        f"Previous response with id '{response_id}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def conversation_not_found(conversation_id: str) -> NotFound:
+    """The 404 for a request's ``conversation`` that names no conversation."""
+    return NotFound(f"Conversation '{conversation_id}' not found.", param="conversation")
 
 
 class Conflict(ProtocolError):
