@@ -94,4 +94,46 @@ class FunctionModel:
             yield chunk
 
 
-__all__ = ["ScriptedModel", "FunctionModel", "text_turn", "tool_turn", "ModelError"]
+__all__ = ["ScriptedModel", "FunctionModel", "FunctionMcpClient", "text_turn", "tool_turn", "ModelError"]
+
+
+class FunctionMcpClient:
+    """An in-process stand-in for MCP servers, for loop unit tests: server label -> {tool: function}.
+
+    Integration tests use real MCP servers (tests/mcp_servers.py); this one lets the
+    loop's MCP logic be tested with plain values. It records every list and call.
+    """
+
+    def __init__(self, servers: dict[str, dict[str, Callable[..., Any]]], *, down: frozenset[str] = frozenset()) -> None:
+        self.servers = servers
+        self.down = down
+        self.listed: list[str] = []
+        self.called: list[tuple[str, str, dict[str, Any]]] = []
+
+    def check_server(self, server: Any) -> None:
+        return None
+
+    async def list_tools(self, server: Any) -> list[Any]:
+        from troupe.agentloop.mcp import McpError, McpTool
+
+        self.listed.append(server.label)
+        if server.label in self.down:
+            raise McpError(f"cannot connect to {server.url}", kind="protocol")
+        return [
+            McpTool(name=name, input_schema={"type": "object", "properties": {}}, description=fn.__doc__)
+            for name, fn in self.servers[server.label].items()
+        ]
+
+    async def call_tool(self, server: Any, name: str, arguments: dict[str, Any]) -> str:
+        import inspect
+
+        from troupe.agentloop.mcp import McpError
+
+        self.called.append((server.label, name, arguments))
+        try:
+            result = self.servers[server.label][name](**arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            raise McpError(str(exc), kind="tool") from exc
+        return str(result)

@@ -15,6 +15,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from troupe.agentloop.driver import LoopSettings, PreparedTurn, prepare, run_loop
 from troupe.agentloop.events import StepTraced
+from troupe.agentloop.mcp import McpServer
 from troupe.agentloop.model import ModelClient
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter, collect_response
@@ -67,10 +68,11 @@ async def run(
     history: Sequence[dict[str, Any]] = (),
     settings: LoopSettings = LoopSettings(),
     stream: bool = True,
+    mcp_client: Any = None,
 ) -> Outcome:
     """One response through prepare → run_loop → WireWriter, streamed or collected."""
     request = parse_create_request(body)
-    prepared = prepare(request, history, executors)
+    prepared = prepare(request, history, executors, mcp_client=mcp_client, mcp_servers=mcp_servers_of(body))
     writer = WireWriter(request, response_id=new_id("resp"), created_at=1_700_000_000)
     events = run_loop(prepared, model=model, executors=executors, settings=settings)
     if not stream:
@@ -82,6 +84,27 @@ async def run(
         outcome.events.extend(writer.write(event))
     outcome.response = writer.response
     return outcome
+
+
+def mcp_servers_of(body: dict[str, Any]) -> list[McpServer]:
+    """The request's mcp tools as servers (the runtime resolves them the same way, plus config)."""
+    servers = []
+    for tool in body.get("tools") or []:
+        if tool.get("type") != "mcp":
+            continue
+        allowed = tool.get("allowed_tools")
+        if isinstance(allowed, dict):
+            allowed = allowed.get("tool_names")
+        servers.append(
+            McpServer(
+                label=tool["server_label"],
+                url=tool.get("server_url"),
+                headers=dict(tool.get("headers") or {}),
+                allowed_tools=None if allowed is None else frozenset(allowed),
+                require_approval=tool.get("require_approval", "always"),
+            )
+        )
+    return servers
 
 
 def history_of(outcome: Outcome) -> list[dict[str, Any]]:
@@ -103,7 +126,13 @@ def check_stream(outcome: Outcome) -> Response | None:
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     # openresponses-types 2.4 types a json_schema format's `schema` as None, so no Response
     # carrying one can validate there; those are checked against the openai SDK only.
-    or_can_model = outcome.response["text"]["format"]["type"] != "json_schema"
+    # Open Responses models only function tools and the items message, function_call(_output),
+    # reasoning and compaction; MCP responses are checked against the openai SDK only.
+    or_can_model = (
+        outcome.response["text"]["format"]["type"] != "json_schema"
+        and all(t["type"] == "function" for t in outcome.response["tools"])
+        and all(i["type"] in _OR_ITEM_TYPES for i in outcome.response["output"])
+    )
     if outcome.response["status"] == "requires_action":
         # Troupe's opt-in extension status: no client type models it.
         assert events[-1]["type"] == "response.requires_action"
@@ -113,7 +142,7 @@ def check_stream(outcome: Outcome) -> Response | None:
             assert isinstance(event["response"]["created_at"], int), "strict clients need an integer created_at"
         model = OPEN_RESPONSES_EVENTS.get(event["type"])
         # OR nests errors; we send the openai SDK's flat error shape.
-        if model is not None and event["type"] != "error" and (or_can_model or "response" not in event):
+        if model is not None and event["type"] != "error" and (or_can_model or "response" not in event and "item" not in event):
             model.model_validate(event)
     if or_can_model:
         ort.ResponseResource.model_validate(outcome.response)
@@ -148,6 +177,8 @@ def _without_parsed(value: Any) -> Any:
         return [_without_parsed(v) for v in value]
     return value
 
+
+_OR_ITEM_TYPES = frozenset({"message", "function_call", "function_call_output", "reasoning", "compaction"})
 
 _VOLATILE = {"id", "call_id", "created_at", "completed_at", "item_id"}
 

@@ -116,3 +116,11 @@ def test_usage_is_summed_over_turns():
     state = state.after_tools().after_model(TurnEnd(text="x", usage=TokenUsage(input_tokens=7, output_tokens=1)), TurnPlan(), had_tools=True)
     assert state.usage == TokenUsage(input_tokens=10, output_tokens=3)
     assert state.model_calls == 2
+
+
+def test_approved_calls_run_before_the_first_model_turn():
+    state = LoopState(resume_calls=(ADD,))
+    assert decide(state) == ExecuteTools(calls=(ADD,))
+    resumed = state.after_tools()
+    assert resumed.resumed and resumed.tool_calls_used == 1
+    assert decide(resumed) == CallModel(use_request_tool_choice=True)

@@ -9,6 +9,7 @@ situation                                          next action
 =================================================  ===========================================
 cancelled                                          Finish(cancelled)
 an unrecoverable error                             Finish(failed, error)
+approved calls in the input, not run yet           ExecuteTools (no model turn first)
 no model call yet                                  CallModel (request's tool_choice)
 upstream finish ``length``                         Finish(incomplete, max_output_tokens)
 upstream finish ``content_filter``                 Finish(incomplete, content_filter)
@@ -109,6 +110,9 @@ class LoopState:
     usage: TokenUsage = field(default_factory=TokenUsage)
     cancelled: bool = False
     error: dict[str, Any] | None = None
+    resume_calls: tuple[ToolCall, ...] = ()
+    """Calls the client approved in this request's input: run before the first model turn."""
+    resumed: bool = False
 
     def after_model(self, turn: TurnEnd, plan: TurnPlan, *, had_tools: bool) -> LoopState:
         """Fold in a finished model turn and its plan."""
@@ -127,7 +131,9 @@ class LoopState:
         )
 
     def after_tools(self) -> LoopState:
-        """Fold in the finished tool work of the last turn."""
+        """Fold in the finished tool work of the last turn (or of the approved calls)."""
+        if self.last_turn is None:
+            return replace(self, resumed=True, tool_calls_used=self.tool_calls_used + len(self.resume_calls))
         assert self.plan is not None
         return replace(
             self,
@@ -143,6 +149,8 @@ def decide(state: LoopState) -> NextAction:
         return Finish(status="cancelled")
     if state.error is not None:
         return Finish(status="failed", error=state.error)
+    if state.resume_calls and not state.resumed:
+        return ExecuteTools(calls=state.resume_calls)
     turn, plan = state.last_turn, state.plan
     if turn is None or plan is None:
         return CallModel(use_request_tool_choice=True)

@@ -32,6 +32,7 @@ from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopS
 from .model import ChatRequest, ModelClient, ModelError, ToolCall, TurnEnd
 from .model import ReasoningDelta as ModelReasoningDelta
 from .model import TextDelta as ModelTextDelta
+from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import ToolCallArgumentsDelta, ToolCallStart
 from .tools import ToolExecutor, ToolPolicy, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
@@ -61,6 +62,8 @@ class PreparedTurn:
     tool_definitions: list[dict[str, Any]] = field(default_factory=list)
     """Responses-shaped function tools shown to the model."""
     policy: ToolPolicy = field(default_factory=ToolPolicy)
+    mcp: McpToolset | None = None
+    """The request's MCP servers (listed as the response starts, when not yet in the thread)."""
 
 
 def _plain(value: Any) -> Any:
@@ -73,6 +76,9 @@ def prepare(
     request: CreateResponseRequest,
     history: Sequence[dict[str, Any]],
     executors: Sequence[ToolExecutor] = (),
+    *,
+    mcp_client: McpClient | None = None,
+    mcp_servers: Sequence[McpServer] = (),
 ) -> PreparedTurn:
     """Validate the parts of ``request`` only the loop can judge, and build its transcript.
 
@@ -80,6 +86,8 @@ def prepare(
         request: the validated create request.
         history: the thread's earlier client items, oldest first.
         executors: the server-side tool executors.
+        mcp_client: how to reach MCP servers (None: MCP tools are refused).
+        mcp_servers: the request's ``mcp`` tools, resolved (secrets included).
 
     Returns:
         The prepared turn.
@@ -89,23 +97,36 @@ def prepare(
             that do not fit the history (see :func:`build_transcript`).
     """
     tools = [_plain(t) for t in (request.tools or [])]
+    supported = _SUPPORTED_TOOL_TYPES | ({"mcp"} if mcp_client is not None else set())
     for i, tool in enumerate(tools):
-        if tool.get("type") not in _SUPPORTED_TOOL_TYPES:
+        if tool.get("type") not in supported:
             raise InvalidRequest(
                 f"Tool type '{tool.get('type')}' is not supported by this server.",
                 param=f"tools[{i}].type",
                 code="unsupported_value",
             )
     choice = _plain(request.tool_choice)
-    if isinstance(choice, dict) and choice.get("type") not in ("function", "allowed_tools"):
+    choice_types = ("function", "allowed_tools") + (("mcp",) if mcp_client is not None else ())
+    if isinstance(choice, dict) and choice.get("type") not in choice_types:
         raise InvalidRequest(
             f"tool_choice of type '{choice.get('type')}' is not supported by this server.",
             param="tool_choice",
             code="unsupported_value",
         )
     transcript, accepted = build_transcript(history, request.input_items())
-    declared = {t["name"] for t in tools}
-    definitions = tools + [d for ex in executors for d in ex.definitions() if d["name"] not in declared]
+    mcp = None
+    if mcp_client is not None and mcp_servers:
+        mcp = McpToolset(mcp_client, list(mcp_servers), list(history) + accepted)
+    for approved in transcript.approved:
+        if mcp is None or approved.get("server_label") not in mcp.servers:
+            raise InvalidRequest(
+                f"Approving a call to '{approved.get('server_label')}' needs that MCP server in 'tools'.",
+                param="tools",
+                code="invalid_value",
+            )
+    functions = [t for t in tools if t.get("type") == "function"]
+    declared = {t["name"] for t in functions}
+    definitions = functions + [d for ex in executors for d in ex.definitions() if d["name"] not in declared]
     allowed = None
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
         allowed = frozenset(t["name"] for t in choice.get("tools", []) if t.get("type") == "function")
@@ -116,7 +137,12 @@ def prepare(
         max_tool_calls=request.max_tool_calls,
     )
     return PreparedTurn(
-        request=request, transcript=transcript, input_items=accepted, tool_definitions=definitions, policy=policy
+        request=request,
+        transcript=transcript,
+        input_items=accepted,
+        tool_definitions=definitions,
+        policy=policy,
+        mcp=mcp,
     )
 
 
@@ -141,8 +167,10 @@ def _chat_tool_choice(choice: Any, action: CallModel) -> str | dict[str, Any]:
         return "auto"
     if isinstance(choice, str):
         return choice
-    if choice["type"] == "function":
+    if choice["type"] == "function" or (choice["type"] == "mcp" and choice.get("name")):
         return {"type": "function", "function": {"name": choice["name"]}}
+    if choice["type"] == "mcp":
+        return "required"  # any tool of that server: the closest a chat model can be told
     return choice.get("mode", "auto")  # allowed_tools: the tool list is already filtered
 
 
@@ -163,6 +191,16 @@ def _model_error(exc: Exception) -> dict[str, Any]:
     return {"code": "server_error", "message": f"The model call failed: {exc}"}
 
 
+@dataclass(frozen=True, slots=True)
+class _ToolOutcome:
+    output: str
+    """What the model is shown."""
+    started: float
+    ended: float
+    error: Exception | None = None
+    error_text: str | None = None
+
+
 class _Run:
     """One response's loop: the I/O shell around :func:`decide`."""
 
@@ -180,18 +218,30 @@ class _Run:
         self.p = prepared
         self.req = prepared.request
         self.model = model
-        self.executors = executors
+        self.mcp = prepared.mcp
+        # The MCP servers act as one more executor, consulted first.
+        self.executors: list[ToolExecutor] = ([self.mcp] if self.mcp else []) + list(executors)
         self.upstream_model = upstream_model or self.req.model
         self.cancel = cancel
         self.clock = clock
+        self.mcp_items: dict[str, str] = {}  # call_id -> open mcp_call item id
+        resume = tuple(
+            ToolCall(call_id=r["id"], name=r["name"], arguments=r.get("arguments") or "{}")
+            for r in prepared.transcript.approved
+        )
+        self.resume_labels = {r["id"]: r["server_label"] for r in prepared.transcript.approved}
         self.state = LoopState(
             max_infer_iters=self.req.max_infer_iters,
             client_tool_status=settings.client_tool_status,
             output_tokens_left=self.req.max_output_tokens,
+            resume_calls=resume,
         )
 
     async def run(self) -> AsyncIterator[ev.LoopEvent]:
         yield ev.ResponseStarted()
+        if self.mcp is not None:
+            async for event in self._list_mcp_tools():
+                yield event
         while True:
             action = decide(self.state)
             match action:
@@ -208,6 +258,8 @@ class _Run:
                         yield ev.ItemEmitted(item=executor.approval_item(call))  # type: ignore[union-attr]
                     action = Finish(status="completed")
             if isinstance(action, Finish):
+                for item_id in self.mcp_items.values():  # calls never run (tool_choice none, a failure)
+                    yield ev.McpCallDone(item_id=item_id, error=McpError("The call was not run.").to_item_error())
                 yield ev.ResponseFinished(
                     status=action.status,
                     usage=self.state.usage,
@@ -218,16 +270,40 @@ class _Run:
             if self.cancel.is_set():
                 self.state = replace(self.state, cancelled=True)
 
+    # -- MCP listing -------------------------------------------------------------
+
+    async def _list_mcp_tools(self) -> AsyncIterator[ev.LoopEvent]:
+        assert self.mcp is not None
+        servers = self.mcp.to_list()
+        item_ids = [new_id("mcpl") for _ in servers]
+        for server, item_id in zip(servers, item_ids, strict=True):
+            yield ev.McpListStarted(item_id=item_id, server_label=server.label)
+        # All servers are listed at once; their items finish in order.
+        results = await asyncio.gather(
+            *(self.mcp.client.list_tools(server) for server in servers), return_exceptions=True
+        )
+        for server, item_id, result in zip(servers, item_ids, results, strict=True):
+            if isinstance(result, BaseException):
+                # The loop goes on without this server's tools.
+                yield ev.McpListDone(item_id=item_id, tools=[], error=str(result))
+            else:
+                shown = self.mcp.record_listing(server.label, result)
+                yield ev.McpListDone(item_id=item_id, tools=[t.to_item() for t in shown])
+
     # -- model turn --------------------------------------------------------------
 
     def _chat_request(self, action: CallModel) -> ChatRequest:
         req = self.req
         choice = _plain(req.tool_choice)
         effort = (_plain(req.reasoning) or {}).get("effort")
+        definitions = list(self.p.tool_definitions)
+        if self.mcp is not None:
+            known = {d["name"] for d in definitions}
+            definitions += [d for d in self.mcp.definitions() if d["name"] not in known]
         return ChatRequest(
             model=self.upstream_model,
             messages=self.p.transcript.to_chat_messages(req.instructions if isinstance(req.instructions, str) else None),
-            tools=_chat_tools(self.p.tool_definitions, self.p.policy.allowed),
+            tools=_chat_tools(definitions, self.p.policy.allowed),
             tool_choice=_chat_tool_choice(choice, action),
             parallel_tool_calls=req.parallel_tool_calls,
             max_tokens=self.state.output_tokens_left,
@@ -237,12 +313,25 @@ class _Run:
             extra={"reasoning_effort": effort} if effort else {},
         )
 
+    def _mcp_streams(self, name: str) -> str | None:
+        """The server label when a call to ``name`` streams as an ``mcp_call`` item now.
+
+        Calls that wait for approval stream nothing: they become an approval request.
+        """
+        label = self.mcp.label_of(name) if self.mcp is not None else None
+        if label is None or self.mcp.servers[label].needs_approval(name):  # type: ignore[union-attr]
+            return None
+        return label
+
     async def _call_model(self, action: CallModel) -> AsyncIterator[ev.LoopEvent]:
         chat = self._chat_request(action)
         started, first_at = self.clock(), None
         message_id = reasoning_id = None
         text = reasoning = ""
-        call_items: dict[int, str] = {}  # tool-call index -> item id
+        call_items: dict[int, str] = {}  # tool-call index -> function_call item id
+        mcp_items: dict[int, str] = {}  # tool-call index -> mcp_call item id
+        held: set[int] = set()  # tool-call indexes waiting for approval (nothing streamed)
+        starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
         try:
@@ -263,10 +352,21 @@ class _Run:
                             text += delta
                             yield ev.MessageDelta(item_id=message_id, delta=delta)
                         case ToolCallStart(index=index, call_id=call_id, name=name):
-                            call_items[index] = new_id("fc")
-                            yield ev.FunctionCallStarted(item_id=call_items[index], call_id=call_id, name=name)
+                            starts[index] = chunk
+                            label = self._mcp_streams(name)
+                            if label is not None:
+                                mcp_items[index] = self.mcp_items[call_id] = new_id("mcp")
+                                yield ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=name)
+                            elif self.mcp is not None and self.mcp.label_of(name) is not None:
+                                held.add(index)
+                            else:
+                                call_items[index] = new_id("fc")
+                                yield ev.FunctionCallStarted(item_id=call_items[index], call_id=call_id, name=name)
                         case ToolCallArgumentsDelta(index=index, delta=delta):
-                            yield ev.FunctionCallArgumentsDelta(item_id=call_items[index], delta=delta)
+                            if index in mcp_items:
+                                yield ev.McpCallArgumentsDelta(item_id=mcp_items[index], delta=delta)
+                            elif index in call_items:
+                                yield ev.FunctionCallArgumentsDelta(item_id=call_items[index], delta=delta)
                         case TurnEnd():
                             turn = chunk
                     if self.cancel.is_set():
@@ -283,10 +383,18 @@ class _Run:
             yield ev.MessageDone(item_id=message_id, text=turn.text if done else text, status=item_status)
         calls = turn.tool_calls if done else ()
         for index, call in enumerate(calls):
-            if index not in call_items:  # a client that did not announce the call while streaming
-                call_items[index] = new_id("fc")
-                yield ev.FunctionCallStarted(item_id=call_items[index], call_id=call.call_id, name=call.name)
-            yield ev.FunctionCallDone(item_id=call_items[index], arguments=call.arguments, status=item_status)
+            if index not in starts:  # a client that did not announce the call while streaming
+                label = self._mcp_streams(call.name)
+                if label is not None:
+                    mcp_items[index] = self.mcp_items[call.call_id] = new_id("mcp")
+                    yield ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=call.name)
+                elif self.mcp is None or self.mcp.label_of(call.name) is None:
+                    call_items[index] = new_id("fc")
+                    yield ev.FunctionCallStarted(item_id=call_items[index], call_id=call.call_id, name=call.name)
+            if index in mcp_items:
+                yield ev.McpCallArgumentsDone(item_id=mcp_items[index], arguments=call.arguments)
+            elif index in call_items:
+                yield ev.FunctionCallDone(item_id=call_items[index], arguments=call.arguments, status=item_status)
         for index in sorted(set(call_items) - set(range(len(calls)))):
             yield ev.FunctionCallDone(item_id=call_items[index], arguments="", status="incomplete")
         usage = turn.usage if turn is not None else None
@@ -312,8 +420,20 @@ class _Run:
     # -- tools -------------------------------------------------------------------
 
     async def _execute(self, action: ExecuteTools) -> AsyncIterator[ev.LoopEvent]:
+        resuming = self.state.last_turn is None  # approved calls, before any model turn
+        order = action.calls if resuming else self.state.last_turn.tool_calls  # type: ignore[union-attr]
+        if resuming:
+            # Approved calls run now, without a model turn: their mcp_call items open here.
+            for call in action.calls:
+                item_id = self.mcp_items[call.call_id] = new_id("mcp")
+                yield ev.McpCallStarted(
+                    item_id=item_id, server_label=self.resume_labels[call.call_id], name=call.name,
+                    approval_request_id=call.call_id,
+                )
+                yield ev.McpCallArgumentsDone(item_id=item_id, arguments=call.arguments)
+                self.p.transcript.add_call(call)
         tasks = [asyncio.ensure_future(self._run_tool(call)) for call in action.calls]
-        results: dict[str, tuple[str, float, float, str | None]] = {}
+        results: dict[str, _ToolOutcome] = {}
         if tasks:
             waiter = asyncio.ensure_future(self.cancel.wait())
             gathered = asyncio.gather(*tasks)
@@ -328,29 +448,43 @@ class _Run:
             results = dict(zip((c.call_id for c in action.calls), gathered.result(), strict=True))
         rejected = {r.call.call_id: r for r in action.rejected}
         # Outputs in the model's call order, whichever finished first.
-        for call in self.state.last_turn.tool_calls if self.state.last_turn else ():
+        for call in order:
+            mcp_item = self.mcp_items.pop(call.call_id, None)
             if call.call_id in results:
-                output, started, ended, error = results[call.call_id]
+                outcome = results[call.call_id]
                 yield ev.StepTraced(
-                    kind="tool", name=call.name, call_id=call.call_id, started_at=started, ended_at=ended, error=error
+                    kind="tool", name=call.name, call_id=call.call_id, started_at=outcome.started,
+                    ended_at=outcome.ended, error=outcome.error_text,
                 )
+                output, failure = outcome.output, outcome.error
             elif call.call_id in rejected:
                 output = f"Error: {rejected[call.call_id].reason}"
+                failure = McpError(rejected[call.call_id].reason)
             else:
                 continue
             self.p.transcript.add_output(call.call_id, output)
-            yield ev.ItemEmitted(item=_output_item(call, output))
+            if mcp_item is not None:
+                if failure is None:
+                    yield ev.McpCallDone(item_id=mcp_item, output=output)
+                else:
+                    error = failure if isinstance(failure, McpError) else McpError(str(failure))
+                    yield ev.McpCallDone(item_id=mcp_item, error=error.to_item_error())
+            else:
+                yield ev.ItemEmitted(item=_output_item(call, output))
 
-    async def _run_tool(self, call: ToolCall) -> tuple[str, float, float, str | None]:
-        executor = find_executor(call, self.executors)
-        assert executor is not None, "plan_turn only sends calls that have an executor"
+    async def _run_tool(self, call: ToolCall) -> _ToolOutcome:
         started = self.clock()
         try:
-            output, error = await executor.execute(call), None
+            if call.call_id in self.resume_labels:  # an approved MCP call: its server is known
+                assert self.mcp is not None
+                output = await self.mcp.call(self.resume_labels[call.call_id], call.name, call.arguments)
+                return _ToolOutcome(output, started, self.clock())
+            executor = find_executor(call, self.executors)
+            assert executor is not None, "plan_turn only sends calls that have an executor"
+            return _ToolOutcome(await executor.execute(call), started, self.clock())
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
-            error = f"{type(exc).__name__}: {exc}"
-            output = f"Error: {error}"
-        return output, started, self.clock(), error
+            described = str(exc) if isinstance(exc, McpError) else f"{type(exc).__name__}: {exc}"
+            return _ToolOutcome(f"Error: {described}", started, self.clock(), exc, described)
 
 
 def _output_item(call: ToolCall, output: str) -> dict[str, Any]:

@@ -27,6 +27,12 @@ __all__ = [
     "FunctionCallStarted",
     "FunctionCallArgumentsDelta",
     "FunctionCallDone",
+    "McpListStarted",
+    "McpListDone",
+    "McpCallStarted",
+    "McpCallArgumentsDelta",
+    "McpCallArgumentsDone",
+    "McpCallDone",
     "ItemEmitted",
     "StepTraced",
     "ResponseFinished",
@@ -101,6 +107,48 @@ class FunctionCallDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class McpListStarted:
+    item_id: str
+    server_label: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpListDone:
+    item_id: str
+    tools: list[dict[str, Any]]
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpCallStarted:
+    item_id: str
+    server_label: str
+    name: str
+    approval_request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpCallArgumentsDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpCallArgumentsDone:
+    item_id: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpCallDone:
+    """The call ran (``output``) or failed or was refused (``error``, the SDK's error object)."""
+
+    item_id: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemEmitted:
     """A whole item with no deltas (a tool's output): added and done at once."""
 
@@ -146,6 +194,12 @@ LoopEvent = (
     | FunctionCallStarted
     | FunctionCallArgumentsDelta
     | FunctionCallDone
+    | McpListStarted
+    | McpListDone
+    | McpCallStarted
+    | McpCallArgumentsDelta
+    | McpCallArgumentsDone
+    | McpCallDone
     | ItemEmitted
     | StepTraced
     | ResponseFinished

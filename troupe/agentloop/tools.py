@@ -202,10 +202,11 @@ def plan_turn(
     approval: list[ToolCall] = []
     exhausted = False
     for call in calls:
-        if policy.allowed is not None and call.name not in policy.allowed:
+        executor = find_executor(call, executors)
+        restricted = executor is None or getattr(executor, "restricted_by_allowed_tools", True)
+        if policy.allowed is not None and call.name not in policy.allowed and restricted:
             rejected.append(RejectedCall(call=call, reason=f"tool '{call.name}' is not in allowed_tools"))
             continue
-        executor = find_executor(call, executors)
         if executor is None:
             if call.name in policy.declared:
                 client.append(call)

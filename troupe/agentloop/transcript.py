@@ -20,7 +20,12 @@ Canonicalization rules (:func:`build_transcript`):
   settled call, is a 400 naming ``input[i].call_id``;
 * an input item whose ``id`` the history already holds is dropped (clients
   that re-send their history get de-duplicated, not a 400);
-* ``item_reference`` resolves against the history's items.
+* ``item_reference`` resolves against the history's items;
+* an ``mcp_approval_response`` must name an ``mcp_approval_request`` of the thread (else
+  a 400 naming ``input[i].approval_request_id``); a denial becomes the call plus a
+  "denied" output, so the model is told; an approval in this request's input is left
+  for the loop to run (:attr:`Transcript.approved`); a request already settled (its
+  ``mcp_call`` or a denial exists) is never run again.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class Transcript:
     """Canonical items, appended to as the loop runs (mutated in place, never reordered)."""
 
     items: list[dict[str, Any]] = field(default_factory=list)
+    approved: list[dict[str, Any]] = field(default_factory=list)
+    """``mcp_approval_request`` items this request's input approves and nothing has run yet."""
 
     def add_message(self, role: str, text: str) -> None:
         self.items.append({"type": "message", "role": role, "content": text})
@@ -174,6 +181,8 @@ def build_transcript(
     known_ids = {item["id"]: item for item in history if item.get("id")}
     calls: set[str] = set()
     settled: set[str] = set()
+    requests: dict[str, dict[str, Any]] = {}  # mcp_approval_request items by id
+    approved: dict[str, dict[str, Any]] = {}  # approved in this input, not yet run
 
     def take(item: dict[str, Any], index: int | None) -> None:
         kind = item.get("type", "message")
@@ -196,13 +205,44 @@ def build_transcript(
             call_id = item.get("id") or item.get("call_id", "")
             calls.add(call_id)
             settled.add(call_id)
+            if item.get("approval_request_id"):
+                settled.add(item["approval_request_id"])
+                approved.pop(item["approval_request_id"], None)
             transcript.items.append(
                 {"type": "function_call", "call_id": call_id, "name": item["name"], "arguments": item.get("arguments", "")}
             )
             error = item.get("error")
             transcript.add_output(call_id, _error_text(error) if error else _output_text(item.get("output")))
-        # Everything else (mcp_list_tools, approvals, reasoning, hosted-tool calls,
-        # compaction) is for the client only and stays out of the upstream view.
+        elif kind == "mcp_approval_request":
+            requests[item["id"]] = item
+        elif kind == "mcp_approval_response":
+            _take_approval(item, index)
+        # Everything else (mcp_list_tools, reasoning, hosted-tool calls, compaction) is
+        # for the client only and stays out of the upstream view.
+
+    def _take_approval(item: dict[str, Any], index: int | None) -> None:
+        request_id = item.get("approval_request_id", "")
+        request = requests.get(request_id)
+        if request is None:
+            if index is None:
+                return
+            raise InvalidRequest(
+                f"No mcp_approval_request with id '{request_id}' in this conversation.",
+                param=f"input[{index}].approval_request_id",
+                code="invalid_value",
+            )
+        if request_id in settled:
+            return  # already ran or was denied: never run twice
+        if item.get("approve"):
+            if index is not None:
+                approved[request_id] = request
+            return
+        settled.add(request_id)
+        reason = item.get("reason")
+        transcript.items.append(
+            {"type": "function_call", "call_id": request_id, "name": request["name"], "arguments": request.get("arguments", "")}
+        )
+        transcript.add_output(request_id, "The user denied this tool call." + (f" Reason: {reason}" if reason else ""))
 
     for item in history:
         take(item, None)
@@ -220,6 +260,7 @@ def build_transcript(
         else:
             take(item, index)
         accepted.append(item)
+    transcript.approved = list(approved.values())
     return transcript, accepted
 
 

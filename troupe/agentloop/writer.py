@@ -33,6 +33,14 @@ from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
+    ResponseMcpCallArgumentsDeltaEvent,
+    ResponseMcpCallArgumentsDoneEvent,
+    ResponseMcpCallCompletedEvent,
+    ResponseMcpCallFailedEvent,
+    ResponseMcpCallInProgressEvent,
+    ResponseMcpListToolsCompletedEvent,
+    ResponseMcpListToolsFailedEvent,
+    ResponseMcpListToolsInProgressEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseOutputMessage,
@@ -186,6 +194,36 @@ class WireWriter:
                     self._emit(ResponseFunctionCallArgumentsDoneEvent, item_id=item_id, output_index=i, arguments=arguments),
                     self._done(item),
                 ]
+            case ev.McpListStarted(item_id=item_id, server_label=label):
+                item = {"type": "mcp_list_tools", "id": item_id, "server_label": label, "tools": [], "error": None}
+                added = self._add(item)
+                return [added, self._emit(ResponseMcpListToolsInProgressEvent, item_id=item_id, output_index=self._index[item_id])]
+            case ev.McpListDone(item_id=item_id, tools=tools, error=error):
+                i = self._index[item_id]
+                item = {**self._output[i], "tools": tools, "error": error}
+                status_event = ResponseMcpListToolsFailedEvent if error else ResponseMcpListToolsCompletedEvent
+                return [self._emit(status_event, item_id=item_id, output_index=i), self._done(item)]
+            case ev.McpCallStarted(item_id=item_id, server_label=label, name=name, approval_request_id=approval):
+                item = {
+                    "type": "mcp_call", "id": item_id, "server_label": label, "name": name, "arguments": "",
+                    "approval_request_id": approval, "output": None, "error": None, "status": "in_progress",
+                }
+                added = self._add(item)
+                return [added, self._emit(ResponseMcpCallInProgressEvent, item_id=item_id, output_index=self._index[item_id])]
+            case ev.McpCallArgumentsDelta(item_id=item_id, delta=delta):
+                return [self._emit(
+                    ResponseMcpCallArgumentsDeltaEvent, item_id=item_id, output_index=self._index[item_id], delta=delta
+                )]
+            case ev.McpCallArgumentsDone(item_id=item_id, arguments=arguments):
+                i = self._index[item_id]
+                self._output[i] = {**self._output[i], "arguments": arguments}
+                return [self._emit(ResponseMcpCallArgumentsDoneEvent, item_id=item_id, output_index=i, arguments=arguments)]
+            case ev.McpCallDone(item_id=item_id, output=output, error=error):
+                i = self._index[item_id]
+                status = "failed" if error else "completed"
+                item = {**self._output[i], "output": output, "error": error, "status": status}
+                status_event = ResponseMcpCallFailedEvent if error else ResponseMcpCallCompletedEvent
+                return [self._emit(status_event, item_id=item_id, output_index=i), self._done(item)]
             case ev.ItemEmitted(item=item):
                 return [self._add(item), self._done(item)]
             case ev.StepTraced():
