@@ -197,6 +197,26 @@ def test_server_tool_runs_inside_the_loop(client):
     assert {t["kind"] for t in traces} <= {"model", "tool"}
 
 
+def test_registered_tools_of_one_turn_run_in_parallel(client):
+    calls = " ".join('[[call sleep {"ms": 300}]]' for _ in range(3))
+    response = client.responses.create(model="sim", input=calls)
+    assert text_of(response) == "\n".join(["sleep -> slept 300 ms"] * 3)
+    traces = httpx.get(f"{client.base_url}responses/{response.id}/step_traces").json()
+    tools = [t for t in traces if t["kind"] == "tool"]
+    assert len(tools) == 3
+    # Shown by the recorded times, not by a wall-clock threshold: every call began before any ended.
+    assert max(t["started_at"] for t in tools) < min(t["started_at"] + t["duration_s"] for t in tools)
+
+
+def test_store_false_keeps_nothing(client):
+    response = client.responses.create(model="sim", input="[[say gone]]", store=False)
+    assert text_of(response) == "gone"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="sim", input="x", previous_response_id=response.id)
+
+
 def test_models_and_health(client, url):
     models = client.models.list()
     assert [m.id for m in models] == ["sim"]
