@@ -110,7 +110,10 @@ class FunctionMcpClient:
         self.listed: list[str] = []
         self.called: list[tuple[str, str, dict[str, Any]]] = []
 
-    def check_server(self, server: Any) -> None:
+    def check_server(self, server: Any, index: int | None = None) -> None:
+        return None
+
+    async def close(self) -> None:
         return None
 
     async def list_tools(self, server: Any) -> list[Any]:

@@ -8,6 +8,7 @@ and DuckDB file; tests get ``base_url`` for each and drive it with real clients.
 from __future__ import annotations
 
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -15,10 +16,18 @@ import httpx
 import pytest
 
 from tests.servers import wait_for
-from troupe.actors.settings import RuntimeSettings
+from tests.mcp_servers import REPO_ROOT
+from troupe.actors.settings import McpServerSpec, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
 PLACEMENTS = ("pooled", "dedicated")
+
+# The stdio MCP test server, runnable from any working directory (a Ray worker's may differ).
+STDIO_MCP = (
+    sys.executable,
+    "-c",
+    f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); from tests.mcp_servers import _main; _main(['--stdio'])",
+)
 
 
 def _free_port() -> int:
@@ -51,6 +60,10 @@ def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
             pool_size=2,
             namespace=f"e2e-{placement}-{uuid.uuid4().hex[:6]}",
             storage_path=str(tmp_path_factory.mktemp(placement) / "troupe.duckdb"),
+            # The MCP test servers run on loopback, which the default policy refuses.
+            mcp_allowed_urls=("http://127.0.0.1:*",),
+            mcp_timeout_s=3.0,
+            mcp_servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
         )
         serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
         root = f"http://127.0.0.1:{serve_port}/{placement}"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from troupe.actors.settings import DEFAULT_TOOLS, ModelSpec, RuntimeSettings, ToolSpec
+from troupe.actors.settings import DEFAULT_TOOLS, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
 from troupe.serve.config import ConfigError, ServerSettings, load_config, parse_api_keys, tenant_of_key
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "troupe.example.toml"
@@ -265,15 +265,21 @@ def test_the_example_file_loads_and_documents_every_option():
     assert [t.name for t in runtime.tools][-1] == "get_weather"
     text = EXAMPLE.read_text()
     doc = tomllib.loads(text)
+    mcp_fields = {"mcp_allowed_urls": "allowed_urls", "mcp_timeout_s": "timeout_s", "mcp_list_ttl_s": "list_ttl_s"}
     for f in dataclasses.fields(RuntimeSettings):
-        if f.name not in ("models", "tools"):
+        if f.name in mcp_fields:
+            assert mcp_fields[f.name] in doc["mcp"], f"mcp.{mcp_fields[f.name]} is not documented"
+        elif f.name not in ("models", "tools", "mcp_servers"):
             assert f.name in doc["runtime"], f"runtime.{f.name} is not documented"
             assert doc["runtime"][f.name] == f.default, f"runtime.{f.name}: the example should show the default"
+    assert [s.label for s in runtime.mcp_servers] == ["docs", "files"]
+    for f in dataclasses.fields(McpServerSpec):
+        assert f"{f.name} =" in text, f"McpServerSpec.{f.name} is not documented"
     for f in dataclasses.fields(ServerSettings):
         assert f.name in text or f.name == "api_keys", f"server.{f.name} is not documented"
     for spec in (ModelSpec, ToolSpec):
         for f in dataclasses.fields(spec):
             assert f"{f.name} =" in text, f"{spec.__name__}.{f.name} is not documented"
     for var in ("TROUPE_HOST", "TROUPE_PORT", "TROUPE_STORAGE_PATH", "TROUPE_PLACEMENT", "TROUPE_POOL_SIZE",
-                "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG"):
+                "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG", "TROUPE_MCP_ALLOWED_URLS"):
         assert var in text

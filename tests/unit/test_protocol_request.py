@@ -344,7 +344,6 @@ def test_openai_sdk_bodies() -> None:
     (body(tools=[{"type": "function", "name": "f", "parameters": "{}"}]), "invalid_type", "tools[0].parameters"),
     (body(tools=[{"type": "function", "name": "f", "strict": "yes"}]), "invalid_type", "tools[0].strict"),
     (body(tools=[WEATHER, WEATHER]), "invalid_value", "tools[1].name"),
-    (body(tools=[{"type": "mcp", "server_label": "s"}]), "missing_required_parameter", "tools[0].server_url"),
     (body(tools=[{"type": "mcp", "server_url": "https://x"}]), "missing_required_parameter",
      "tools[0].server_label"),
     (body(tools=[{**MCP, "require_approval": "sometimes"}]), "invalid_value", "tools[0].require_approval"),

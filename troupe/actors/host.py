@@ -29,11 +29,13 @@ from typing import Any, Protocol
 
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import StepTraced
+from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import CreateResponseRequest, NotFound, conversation_not_found, previous_response_not_found
 from troupe.storage import ResponseRecord, StepTrace
 
+from .mcp_policy import resolve_mcp_tool
 from .models import ModelRegistry
 from .settings import RuntimeSettings
 from .store_client import StoreClient
@@ -92,11 +94,17 @@ class ConversationHost:
     """
 
     def __init__(
-        self, settings: RuntimeSettings, *, store: StoreClient, executors: Sequence[ToolExecutor] = ()
+        self,
+        settings: RuntimeSettings,
+        *,
+        store: StoreClient,
+        executors: Sequence[ToolExecutor] = (),
+        mcp_client: McpClient | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.executors = list(executors)
+        self.mcp_client = mcp_client
         self.models = ModelRegistry(settings.models)
         self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
@@ -160,8 +168,9 @@ class ConversationHost:
     async def _run_turn(self, job: TurnJob, thread: _Thread) -> AsyncIterator[list[dict[str, Any]]]:
         started = time.time()
         request = job.request
+        servers = self._mcp_servers(request)
         history = await self._history(job, thread)
-        prepared = prepare(request, history, self.executors)
+        prepared = prepare(request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers)
         spec = self.settings.model(request.model)
         if spec is None:
             raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
@@ -204,6 +213,22 @@ class ConversationHost:
                 ):
                     yield batch
                     batch, flushed_at = [], now
+
+    def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:
+        """The request's ``mcp`` tools, resolved (configured labels, secrets) and checked (URL policy).
+
+        Raises:
+            InvalidRequest: a server this deployment may not reach, or an unknown label.
+        """
+        if self.mcp_client is None:
+            return []
+        servers = []
+        for index, tool in enumerate(request.tools):
+            if tool.get("type") == "mcp":
+                server = resolve_mcp_tool(tool, self.settings, index)
+                self.mcp_client.check_server(server, index)
+                servers.append(server)
+        return servers
 
     async def _finish(
         self,
@@ -264,6 +289,8 @@ class ConversationHost:
 
     async def close(self) -> None:
         await self.models.close()
+        if self.mcp_client is not None:
+            await self.mcp_client.close()
 
 
 def _trace(response_id: str, seq: int, event: StepTraced) -> StepTrace:

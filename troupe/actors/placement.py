@@ -64,7 +64,11 @@ class LocalPlacement:
     """Every thread on one in-process host."""
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
-        self.host = ConversationHost(settings, store=store, executors=[local_executor(settings.tools)])
+        from .mcp import LocalMcpClient
+
+        self.host = ConversationHost(
+            settings, store=store, executors=[local_executor(settings.tools)], mcp_client=LocalMcpClient(settings)
+        )
 
     async def host_for(self, thread_id: str) -> HostClient:
         return self.host
@@ -83,11 +87,14 @@ class HostActor(ConversationHost):
     """The host as it runs inside a Ray actor: storage and tools over Ray."""
 
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
+        from .mcp import RayMcpClient
         from .storage_actor import RayStoreClient
         from .tool_tasks import RayToolExecutor
 
         executor = RayToolExecutor(settings.tools, num_cpus=settings.tool_num_cpus, timeout_s=settings.tool_timeout_s)
-        super().__init__(settings, store=RayStoreClient.by_name(settings), executors=[executor])
+        super().__init__(
+            settings, store=RayStoreClient.by_name(settings), executors=[executor], mcp_client=RayMcpClient(settings)
+        )
         self._idle_timeout_s = idle_timeout_s
         self._watcher: asyncio.Task[None] | None = None
 

@@ -8,10 +8,10 @@ the example tools, pooled placement, ``troupe.duckdb`` in the working directory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["ModelSpec", "ToolSpec", "RuntimeSettings", "DEFAULT_TOOLS"]
+__all__ = ["ModelSpec", "ToolSpec", "McpServerSpec", "RuntimeSettings", "DEFAULT_TOOLS"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +44,28 @@ class ToolSpec:
     description: str = ""
     parameters: dict[str, Any] | None = None
     """JSON schema of the arguments; None derives it from the function's type hints."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpServerSpec:
+    """An MCP server the deployment configures; requests name it by ``server_label`` alone.
+
+    Configured servers are trusted: the URL allowlist does not apply to them.
+    """
+
+    label: str
+    """The ``server_label`` requests use."""
+    url: str | None = None
+    """Streamable HTTP (or legacy SSE) endpoint; exactly one of ``url`` and ``command``."""
+    command: tuple[str, ...] | None = None
+    """A stdio server: the command line that starts it."""
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    """HTTP headers; a value may name environment variables as ``${NAME}`` (read where the server is resolved)."""
+    allowed_tools: tuple[str, ...] | None = None
+    """Only these tools are offered; None means all."""
+    require_approval: str | dict[str, Any] = "always"
+    """``always``, ``never`` or ``{"always": {"tool_names": [...]}, "never": {"tool_names": [...]}}``."""
+    description: str | None = None
 
 
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
@@ -82,6 +104,15 @@ class RuntimeSettings:
     """Most wire events per Ray hop while streaming."""
     delta_batch_s: float = 0.01
     """Longest a streamed event waits for company before it is sent."""
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    """Configured MCP servers (trusted; requests name them by label)."""
+    mcp_allowed_urls: tuple[str, ...] = ()
+    """URL patterns (``*`` wildcards, whole URL) a request's ``server_url`` must match; also the env var
+    ``TROUPE_MCP_ALLOWED_URLS`` (comma-separated). Empty: any public http(s) URL."""
+    mcp_timeout_s: float = 30.0
+    """An MCP tool call (or listing) taking longer fails with a protocol error."""
+    mcp_list_ttl_s: float = 300.0
+    """How long a server's ``tools/list`` answer is reused."""
 
     def model(self, name: str) -> ModelSpec | None:
         return next((m for m in self.models if m.name == name), None)

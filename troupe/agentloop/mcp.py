@@ -109,8 +109,12 @@ class McpError(Exception):
 class McpClient(Protocol):
     """Lists and calls tools on MCP servers."""
 
-    def check_server(self, server: McpServer) -> None:
+    def check_server(self, server: McpServer, index: int | None = None) -> None:
         """Refuse a server this deployment may not reach (URL allowlist).
+
+        Args:
+            server: the resolved server.
+            index: its position in the request's ``tools``, for the error's ``param``.
 
         Raises:
             InvalidRequest: naming why (e.g. a metadata address); raised before the turn runs.
@@ -132,6 +136,10 @@ class McpClient(Protocol):
             McpError: ``kind="tool"`` when the tool reported an error, else the
                 connection or protocol failed (including a timeout).
         """
+        ...
+
+    async def close(self) -> None:
+        """Close every session this client opened."""
         ...
 
 

@@ -225,10 +225,9 @@ class CreateResponseRequest(BaseModel):
                                 f"{_show(tool['name'])} must match ^[a-zA-Z0-9_-]{{1,64}}$.")
                 key = ("function", tool["name"])
             elif kind == "mcp":
+                # No server_url is fine here: the label may name a server the deployment
+                # configures; the runtime resolves it (and refuses unknown labels).
                 validate_as(_MCP_TOOL, tool, loc=("tools", i))
-                if not tool.get("server_url") and not tool.get("connector_id"):
-                    raise _fail(("tools", i, "server_url"), f"Missing required parameter: 'tools[{i}].server_url' "
-                                "(or 'connector_id').", "missing_required_parameter")
                 key = ("mcp", tool["server_label"])
             else:
                 continue  # hosted tools are accepted as given

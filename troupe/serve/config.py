@@ -16,11 +16,12 @@ Sections::
     [auth]      keys = {"sk-..." = "tenant-a"}   (or a list of bare keys)
     [runtime]   placement, pool_size, storage_path, … , example_tools, sim_model
     [[models]]  name, kind, base_url, upstream_model, api_key_env, ttft_ms, itl_ms
+    [mcp]       allowed_urls, timeout_s, list_ttl_s; [[mcp.servers]] label, url | command, headers, …
     [[tools]]   name, target, description, parameters
 
 Environment: ``TROUPE_CONFIG`` (the file, when no path is given), ``TROUPE_HOST``,
 ``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``, ``TROUPE_STORAGE_PATH``,
-``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_API_KEYS`` (comma-separated
+``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_MCP_ALLOWED_URLS``, ``TROUPE_API_KEYS`` (comma-separated
 ``key=tenant`` pairs or bare keys). An empty variable counts as unset.
 
 Example::
@@ -44,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from troupe.actors.settings import DEFAULT_TOOLS, ModelSpec, RuntimeSettings, ToolSpec
+from troupe.actors.settings import DEFAULT_TOOLS, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
 
 __all__ = ["ServerSettings", "ConfigError", "load_config", "parse_api_keys", "tenant_of_key"]
 
@@ -74,9 +75,14 @@ class ServerSettings:
 
 _SERVER_KEYS = ("host", "port", "ray_address", "num_replicas", "max_ongoing_requests")
 # [runtime] options that are RuntimeSettings fields as-is (models/tools have their own tables).
-_RUNTIME_FIELDS = tuple(f.name for f in dataclasses.fields(RuntimeSettings) if f.name not in ("models", "tools"))
+_MCP_FIELDS = {"allowed_urls": "mcp_allowed_urls", "timeout_s": "mcp_timeout_s", "list_ttl_s": "mcp_list_ttl_s"}
+_RUNTIME_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(RuntimeSettings)
+    if f.name not in ("models", "tools", "mcp_servers", *_MCP_FIELDS.values())
+)
 _RUNTIME_EXTRA = ("example_tools", "sim_model")
-_SECTIONS = ("server", "auth", "runtime", "models", "tools")
+_SECTIONS = ("server", "auth", "runtime", "models", "tools", "mcp")
 _POSITIVE = {
     "port", "num_replicas", "max_ongoing_requests", "pool_size", "idle_timeout_s", "cache_size",
     "tool_timeout_s", "delta_batch_max",
@@ -204,7 +210,47 @@ def _runtime_settings(doc: dict[str, Any], source: str) -> RuntimeSettings:
                               f"got {tool.target!r}")
     values["models"] = _merge(defaults.models if sim_model else (), models, f"{source}: models")
     values["tools"] = _merge(DEFAULT_TOOLS if example_tools else (), tools, f"{source}: tools")
+    values.update(_mcp_settings(doc, source))
     return RuntimeSettings(**values)
+
+
+def _mcp_settings(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    """``[mcp]``: ``allowed_urls``, ``timeout_s``, ``list_ttl_s`` and ``[[mcp.servers]]``."""
+    section = _table(doc, "mcp", source)
+    _check_keys(section, (*_MCP_FIELDS, "servers"), source, "mcp.")
+    values: dict[str, Any] = {}
+    for key in ("timeout_s", "list_ttl_s"):
+        if key in section:
+            values[_MCP_FIELDS[key]] = _typed(section[key], RuntimeSettings, _MCP_FIELDS[key], f"{source}: mcp.{key}")
+    if "allowed_urls" in section:
+        values["mcp_allowed_urls"] = _strings(section["allowed_urls"], f"{source}: mcp.allowed_urls")
+    servers = []
+    for i, entry in enumerate(_array(section, "servers", source)):
+        where = f"{source}: mcp.servers[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a table, got {_kind(entry)}")
+        _check_keys(entry, tuple(f.name for f in dataclasses.fields(McpServerSpec)), source, f"mcp.servers[{i}].")
+        if not entry.get("label"):
+            raise ConfigError(f"{where}: missing required key 'label'")
+        if ("url" in entry) == ("command" in entry):
+            raise ConfigError(f"{where}: give exactly one of 'url' (HTTP) and 'command' (stdio)")
+        spec = dict(entry)
+        if "command" in spec:
+            spec["command"] = _strings(spec["command"], f"{where}.command")
+        if "allowed_tools" in spec:
+            spec["allowed_tools"] = _strings(spec["allowed_tools"], f"{where}.allowed_tools")
+        if not isinstance(spec.get("headers", {}), dict):
+            raise ConfigError(f"{where}.headers: expected a table")
+        servers.append(McpServerSpec(**spec))
+    if servers:
+        values["mcp_servers"] = tuple(servers)
+    return values
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected an array of strings, got {_kind(value)}")
+    return tuple(value)
 
 
 def _merge(base: tuple[Any, ...], configured: list[Any], where: str) -> tuple[Any, ...]:
@@ -257,6 +303,10 @@ def _apply_env(
     runtime_values = {
         name: _from_env(env[var], RuntimeSettings, name, var) for var, name in runtime_vars.items() if var in env
     }
+    if "TROUPE_MCP_ALLOWED_URLS" in env:
+        # Carried in the settings so every actor, on every node, applies the same allowlist.
+        patterns = tuple(p.strip() for p in env["TROUPE_MCP_ALLOWED_URLS"].split(",") if p.strip())
+        runtime_values["mcp_allowed_urls"] = patterns
     return dataclasses.replace(server, **server_values), dataclasses.replace(runtime, **runtime_values)
 
 

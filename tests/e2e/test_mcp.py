@@ -1,0 +1,162 @@
+"""MCP end to end: the openai SDK against Troupe on Serve, real MCP servers on loopback.
+
+The HTTP server (``tests/mcp_servers.py``) counts sessions, listings and calls, and records
+when each ``echo_slowly`` call starts and ends; the stdio server is configured in the app
+(``stdio-calc``, see conftest) and named by label alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.mcp_servers import McpTestServer, serve_mcp
+
+
+@pytest.fixture(scope="module")
+def mcp_server() -> Iterator[McpTestServer]:
+    with serve_mcp() as server:
+        yield server
+
+
+@pytest.fixture(params=["pooled", "dedicated"])
+def client(request, troupe_apps) -> OpenAI:
+    return OpenAI(base_url=f"{troupe_apps[request.param]}/v1", api_key="unused", max_retries=0)
+
+
+def mcp(server: McpTestServer, label: str = "calc", **kw) -> dict:
+    return {"type": "mcp", "server_label": label, "server_url": server.url, "require_approval": "never", **kw}
+
+
+def items(response, kind: str) -> list:
+    return [i for i in response.output if i.type == kind]
+
+
+def test_listing_call_and_answer_streamed_and_not(client, mcp_server):
+    body = {"model": "sim", "input": '[[call add {"a": 2, "b": 40}]]', "tools": [mcp(mcp_server)]}
+    response = client.responses.create(**body)
+    assert [i.type for i in response.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert {t.name for t in response.output[0].tools} >= {"add", "echo_slowly", "always_fail", "hang"}
+    call = response.output[1]
+    assert (call.name, call.output, call.error, call.status) == ("add", "42", None, "completed")
+    assert response.output_text == "add -> 42"
+    with client.responses.stream(**body) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()  # the SDK's accumulator is satisfied
+    assert final.output_text == "add -> 42"
+    for kind in ("response.mcp_list_tools.completed", "response.mcp_call_arguments.done", "response.mcp_call.completed"):
+        assert kind in kinds
+    assert client.responses.retrieve(final.id).output_text == "add -> 42"
+
+
+def test_configured_stdio_server_by_label(client):
+    tool = {"type": "mcp", "server_label": "stdio-calc"}
+    response = client.responses.create(model="sim", input='[[call add {"a": 20, "b": 22}]]', tools=[tool])
+    assert response.output_text == "add -> 42"
+    assert "server_url" not in response.tools[0].to_dict()
+
+
+def test_allowed_tools_filter_listing_and_calls(client, mcp_server):
+    tool = mcp(mcp_server, allowed_tools=["add"])
+    response = client.responses.create(model="sim", input="[[call always_fail]]", tools=[tool])
+    assert [t.name for t in response.output[0].tools] == ["add"]
+    assert not items(response, "mcp_call"), "a tool outside allowed_tools is never called"
+    assert response.output_text == "always_fail -> Error: unknown tool 'always_fail'"
+
+
+def test_three_calls_in_one_turn_overlap(client, mcp_server):
+    tag = f"overlap-{id(client)}"
+    calls = " ".join(f'[[call echo_slowly {{"text": "{tag}-{n}", "ms": 400}}]]' for n in range(3))
+    response = client.responses.create(model="sim", input=calls, tools=[mcp(mcp_server)])
+    assert [c.output for c in items(response, "mcp_call")] == [f"{tag}-{n}" for n in range(3)]
+    echoes = [e for e in mcp_server.stats()["echoes"] if e["text"].startswith(tag)]
+    assert len(echoes) == 3
+    assert max(e["start"] for e in echoes) < min(e["end"] for e in echoes), "the three calls were in flight together"
+
+
+def test_approval_approve_runs_once_deny_runs_nothing_unknown_is_400(client, mcp_server):
+    tool = mcp(mcp_server, require_approval="always")
+    first = client.responses.create(model="sim", input='[[call add {"a": 5, "b": 5}]]', tools=[tool])
+    assert first.status == "completed"
+    request = items(first, "mcp_approval_request")[0]
+    calls_before = mcp_server.stats()["methods"].get("tools/call", 0)
+    approved = client.responses.create(
+        model="sim", tools=[tool], previous_response_id=first.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
+    )
+    assert [i.type for i in approved.output] == ["mcp_call", "message"]
+    assert approved.output[0].approval_request_id == request.id
+    assert approved.output_text == "add -> 10"
+    assert mcp_server.stats()["methods"]["tools/call"] == calls_before + 1
+
+    second = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
+    denied = client.responses.create(
+        model="sim", tools=[tool], previous_response_id=second.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": items(second, "mcp_approval_request")[0].id,
+                "approve": False}],
+    )
+    assert denied.output_text == "add -> The user denied this tool call."
+    assert mcp_server.stats()["methods"]["tools/call"] == calls_before + 1
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(
+            model="sim", tools=[tool], previous_response_id=first.id,
+            input=[{"type": "mcp_approval_response", "approval_request_id": "mcpr_unknown", "approve": True}],
+        )
+    assert info.value.body["param"] == "input[0].approval_request_id"
+
+
+def test_chains_and_conversations_never_relist_or_rerun(client, mcp_server):
+    tool = mcp(mcp_server)
+    before = mcp_server.stats()["methods"]
+    first = client.responses.create(model="sim", input='[[call add {"a": 3, "b": 4}]]', tools=[tool])
+    second = client.responses.create(model="sim", input="[[history]]", tools=[tool], previous_response_id=first.id)
+    assert [i.type for i in second.output] == ["message"], "no second mcp_list_tools in the chain"
+    conversation = client.conversations.create()
+    client.responses.create(model="sim", input='[[call add {"a": 1, "b": 2}]]', tools=[tool], conversation=conversation.id)
+    again = client.responses.create(model="sim", input="[[say done]]", tools=[tool], conversation=conversation.id)
+    assert [i.type for i in again.output] == ["message"]
+    after = mcp_server.stats()["methods"]
+    assert after["tools/call"] - before.get("tools/call", 0) == 2, "each call ran exactly once"
+    listed = [i for i in client.conversations.items.list(conversation.id, order="asc").data if i.type == "mcp_list_tools"]
+    assert len(listed) == 1
+
+
+def test_failing_down_and_hanging_servers_are_reported_on_their_items(client, mcp_server):
+    failing = client.responses.create(model="sim", input="[[call always_fail]]", tools=[mcp(mcp_server)])
+    call = items(failing, "mcp_call")[0]
+    assert failing.status == "completed" and call.status == "failed"
+    assert "always fails" in json.dumps(call.error if isinstance(call.error, dict | str) else call.error.to_dict())
+
+    down = client.responses.create(
+        model="sim", input="[[say still here]]",
+        tools=[{"type": "mcp", "server_label": "gone", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}],
+    )
+    assert down.status == "completed" and down.output_text == "still here"
+    assert items(down, "mcp_list_tools")[0].error
+
+    hung = client.responses.create(model="sim", input="[[call hang]]", tools=[mcp(mcp_server)])
+    call = items(hung, "mcp_call")[0]
+    assert hung.status == "completed" and call.status == "failed"
+    assert "timed out" in json.dumps(call.error if isinstance(call.error, dict | str) else call.error.to_dict())
+
+
+def test_metadata_address_is_refused(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(
+            model="sim", input="x",
+            tools=[{"type": "mcp", "server_label": "meta", "server_url": "http://169.254.169.254/mcp"}],
+        )
+    assert info.value.body["param"] == "tools[0].server_url"
+
+
+def test_secrets_are_not_echoed(client, mcp_server):
+    secret = "sk-e2e-super-secret"
+    tool = mcp(mcp_server, headers={"X-Api-Key": secret}, authorization=secret)
+    response = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
+    assert secret not in response.model_dump_json()
+    assert secret not in client.responses.retrieve(response.id).model_dump_json()

@@ -1,0 +1,292 @@
+"""MCP clients against real MCP servers (tests/mcp_servers.py): in-process sessions over streamable HTTP,
+SSE and stdio, and the connection actors on Ray."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.mcp_servers import REPO_ROOT, STDIO_COMMAND, McpTestServer, free_port, serve_mcp
+from troupe.actors.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
+from troupe.actors.settings import McpServerSpec, RuntimeSettings
+from troupe.agentloop.mcp import McpError, McpServer
+
+
+ALLOW_LOOPBACK = ("http://127.0.0.1:*",)
+STDIO = McpServerSpec(label="stdio-test", command=STDIO_COMMAND)
+
+
+def make_settings(**overrides: Any) -> RuntimeSettings:
+    values: dict[str, Any] = {"mcp_allowed_urls": ALLOW_LOOPBACK, "mcp_servers": (STDIO,), "mcp_timeout_s": 10.0}
+    return RuntimeSettings(**(values | overrides))
+
+
+@pytest.fixture
+def http_server() -> Iterator[McpTestServer]:
+    """A fresh server per test: the counters start at zero."""
+    with serve_mcp() as server:
+        yield server
+
+
+@pytest.fixture(params=["http", "stdio"])
+def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.chdir(REPO_ROOT)  # STDIO_COMMAND runs `-m tests.mcp_servers` from the working directory
+    return request.param
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[LocalMcpClient]:
+    local = LocalMcpClient(make_settings())
+    yield local
+    await local.close()
+
+
+@pytest.fixture
+def target(kind: str, request: pytest.FixtureRequest) -> McpServer:
+    """The server under test as a request names it: an HTTP URL, or the configured stdio server's label."""
+    if kind == "http":
+        url = request.getfixturevalue("http_server").url
+        tool = {"type": "mcp", "server_label": "http-test", "server_url": url, "require_approval": "never"}
+    else:
+        tool = {"type": "mcp", "server_label": STDIO.label}
+    return resolve_mcp_tool(tool, make_settings(), 0)
+
+
+async def server_stats(client: LocalMcpClient | RayMcpClient, server: McpServer) -> dict[str, Any]:
+    """The server's own counters, read through the server_stats tool (works for stdio too)."""
+    return json.loads(await client.call_tool(server, "server_stats", {}))
+
+
+# -- in-process sessions -------------------------------------------------------------------
+
+
+async def test_list_and_call(client: LocalMcpClient, target: McpServer) -> None:
+    client.check_server(target, 0)
+    tools = {t.name: t for t in await client.list_tools(target)}
+    assert {"add", "echo_slowly", "always_fail", "hang"} <= tools.keys()
+    assert tools["add"].input_schema["properties"].keys() == {"a", "b"}
+    assert tools["add"].description == "Add two integers."
+    assert await client.call_tool(target, "add", {"a": 40, "b": 2}) == "42"
+
+
+async def test_failing_tool_is_a_tool_error(client: LocalMcpClient, target: McpServer) -> None:
+    with pytest.raises(McpError) as caught:
+        await client.call_tool(target, "always_fail", {})
+    assert caught.value.kind == "tool" and "always fails" in caught.value.message
+    assert caught.value.to_item_error()["type"] == "mcp_tool_execution_error"
+    assert await client.call_tool(target, "add", {"a": 1, "b": 1}) == "2"  # the session survives
+
+
+async def test_hanging_tool_times_out(target: McpServer) -> None:
+    local = LocalMcpClient(make_settings(mcp_timeout_s=1.0))
+    try:
+        with pytest.raises(McpError) as caught:
+            await local.call_tool(target, "hang", {})
+        assert caught.value.kind == "protocol" and "timed out after 1 s" in caught.value.message
+        assert await local.call_tool(target, "add", {"a": 2, "b": 3}) == "5"  # the session is still usable
+        assert (await local.stats(target))["sessions_opened"] == 1
+    finally:
+        await local.close()
+
+
+async def test_concurrent_calls_overlap(client: LocalMcpClient, target: McpServer) -> None:
+    import asyncio
+
+    texts = ["one", "two", "three"]
+    results = await asyncio.gather(
+        *(client.call_tool(target, "echo_slowly", {"text": t, "ms": 1000}) for t in texts)
+    )
+    assert results == texts
+    echoes = (await server_stats(client, target))["echoes"]
+    assert len(echoes) == 3
+    # All three were in flight at once: every call started before any of them ended.
+    assert max(e["start"] for e in echoes) < min(e["end"] for e in echoes)
+
+
+async def test_tools_list_is_cached(client: LocalMcpClient, target: McpServer) -> None:
+    first = await client.list_tools(target)
+    second = await client.list_tools(target)
+    assert [t.name for t in first] == [t.name for t in second]
+    assert (await server_stats(client, target))["methods"]["tools/list"] == 1
+    await client.list_tools(target, refresh=True)
+    assert (await server_stats(client, target))["methods"]["tools/list"] == 2
+    stats = await client.stats(target)
+    assert (stats["list_calls"], stats["server_lists"]) == (3, 2)
+
+
+async def test_one_session_across_many_calls(client: LocalMcpClient, target: McpServer) -> None:
+    await client.list_tools(target)
+    for i in range(10):
+        assert await client.call_tool(target, "add", {"a": i, "b": 1}) == str(i + 1)
+    assert (await server_stats(client, target))["sessions"] == 1
+    stats = await client.stats(target)
+    assert (stats["sessions_opened"], stats["reconnects"], stats["calls"]) == (1, 0, 11)
+
+
+async def test_down_server_is_a_protocol_error(client: LocalMcpClient) -> None:
+    nothing = McpServer(label="down", url=f"http://127.0.0.1:{free_port()}/mcp")
+    with pytest.raises(McpError) as caught:
+        await client.list_tools(nothing)
+    assert caught.value.kind == "protocol" and "'down'" in caught.value.message
+    missing = McpServer(label="no-such-command", command=("/nonexistent/mcp-server",))
+    with pytest.raises(McpError) as caught:
+        await client.call_tool(missing, "add", {})
+    assert caught.value.kind == "protocol"
+
+
+async def test_unresponsive_server_times_out() -> None:
+    import socket
+
+    # Accepts connections (the kernel's backlog) but never answers a byte.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        server = McpServer(label="silent", url=f"http://127.0.0.1:{silent.getsockname()[1]}/mcp")
+        local = LocalMcpClient(make_settings(mcp_timeout_s=0.5))
+        try:
+            for _ in range(2):  # the second call makes a fresh attempt rather than waiting on the stuck one
+                with pytest.raises(McpError) as caught:
+                    await local.list_tools(server)
+                assert caught.value.kind == "protocol" and "timed out" in caught.value.message
+        finally:
+            await local.close()
+
+
+async def test_reconnects_after_server_restart(client: LocalMcpClient, http_server: McpTestServer) -> None:
+    server = McpServer(label="restarting", url=http_server.url)
+    assert await client.call_tool(server, "add", {"a": 1, "b": 2}) == "3"
+    http_server.restart()  # same port, new process
+    assert await client.call_tool(server, "add", {"a": 2, "b": 2}) == "4"
+    http_server.stop()
+    with pytest.raises(McpError) as caught:
+        await client.call_tool(server, "add", {"a": 0, "b": 0})
+    assert caught.value.kind == "protocol"
+    http_server.start()
+    assert await client.call_tool(server, "add", {"a": 3, "b": 3}) == "6"
+    stats = await client.stats(server)
+    assert stats["reconnects"] == 1 and stats["sessions_opened"] == 2
+    assert http_server.stats()["sessions"] == 1
+
+
+async def test_stateful_session_is_replaced_after_restart(http_server: McpTestServer) -> None:
+    # The handshake-era protocol keeps a server-side session that a restart forgets (HTTP 404):
+    # the call is resent on a new session, transparently.
+    session = McpSession(McpServer(label="legacy", url=http_server.url), timeout_s=10.0, mode="legacy")
+    try:
+        assert await session.call_tool("add", {"a": 1, "b": 2}) == "3"
+        http_server.restart()
+        assert await session.call_tool("add", {"a": 20, "b": 22}) == "42"
+        assert (session.stats["sessions_opened"], session.stats["reconnects"]) == (2, 1)
+        assert http_server.stats()["methods"]["initialize"] == 1
+    finally:
+        await session.close()
+
+
+async def test_http_error_status_and_authorization(client: LocalMcpClient) -> None:
+    with serve_mcp(token="t0ken") as guarded:
+        anonymous = resolve_mcp_tool({"server_label": "guarded", "server_url": guarded.url}, make_settings())
+        with pytest.raises(McpError) as caught:
+            await client.list_tools(anonymous)
+        assert (caught.value.kind, caught.value.code) == ("http", 401)
+        assert "t0ken" not in str(caught.value)
+        authorized = resolve_mcp_tool({"server_label": "guarded", "server_url": guarded.url,
+                                       "authorization": "t0ken"}, make_settings())
+        assert await client.call_tool(authorized, "add", {"a": 5, "b": 5}) == "10"
+
+
+async def test_falls_back_to_sse(client: LocalMcpClient) -> None:
+    with serve_mcp(sse=True) as legacy:
+        server = McpServer(label="sse", url=legacy.url)
+        assert "add" in {t.name for t in await client.list_tools(server)}
+        assert await client.call_tool(server, "add", {"a": 20, "b": 22}) == "42"
+        assert (await client.stats(server))["sessions_opened"] == 1
+
+
+# -- on Ray ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ray_settings(ray_session: None) -> Iterator[RuntimeSettings]:
+    yield make_settings(namespace=f"troupe-mcp-test-{uuid.uuid4().hex[:8]}")
+
+
+def kill_actors(*clients: RayMcpClient) -> None:
+    import ray
+
+    for ray_client in clients:
+        for handle in list(ray_client._handles.values()):
+            ray.kill(handle, no_restart=True)
+
+
+async def test_ray_client_shares_one_connection_actor(ray_settings: RuntimeSettings,
+                                                      http_server: McpTestServer) -> None:
+    import ray
+
+    first, second = RayMcpClient(ray_settings), RayMcpClient(ray_settings)  # e.g. two conversation hosts
+    server = McpServer(label="ray-http", url=http_server.url, headers={"Authorization": "Bearer not-in-names"})
+    try:
+        first.check_server(server, 0)
+        assert "add" in {t.name for t in await first.list_tools(server)}
+        for i in range(3):
+            assert await first.call_tool(server, "add", {"a": i, "b": 40}) == str(40 + i)
+        assert await second.call_tool(server, "add", {"a": 1, "b": 1}) == "2"
+        with pytest.raises(McpError) as caught:
+            await second.call_tool(server, "always_fail", {})
+        assert caught.value.kind == "tool"  # the error keeps its kind across Ray
+        await second.list_tools(server)  # served from the actor's cache
+        stats = await second.stats(server)
+        assert stats == {"sessions_opened": 1, "reconnects": 0, "calls": 5, "list_calls": 2, "server_lists": 1}
+        assert http_server.stats()["sessions"] == 1
+        name = actor_name(server)
+        assert "not-in-names" not in name
+        assert ray.get_actor(name, namespace=ray_settings.namespace) is not None
+    finally:
+        kill_actors(first, second)
+
+
+async def test_ray_actor_reconnects_after_restart(ray_settings: RuntimeSettings,
+                                                  http_server: McpTestServer) -> None:
+    ray_client = RayMcpClient(ray_settings)
+    server = McpServer(label="ray-restart", url=http_server.url)
+    try:
+        assert await ray_client.call_tool(server, "add", {"a": 1, "b": 2}) == "3"
+        http_server.stop()
+        with pytest.raises(McpError) as caught:
+            await ray_client.call_tool(server, "add", {"a": 1, "b": 2})
+        assert caught.value.kind == "protocol"
+        http_server.start()
+        assert await ray_client.call_tool(server, "add", {"a": 40, "b": 2}) == "42"
+        stats = await ray_client.stats(server)
+        assert (stats["sessions_opened"], stats["reconnects"], stats["calls"]) == (2, 1, 3)
+    finally:
+        kill_actors(ray_client)
+
+
+async def test_idle_actor_exits_and_comes_back(ray_settings: RuntimeSettings, http_server: McpTestServer) -> None:
+    import asyncio
+    import dataclasses
+
+    import ray
+
+    settings = dataclasses.replace(ray_settings, idle_timeout_s=0.5)
+    ray_client = RayMcpClient(settings)
+    server = McpServer(label="ray-idle", url=http_server.url)
+    try:
+        assert await ray_client.call_tool(server, "add", {"a": 1, "b": 1}) == "2"
+        for _ in range(600):  # until the idle actor has killed itself (bounded)
+            try:
+                ray.get_actor(actor_name(server), namespace=settings.namespace)
+            except ValueError:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the idle connection actor did not exit")
+        # The cached handle is dead; the call goes to a new actor, transparently.
+        assert await ray_client.call_tool(server, "add", {"a": 2, "b": 2}) == "4"
+        assert (await ray_client.stats(server))["calls"] == 1
+    finally:
+        kill_actors(ray_client)

@@ -1,0 +1,271 @@
+"""Real MCP servers for the tests, written with the ``mcp`` SDK (``MCPServer``, FastMCP's successor).
+
+One server, three ways to run it:
+
+* streamable HTTP on ``127.0.0.1`` in a subprocess: :class:`McpTestServer` /
+  :func:`serve_mcp` (a context manager yielding the server; ``.url`` is the MCP endpoint,
+  ``.restart()`` brings it back on the same port, ``.stats()`` reads its counters);
+* the legacy SSE transport (``sse=True``), to exercise the client's fallback;
+* stdio: :data:`STDIO_COMMAND`, run from the repository root.
+
+Tools: ``add``, ``echo_slowly`` (records when each call starts and ends, so a test can
+prove calls overlapped), ``always_fail``, ``hang``, and ``server_stats`` (the counters,
+for stdio where there is no HTTP route). ``GET /stats`` returns the same counters: how
+many times each MCP method was received (``initialize`` and ``server/discover`` open a
+session, ``tools/list``, ``tools/call``). ``GET /health`` answers once the server is up.
+
+With ``token`` set, every MCP request must carry ``Authorization: Bearer <token>`` or is
+answered 401 (the client's header handling and HTTP error mapping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["McpTestServer", "serve_mcp", "STDIO_COMMAND", "REPO_ROOT", "free_port", "build_server"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The repository root: the working directory :data:`STDIO_COMMAND` must run in."""
+
+STDIO_COMMAND: tuple[str, ...] = (sys.executable, "-m", "tests.mcp_servers", "--stdio")
+"""Runs the test server over stdio (from :data:`REPO_ROOT`, so ``tests`` is importable)."""
+
+
+# -- the server ---------------------------------------------------------------------
+
+
+def build_server() -> Any:
+    """The test server (an ``MCPServer``) with its counters; imported lazily so tests can import this module cheaply."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse
+
+    counts: collections.Counter[str] = collections.Counter()
+    echoes: list[dict[str, Any]] = []
+    in_flight = {"now": 0, "max": 0}
+
+    class CountMethods:
+        """Middleware counting every inbound request and notification by method."""
+
+        async def __call__(self, ctx: Any, call_next: Any) -> Any:
+            counts[ctx.method] += 1
+            return await call_next(ctx)
+
+    server = MCPServer("troupe-test", middleware=[CountMethods()])
+
+    def snapshot() -> dict[str, Any]:
+        return {
+            "methods": dict(counts),
+            # One handshake per client session: legacy clients send initialize, 2026-era ones server/discover.
+            "sessions": counts["initialize"] + counts["server/discover"],
+            "echoes": list(echoes),
+            "max_in_flight": in_flight["max"],
+            "pid": os.getpid(),
+        }
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    async def echo_slowly(text: str, ms: int = 200) -> str:
+        """Wait ``ms`` milliseconds, then return ``text``."""
+        record: dict[str, Any] = {"text": text, "start": time.monotonic(), "end": None}
+        echoes.append(record)
+        in_flight["now"] += 1
+        in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        try:
+            await asyncio.sleep(ms / 1000)
+        finally:
+            in_flight["now"] -= 1
+            record["end"] = time.monotonic()
+        return text
+
+    @server.tool()
+    def always_fail() -> str:
+        """Always fails."""
+        raise ToolError("this tool always fails")
+
+    @server.tool()
+    async def hang() -> str:
+        """Never returns."""
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    @server.tool()
+    def server_stats() -> str:
+        """The server's counters as JSON."""
+        return json.dumps(snapshot())
+
+    @server.custom_route("/health", methods=["GET"])
+    async def health(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @server.custom_route("/stats", methods=["GET"])
+    async def stats(request: Request) -> JSONResponse:
+        return JSONResponse(snapshot())
+
+    return server
+
+
+def _require_token(app: Any, token: str) -> Any:
+    """ASGI wrapper: MCP requests without ``Authorization: Bearer <token>`` get 401."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in ("/health", "/stats"):
+            if dict(scope["headers"]).get(b"authorization") != expected:
+                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The Troupe MCP test server.")
+    parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
+    parser.add_argument("--sse", action="store_true", help="serve the legacy SSE transport instead of streamable HTTP")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token", default=None, help="require this bearer token")
+    args = parser.parse_args(argv)
+    server = build_server()
+    if args.stdio:
+        server.run("stdio")
+        return
+    import uvicorn
+
+    app = server.sse_app() if args.sse else server.streamable_http_app()
+    if args.token:
+        app = _require_token(app, args.token)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+# -- running it in a subprocess ------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class McpTestServer:
+    """The test server in a subprocess on a fixed port; stop and start it at will.
+
+    Args:
+        port: The port (default: a free one); kept across :meth:`restart`.
+        sse: Serve the legacy SSE transport (the URL ends in ``/sse``).
+        token: Require this bearer token on MCP requests.
+    """
+
+    def __init__(self, port: int | None = None, *, sse: bool = False, token: str | None = None) -> None:
+        self.port = port or free_port()
+        self.sse = sse
+        self.token = token
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.TemporaryFile()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The MCP endpoint."""
+        return f"{self.base}/sse" if self.sse else f"{self.base}/mcp"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the server and wait until ``/health`` answers.
+
+        Raises:
+            RuntimeError: the process exited or did not come up within ``timeout_s``.
+        """
+        command = [sys.executable, "-m", "tests.mcp_servers", "--port", str(self.port)]
+        if self.sse:
+            command.append("--sse")
+        if self.token:
+            command += ["--token", self.token]
+        self._process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"MCP test server exited with {self._process.returncode}:\n{self._log_tail()}")
+            try:
+                if httpx.get(f"{self.base}/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.02)  # polling a condition (the health route), not waiting a fixed time
+        self.stop()
+        raise RuntimeError(f"MCP test server did not come up within {timeout_s} s:\n{self._log_tail()}")
+
+    def stop(self) -> None:
+        """Kill the server abruptly (like a crash) and wait until it has exited; idempotent."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait(timeout=30)
+        self._process = None
+
+    def restart(self) -> None:
+        """Stop, then start again on the same port."""
+        self.stop()
+        self.start()
+
+    def stats(self) -> dict[str, Any]:
+        """The server's counters (see the module docstring)."""
+        return httpx.get(f"{self.base}/stats", timeout=5.0).json()
+
+    def _log_tail(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def close(self) -> None:
+        self.stop()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def serve_mcp(port: int | None = None, *, sse: bool = False, token: str | None = None) -> Iterator[McpTestServer]:
+    """Run the test server for the duration of the block.
+
+    Args:
+        port: A fixed port (default: a free one).
+        sse: Serve the legacy SSE transport.
+        token: Require this bearer token.
+
+    Yields:
+        The running :class:`McpTestServer`.
+    """
+    server = McpTestServer(port, sse=sse, token=token)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    _main()

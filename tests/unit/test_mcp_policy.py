@@ -1,0 +1,243 @@
+"""The MCP URL policy, request-tool resolution and connection identity (no network: resolvers are fakes)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from troupe.actors.mcp_policy import (
+    ALLOWED_URLS_ENV,
+    actor_name,
+    check_server,
+    check_url,
+    connection_key,
+    resolve_mcp_tool,
+)
+from troupe.actors.settings import McpServerSpec, RuntimeSettings
+from troupe.agentloop.mcp import McpServer
+from troupe.protocol import InvalidRequest, ServerError
+
+DNS = {
+    "mcp.example.com": ["93.184.216.34"],
+    "v6.example.com": ["2606:2800:220:1:248:1893:25c8:1946"],
+    "intranet.corp": ["10.1.2.3"],
+    "rebind.example.com": ["93.184.216.34", "192.168.1.10"],
+    "localhost": ["127.0.0.1", "::1"],
+    "sneaky-metadata.example.com": ["169.254.169.254"],
+}
+
+
+def fake_resolver(host: str) -> list[str] | None:
+    return DNS.get(host)
+
+
+def why(url: str, patterns: tuple[str, ...] = ()) -> str | None:
+    return check_url(url, patterns, resolver=fake_resolver)
+
+
+@pytest.fixture(autouse=True)
+def _no_env_allowlist(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOWED_URLS_ENV, raising=False)
+
+
+# -- the URL policy without an allowlist -------------------------------------------------
+
+
+@pytest.mark.parametrize("url", [
+    "https://mcp.example.com/mcp",
+    "http://mcp.example.com:8080/sse",
+    "https://v6.example.com/mcp",
+    "https://93.184.216.34/mcp",
+])
+def test_public_urls_are_allowed(url: str) -> None:
+    assert why(url) is None
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("http://127.0.0.1:8000/mcp", "loopback"),
+    ("http://localhost:8000/mcp", "loopback"),
+    ("http://[::1]/mcp", "loopback"),
+    ("http://[::ffff:127.0.0.1]/mcp", "loopback"),
+    ("http://10.0.0.5/mcp", "private"),
+    ("http://172.16.3.4/mcp", "private"),
+    ("http://192.168.0.1/mcp", "private"),
+    ("http://[fc00::1]/mcp", "private"),
+    ("http://intranet.corp/mcp", "private"),
+    ("http://rebind.example.com/mcp", "private"),  # any private answer is enough
+    ("http://169.254.10.10/mcp", "link-local"),
+    ("http://[fe80::1]/mcp", "link-local"),
+    ("http://169.254.169.254/latest/meta-data", "metadata"),
+    ("http://metadata.google.internal/computeMetadata/v1", "metadata"),
+    ("http://[fd00:ec2::254]/latest", "metadata"),
+    ("http://sneaky-metadata.example.com/", "metadata"),
+    ("http://0.0.0.0:8000/mcp", "unspecified"),
+    ("http://nowhere.invalid/mcp", "could not be resolved"),
+])
+def test_non_public_hosts_are_refused(url: str, reason: str) -> None:
+    answer = why(url)
+    assert answer is not None and reason in answer
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("ftp://mcp.example.com/mcp", "scheme 'ftp'"),
+    ("file:///etc/passwd", "scheme 'file'"),
+    ("ws://mcp.example.com/mcp", "scheme 'ws'"),
+    ("mcp.example.com/mcp", "scheme"),
+    ("https://user:pw@mcp.example.com/mcp", "credentials"),
+    ("https:///mcp", "no host"),
+    ("http://mcp.example.com:99999/", "not a valid URL"),
+])
+def test_bad_urls_are_refused(url: str, reason: str) -> None:
+    answer = why(url)
+    assert answer is not None and reason in answer
+
+
+# -- the allowlist -----------------------------------------------------------------------
+
+
+def test_allowlist_lets_matching_private_urls_through() -> None:
+    assert why("http://127.0.0.1:43123/mcp", ("http://127.0.0.1:*",)) is None
+    assert why("http://intranet.corp/mcp", ("http://intranet.corp/*",)) is None
+
+
+def test_allowlist_refuses_everything_else() -> None:
+    patterns = ("https://*.example.com/*",)
+    assert why("https://mcp.example.com/mcp", patterns) is None
+    assert "does not match" in (why("https://mcp.example.org/mcp", patterns) or "")
+    assert "does not match" in (why("http://mcp.example.com/mcp", patterns) or "")  # scheme is part of the URL
+
+
+def test_a_wildcard_cannot_span_the_host() -> None:
+    # fnmatch alone would let "*" swallow "evil.test/x" here.
+    assert "does not match" in (why("https://evil.test/x.example.com/", ("https://*.example.com/*",)) or "")
+    assert "does not match" in (why("https://mcp.example.com.evil.test/", ("https://mcp.example.com/*",)) or "")
+
+
+def test_metadata_is_refused_even_when_allowlisted() -> None:
+    assert "metadata" in (why("http://169.254.169.254/latest", ("http://*",)) or "")
+    assert "metadata" in (why("http://sneaky-metadata.example.com/", ("http://*",)) or "")
+
+
+def test_allowlist_from_settings_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    loopback = McpServer(label="local", url="http://127.0.0.1:9000/mcp")
+    with pytest.raises(InvalidRequest):
+        check_server(loopback, RuntimeSettings(), 0)
+    check_server(loopback, RuntimeSettings(mcp_allowed_urls=("http://127.0.0.1:*",)), 0)
+    monkeypatch.setenv(ALLOWED_URLS_ENV, "https://other.example/*, http://127.0.0.1:9000/*")
+    check_server(loopback, RuntimeSettings(), 0)
+    # Once an allowlist exists, public URLs outside it are refused too.
+    with pytest.raises(InvalidRequest, match="does not match"):
+        check_server(McpServer(label="pub", url="https://93.184.216.34/mcp"), RuntimeSettings(), 0)
+
+
+def test_refusal_names_the_param_and_the_reason() -> None:
+    server = McpServer(label="meta", url="http://169.254.169.254/", headers={"Authorization": "Bearer s3cret"})
+    with pytest.raises(InvalidRequest) as caught:
+        check_server(server, RuntimeSettings(), 2)
+    err = caught.value
+    assert (err.status, err.param, err.code) == (400, "tools[2].server_url", "invalid_value")
+    assert "metadata" in err.message and "'meta'" in err.message and "s3cret" not in err.message
+    with pytest.raises(InvalidRequest) as caught:
+        check_server(server, RuntimeSettings())
+    assert caught.value.param == "tools"
+
+
+def test_configured_servers_are_trusted() -> None:
+    settings = RuntimeSettings(mcp_servers=(
+        McpServerSpec(label="local", url="http://127.0.0.1:9000/mcp"),
+        McpServerSpec(label="files", command=("mcp-files", "--root", "/srv")),
+    ))
+    check_server(McpServer(label="local", url="http://127.0.0.1:9000/mcp"), settings, 0)
+    check_server(McpServer(label="files", command=("mcp-files", "--root", "/srv")), settings, 1)
+    with pytest.raises(InvalidRequest, match="not a configured server"):
+        check_server(McpServer(label="x", command=("sh", "-c", "true")), settings, 0)
+
+
+# -- resolving a request's tool ----------------------------------------------------------
+
+
+def test_resolve_a_request_server() -> None:
+    server = resolve_mcp_tool({
+        "type": "mcp", "server_label": "deepwiki", "server_url": "https://mcp.example.com/mcp",
+        "authorization": "tok123", "headers": {"X-Team": "a"},
+        "allowed_tools": {"tool_names": ["ask", "read"]}, "require_approval": "never",
+        "server_description": "Docs",
+    }, RuntimeSettings(), 0)
+    assert server.url == "https://mcp.example.com/mcp"
+    assert server.headers == {"X-Team": "a", "Authorization": "Bearer tok123"}
+    assert server.allowed_tools == frozenset({"ask", "read"})
+    assert server.require_approval == "never" and server.description == "Docs"
+    assert resolve_mcp_tool({"server_label": "d", "server_url": "https://x.example/", "allowed_tools": ["a"]},
+                            RuntimeSettings()).allowed_tools == frozenset({"a"})
+    assert resolve_mcp_tool({"server_label": "d", "server_url": "https://x.example/"},
+                            RuntimeSettings()).require_approval == "always"
+
+
+def test_authorization_keeps_an_explicit_scheme_and_replaces_a_header() -> None:
+    tool = {"server_label": "d", "server_url": "https://x.example/", "authorization": "Basic dXNlcjpwdw==",
+            "headers": {"authorization": "Bearer old"}}
+    assert resolve_mcp_tool(tool, RuntimeSettings()).headers == {"Authorization": "Basic dXNlcjpwdw=="}
+
+
+def test_resolve_a_configured_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WIKI_TOKEN", "from-env")
+    settings = RuntimeSettings(mcp_servers=(McpServerSpec(
+        label="wiki", url="http://10.0.0.7/mcp", headers={"Authorization": "Bearer ${WIKI_TOKEN}", "X-A": "1"},
+        allowed_tools=("search", "read"), require_approval="never", description="Internal wiki",
+    ),))
+    server = resolve_mcp_tool({"type": "mcp", "server_label": "wiki"}, settings, 3)
+    assert server.url == "http://10.0.0.7/mcp"
+    assert server.headers == {"Authorization": "Bearer from-env", "X-A": "1"}
+    assert server.allowed_tools == frozenset({"search", "read"})
+    assert server.require_approval == "never" and server.description == "Internal wiki"
+    check_server(server, settings, 3)  # trusted although private
+    narrowed = resolve_mcp_tool({"server_label": "wiki", "allowed_tools": ["read", "delete"],
+                                 "require_approval": "always", "authorization": "mine"}, settings, 3)
+    assert narrowed.allowed_tools == frozenset({"read"})
+    assert narrowed.require_approval == "always"
+    assert narrowed.headers == {"X-A": "1", "Authorization": "Bearer mine"}
+
+
+def test_unknown_label_without_url_is_refused() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        resolve_mcp_tool({"type": "mcp", "server_label": "nope"}, RuntimeSettings(), 1)
+    assert caught.value.param == "tools[1].server_url" and "nope" in caught.value.message
+
+
+def test_unset_env_var_is_a_server_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    settings = RuntimeSettings(mcp_servers=(McpServerSpec(label="w", url="https://x.example/",
+                                                          headers={"X-Key": "${NOT_SET_ANYWHERE}"}),))
+    with pytest.raises(ServerError, match="NOT_SET_ANYWHERE"):
+        resolve_mcp_tool({"server_label": "w"}, settings)
+
+
+def test_bad_headers_are_refused() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        resolve_mcp_tool({"server_label": "d", "server_url": "https://x.example/", "headers": {"X": 1}},
+                         RuntimeSettings(), 0)
+    assert caught.value.param == "tools[0].headers"
+
+
+# -- secrets and identity ----------------------------------------------------------------
+
+
+def test_secrets_stay_out_of_reprs_and_names() -> None:
+    server = resolve_mcp_tool({"server_label": "d", "server_url": "https://x.example/mcp",
+                               "authorization": "s3cret-token", "headers": {"X-Api-Key": "k3y"}}, RuntimeSettings())
+    spec = McpServerSpec(label="w", url="https://x.example/", headers={"X-Api-Key": "k3y"})
+    for text in (repr(server), str(server), repr(spec), actor_name(server), connection_key(server)):
+        assert "s3cret" not in text and "k3y" not in text
+    assert pickle.loads(pickle.dumps(server)) == server  # servers travel to actors
+
+
+def test_one_connection_per_target_and_credentials() -> None:
+    a = McpServer(label="a", url="https://x.example/mcp", headers={"Authorization": "Bearer 1"})
+    same = McpServer(label="other-label", url="https://x.example/mcp", headers={"authorization": "Bearer 1"},
+                     require_approval="never")
+    other_creds = McpServer(label="a", url="https://x.example/mcp", headers={"Authorization": "Bearer 2"})
+    assert actor_name(a) == actor_name(same)
+    assert actor_name(a) != actor_name(other_creds)
+    assert actor_name(a).startswith("troupe-mcp-")
+    assert actor_name(McpServer(label="s", command=("a", "b"))) != actor_name(McpServer(label="s", command=("a b",)))

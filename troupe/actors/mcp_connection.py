@@ -1,0 +1,399 @@
+"""One long-lived MCP client session per server.
+
+:class:`McpSession` keeps a session to one server open across calls: streamable HTTP
+(falling back to the legacy SSE transport when the server answers the streamable
+handshake with a 4xx), or stdio for a configured command. The ``mcp`` SDK's transports
+are anyio context managers that must be entered and exited by one task, so each session
+has an *owner task* that opens them, publishes the connected client and then waits to be
+told to close; calls from any task share the client (JSON-RPC ids keep them apart).
+
+A session that fails at the connection level (or times out three requests running) is
+dropped and the next call opens a new one (``reconnects``); a request that provably never
+reached the server (connection refused, or the server had forgotten the session) is resent
+once. ``tools/list`` answers are cached for ``list_ttl_s``. SDK errors become
+:class:`~troupe.agentloop.mcp.McpError` here; headers never appear in errors, logs or reprs.
+The Ray actor body, :class:`~troupe.actors.mcp.McpConnection`, wraps one session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from troupe.agentloop.mcp import McpError, McpServer, McpTool
+
+__all__ = ["McpSession", "tool_output"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_SSE_READ_TIMEOUT_S = 300.0  # how long an idle event stream may stay silent (the SDK's default)
+# What the SDK's streamable HTTP transport reports in place of an HTTP error status, and of
+# a 404 on a session the server no longer knows (it restarted).
+_HTTP_STAND_INS = {"Server returned an error response", "Not Found"}
+_STALE_SESSION = "Session terminated"
+_MAX_PAGES = 100
+_MAX_TIMEOUTS = 3  # consecutive timed-out requests after which a session is presumed wedged
+
+
+@dataclass(eq=False)
+class _Live:
+    """One opened (or opening) session: its owner task and what the owner publishes."""
+
+    ready: asyncio.Future[Any]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    client: Any = None
+    http_status: int | None = None  # the last HTTP error status (the transport hides it behind a stand-in)
+    broken: bool = False
+    session_lost: bool = False  # a request got 404: the server dropped the session and ran nothing
+    end: BaseException | None = None  # what ended the owner task, if it ended on its own
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while no request runs
+    timeouts: int = 0  # consecutive requests that timed out
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def usable(self) -> bool:
+        return not self.broken and self.end is None and not (self.ready.done() and self.ready.exception())
+
+    def count(self, delta: int) -> None:
+        self.in_flight += delta
+        (self.idle.clear if self.in_flight else self.idle.set)()
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    return [leaf for sub in exc.exceptions for leaf in _leaves(sub)] if isinstance(exc, BaseExceptionGroup) else [exc]
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The most telling leaf of an exception (group): an SDK error first, then a transport error."""
+    from mcp.shared.exceptions import MCPError
+
+    leaves = _leaves(exc)
+    return next((e for e in leaves if isinstance(e, MCPError)), None) or next(
+        (e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0]
+    )
+
+
+def _refused(exc: BaseException | None) -> bool:
+    """Whether a failure is a refused connection or a stale session: the request never reached the server."""
+    import httpx2
+
+    return exc is not None and any(
+        isinstance(leaf, httpx2.ConnectError | ConnectionRefusedError) or getattr(leaf, "message", None) == _STALE_SESSION
+        for leaf in _leaves(exc)
+    )
+
+
+def tool_output(result: Any) -> str:
+    """A ``CallToolResult`` as the ``mcp_call`` output: text blocks joined, other blocks as JSON.
+
+    Raises:
+        McpError: ``kind="tool"`` with the result's text when ``is_error`` is set.
+    """
+    parts: list[str] = []
+    for block in result.content or ():
+        if getattr(block, "type", None) == "text":
+            parts.append(block.text)
+        else:
+            parts.append(json.dumps(block.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content))
+    text = "\n".join(parts)
+    if result.is_error:
+        raise McpError(text or "The tool reported an error.", kind="tool")
+    return text
+
+
+def _to_tool(tool: Any) -> McpTool:
+    annotations = tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True) if tool.annotations else None
+    return McpTool(name=tool.name, input_schema=dict(tool.input_schema or {}), description=tool.description,
+                   annotations=annotations)
+
+
+class McpSession:
+    """A kept-open MCP client session to one server; safe for concurrent calls from one event loop.
+
+    Args:
+        server: The server (URL and headers, or a stdio command).
+        timeout_s: Limit on each call or listing, connecting included.
+        list_ttl_s: How long a ``tools/list`` answer is reused.
+        mode: The SDK's protocol negotiation: ``auto`` (try the 2026 ``server/discover``,
+            fall back to the ``initialize`` handshake) or ``legacy`` (handshake only).
+
+    Every method must be awaited on the event loop that first used the session.
+    """
+
+    def __init__(self, server: McpServer, *, timeout_s: float = 30.0, list_ttl_s: float = 300.0,
+                 mode: str = "auto") -> None:
+        self.server = server
+        self.timeout_s = timeout_s
+        self.list_ttl_s = list_ttl_s
+        self.mode = mode
+        self.stats = {"sessions_opened": 0, "reconnects": 0, "calls": 0, "list_calls": 0, "server_lists": 0}
+        self._live: _Live | None = None
+        self._use_sse = False
+        self._tools: list[McpTool] | None = None
+        self._tools_until = 0.0
+        self._list_lock = asyncio.Lock()  # binds to a loop on first use, not here
+        self._closed = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"McpSession(label={self.server.label!r})"
+
+    # -- public ------------------------------------------------------------------------
+
+    async def list_tools(self, refresh: bool = False) -> list[McpTool]:
+        """The server's tools, from the cache unless it is older than ``list_ttl_s`` or ``refresh``.
+
+        Raises:
+            McpError: the server could not be reached, answered with an error, or timed out.
+        """
+        self.stats["list_calls"] += 1
+        if not refresh and self._tools is not None and time.monotonic() < self._tools_until:
+            return list(self._tools)
+        async with self._list_lock:  # one listing at a time; waiters reuse its answer
+            if not refresh and self._tools is not None and time.monotonic() < self._tools_until:
+                return list(self._tools)
+            self.stats["server_lists"] += 1
+            tools = await self._request("tools/list", self._list_all, resend_ok=True)
+            self._tools, self._tools_until = tools, time.monotonic() + self.list_ttl_s
+            return list(tools)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Call a tool; its output text.
+
+        Raises:
+            McpError: ``kind="tool"`` when the tool reported an error; ``http`` for an HTTP
+                error status; else ``protocol`` (connection, protocol error, timeout).
+        """
+        self.stats["calls"] += 1
+        result = await self._request(f"tools/call {name!r}", lambda c: c.call_tool(name, arguments), resend_ok=False)
+        return tool_output(result)
+
+    async def close(self) -> None:
+        """Close the session (the owner task exits its transports); later calls fail."""
+        self._closed = True
+        live, self._live = self._live, None
+        if live is not None:
+            await self._retire(live, wait=True)
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def _list_all(self, client: Any) -> list[McpTool]:
+        tools: list[McpTool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):  # bounded: a server paging forever cannot hang the listing
+            page = await client.list_tools(cursor=cursor)
+            tools += [_to_tool(t) for t in page.tools]
+            if not (cursor := page.next_cursor):
+                break
+        return tools
+
+    async def _request(self, what: str, op: Callable[[Any], Awaitable[T]], *, resend_ok: bool) -> T:
+        """Run ``op(client)`` within the timeout, on a live session; resend once where that is safe."""
+        live: _Live | None = None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                for attempt in range(2):
+                    live = None  # so a timeout while connecting is not counted against the old session
+                    live = await self._session()
+                    live.count(+1)
+                    try:
+                        result = await op(live.client)
+                        live.timeouts = 0
+                        return result
+                    except (McpError, asyncio.CancelledError):
+                        raise
+                    except Exception as exc:
+                        error = self._translate(exc, live)
+                        if not self._connection_failed(exc, live):
+                            raise error from exc
+                        live.broken = True  # the next request opens a new session
+                        if attempt == 0 and (resend_ok or live.session_lost or await self._never_sent(exc, live)):
+                            log.info("MCP server %r: %s failed on a stale session; retrying once", self.server.label,
+                                     what)
+                            continue
+                        raise error from exc
+                    finally:
+                        live.count(-1)
+        except TimeoutError as exc:
+            if live is not None:
+                live.timeouts += 1
+                if live.timeouts >= _MAX_TIMEOUTS:  # a hung tool times out alone; a wedged server every time
+                    live.broken = True
+            raise McpError(f"MCP server {self.server.label!r}: {what} timed out after {self.timeout_s:g} s") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _never_sent(self, exc: BaseException, live: _Live) -> bool:
+        """Whether resending is safe: the failure, or what ended the session's transport, was a refusal."""
+        if _refused(exc):
+            return True
+        if live.task is not None and not live.task.done():
+            # A request fails with "connection closed" a moment before the owner task records why.
+            await asyncio.wait({live.task}, timeout=1.0)
+        return _refused(live.end)
+
+    def _connection_failed(self, exc: BaseException, live: _Live) -> bool:
+        """Whether the session itself is unusable (as opposed to one request being refused)."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        if live.session_lost or live.end is not None or (live.task is not None and live.task.done()):
+            return True
+        cause = _cause(exc)
+        if isinstance(cause, MCPError):
+            return cause.code == CONNECTION_CLOSED or cause.message in _HTTP_STAND_INS | {_STALE_SESSION}
+        return True
+
+    def _translate(self, exc: BaseException, live: _Live | None) -> McpError:
+        """An SDK or transport failure as an :class:`McpError` (never quoting headers)."""
+        import httpx2
+        from mcp.shared.exceptions import MCPError
+        from pydantic import ValidationError
+
+        label = self.server.label
+        cause = _cause(exc)
+        status = cause.response.status_code if isinstance(cause, httpx2.HTTPStatusError) else None
+        if isinstance(cause, MCPError) and cause.message in _HTTP_STAND_INS and live is not None:
+            status = live.http_status  # the streamable transport's stand-in for an HTTP error status
+        if isinstance(cause, McpError):
+            return cause
+        if status:
+            return McpError(f"MCP server {label!r} answered HTTP {status}", kind="http", code=status)
+        if isinstance(cause, MCPError):
+            return McpError(f"MCP server {label!r}: {cause.message}", code=cause.code)
+        if isinstance(cause, httpx2.ConnectError | ConnectionError):
+            return McpError(f"MCP server {label!r}: could not connect ({type(cause).__name__})")
+        if isinstance(cause, httpx2.TimeoutException | TimeoutError):
+            return McpError(f"MCP server {label!r}: the connection timed out")
+        if isinstance(cause, ValidationError):
+            return McpError(f"MCP server {label!r}: invalid response from the server")
+        if isinstance(cause, OSError):
+            return McpError(f"MCP server {label!r}: {type(cause).__name__}: {cause.strerror or cause}")
+        return McpError(f"MCP server {label!r}: the connection failed ({type(cause).__name__})")
+
+    # -- the session's lifecycle -------------------------------------------------------
+
+    async def _session(self) -> _Live:
+        """The live session, opening one (owned by a new task) when there is none or it failed."""
+        if self._closed:
+            raise McpError(f"MCP server {self.server.label!r}: the client is closed")
+        live = self._live
+        if live is None or not live.usable():
+            if live is not None:
+                retiring = asyncio.create_task(self._retire(live, wait=False))
+                self._background.add(retiring)
+                retiring.add_done_callback(self._background.discard)
+            # No await between the check and the assignment: concurrent callers share one attempt.
+            live = _Live(ready=asyncio.get_running_loop().create_future())
+            live.ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+            live.task = asyncio.create_task(self._own(live), name=f"mcp-session-{self.server.label}")
+            self._live = live
+        await asyncio.shield(live.ready)  # a caller's timeout must not cancel a shared connect
+        return live
+
+    async def _own(self, live: _Live) -> None:
+        """The owner task: enter the transports, publish the client, hold them open until told to stop."""
+        try:
+            async with AsyncExitStack() as stack:
+                async with asyncio.timeout(self.timeout_s):  # a server that accepts but never answers
+                    live.client = await self._connect(stack, live)
+                if self.stats["sessions_opened"]:
+                    self.stats["reconnects"] += 1
+                self.stats["sessions_opened"] += 1
+                log.info("MCP server %r: session opened%s", self.server.label, " (SSE)" if self._use_sse else "")
+                live.ready.set_result(None)
+                await live.stop.wait()
+        except asyncio.CancelledError:
+            if not live.ready.done():  # closed while connecting: waiters get an error, not a cancellation
+                live.ready.set_exception(McpError(f"MCP server {self.server.label!r}: the session was closed"))
+            raise
+        except Exception as exc:  # the transport failed: tell a waiting opener, else just end the session
+            live.end = exc
+            if not live.ready.done():
+                live.ready.set_exception(self._translate(exc, live))
+            else:
+                log.info("MCP server %r: session ended (%s)", self.server.label, type(_cause(exc)).__name__)
+
+    async def _connect(self, stack: AsyncExitStack, live: _Live) -> Any:
+        if self.server.command:
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            command = self.server.command
+            params = StdioServerParameters(command=command[0], args=list(command[1:]))
+            return await stack.enter_async_context(self._client(stdio_client(params)))
+        if not self._use_sse:
+            try:
+                return await self._connect_http(stack, live)
+            except Exception as exc:
+                status = live.http_status
+                # The MCP spec's backwards-compatibility rule: a 4xx to the streamable POST
+                # means an older server; try its SSE endpoint. Auth failures stay failures.
+                if status is None or not 400 <= status < 500 or status in (401, 403, 407, 429):
+                    raise
+                await stack.aclose()
+                try:
+                    client = await self._connect_sse(stack)
+                except Exception:
+                    raise exc from None  # the streamable error says more than the SSE one
+                self._use_sse = True
+                return client
+        return await self._connect_sse(stack)
+
+    async def _connect_http(self, stack: AsyncExitStack, live: _Live) -> Any:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        async def record(response: Any) -> None:
+            if response.status_code >= 400:
+                live.http_status = response.status_code
+            if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+                # The server no longer knows the session (it restarted); the spec says start a new one.
+                live.session_lost = True
+
+        http = await stack.enter_async_context(httpx2.AsyncClient(
+            headers=self.server.headers,
+            timeout=httpx2.Timeout(self.timeout_s, read=_SSE_READ_TIMEOUT_S),
+            event_hooks={"response": [record]},
+        ))
+        return await stack.enter_async_context(self._client(streamable_http_client(self.server.url, http_client=http)))
+
+    async def _connect_sse(self, stack: AsyncExitStack) -> Any:
+        from mcp.client.sse import sse_client
+
+        return await stack.enter_async_context(self._client(sse_client(
+            self.server.url or "", headers=dict(self.server.headers), timeout=self.timeout_s,
+            sse_read_timeout=_SSE_READ_TIMEOUT_S)))
+
+    def _client(self, transport: Any) -> Any:
+        from mcp import Client
+        from mcp_types import Implementation
+
+        # cache=None: listings are cached here, with our own TTL.
+        return Client(transport, mode=self.mode, cache=None, client_info=Implementation(name="troupe", version="0.1"))
+
+    async def _retire(self, live: _Live, *, wait: bool) -> None:
+        """Close a session: now (``wait``: and wait, bounded), or once its running requests end (bounded)."""
+        live.broken = True
+        if not wait:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(live.idle.wait(), self.timeout_s)
+        live.stop.set()
+        if live.task is not None and not live.task.done():
+            if not live.ready.done():
+                live.task.cancel()
+            if wait:
+                done, _ = await asyncio.wait({live.task}, timeout=10.0)
+                if not done:
+                    live.task.cancel()
