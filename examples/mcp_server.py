@@ -1,0 +1,51 @@
+"""A small MCP server to try Troupe's MCP tools with: `python examples/mcp_server.py --port 8765`.
+
+Tools: `add(a, b)`, `word_count(text)`, `slow_echo(text, ms)`. Serves the streamable
+HTTP transport at http://127.0.0.1:PORT/mcp (or stdio with --stdio). Written with the
+`mcp` SDK, which Troupe already depends on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("troupe-example")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def word_count(text: str) -> int:
+    """Count the words in a text."""
+    return len(text.split())
+
+
+@server.tool()
+async def slow_echo(text: str, ms: int = 500) -> str:
+    """Wait `ms` milliseconds, then return `text` (to watch parallel calls overlap)."""
+    await asyncio.sleep(ms / 1000)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
+    args = parser.parse_args()
+    if args.stdio:
+        server.run("stdio")
+        return
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
