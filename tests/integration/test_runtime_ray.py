@@ -101,6 +101,16 @@ async def test_two_requests_on_one_conversation_come_out_in_order(runtime):
     assert {(texts[0], texts[1]), (texts[2], texts[3])} == {(slow.input, "slow"), (quick.input, "quick")}
 
 
+async def test_closing_a_stream_cancels_the_turn_on_its_host(runtime, namespace):
+    # ~20 s of tokens if nobody stopped it.
+    stream = await runtime.stream("", req(input="[[latency itl=100]] [[tokens 200]]"))
+    await anext(stream)
+    await stream.aclose()  # what the HTTP layer does when the client disconnects
+    hosts = hosts_of(namespace)
+    while any(await asyncio.gather(*(h.ping.remote() for h in hosts))):
+        await asyncio.sleep(0.05)  # polling a condition: no turn running any more
+
+
 async def test_a_killed_host_fails_the_turn_clearly_and_history_survives(runtime, namespace):
     first = await runtime.respond("", req(input="keep me"))
     stream = await runtime.stream("", req(input="[[latency itl=200]] [[tokens 50]]", previous_response_id=first["id"]))
@@ -129,3 +139,22 @@ async def test_non_streaming_turn_on_a_killed_host_raises_server_error(runtime, 
         ray.kill(h, no_restart=False)
     with pytest.raises(HostFailed):
         await task
+
+
+async def test_an_idle_dedicated_actor_exits_and_the_next_turn_rebuilds_from_storage(tmp_path):
+    namespace = f"test-idle-{uuid.uuid4().hex[:8]}"
+    settings = RuntimeSettings(
+        storage_path=str(tmp_path / "idle.duckdb"), namespace=namespace, placement="dedicated", idle_timeout_s=1.0
+    )
+    rt = await Runtime.on_ray(settings)
+    try:
+        first = await rt.respond("", req(input="remember this"))
+        while hosts_of(namespace):
+            await asyncio.sleep(0.1)  # polling a condition: the idle actor has exited
+        follow = await rt.respond("", req(input="[[history]]", previous_response_id=first["id"]))
+        assert text(follow) == "remember this | [[history]]"
+    finally:
+        await rt.close()
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == namespace:
+                ray.kill(ray.get_actor(actor["name"], namespace=namespace))

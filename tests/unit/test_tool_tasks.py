@@ -1,0 +1,51 @@
+"""Registered tools: loading module:function, schemas from type hints, in-process execution."""
+
+from __future__ import annotations
+
+import pytest
+
+from troupe.actors._tool_runner import load_tool, run_tool
+from troupe.actors.settings import DEFAULT_TOOLS, ToolSpec
+from troupe.actors.tool_tasks import local_executor, tool_definition, tool_schema
+from troupe.agentloop.model import ToolCall
+
+
+def typed(city: str, days: int = 3, metric: bool = True) -> str:
+    """A typed tool."""
+    return city
+
+
+def test_schema_is_derived_from_type_hints():
+    schema = tool_schema(typed)
+    assert schema["properties"] == {
+        "city": {"type": "string"},
+        "days": {"type": "integer", "default": 3},
+        "metric": {"type": "boolean", "default": True},
+    }
+    assert schema["required"] == ["city"]
+
+
+def test_configured_schema_and_description_win():
+    spec = ToolSpec(name="t", target="tests.unit.test_tool_tasks:typed", description="Mine.", parameters={"type": "object"})
+    assert tool_definition(spec) == {"type": "function", "name": "t", "description": "Mine.", "parameters": {"type": "object"}, "strict": False}
+    derived = tool_definition(ToolSpec(name="t", target="tests.unit.test_tool_tasks:typed"))
+    assert derived["description"] == "A typed tool." and derived["parameters"]["required"] == ["city"]
+
+
+@pytest.mark.parametrize("target", ["no_colon", "tests.unit.test_tool_tasks:", ":typed"])
+def test_malformed_targets_are_refused(target):
+    with pytest.raises(ValueError, match="package.module:function"):
+        load_tool(target)
+
+
+def test_run_tool_returns_text_or_json():
+    assert run_tool("troupe.actors.example_tools:calculator", {"expression": "2 ** 10"}) == "1024"
+    assert run_tool("troupe.actors.example_tools:sleep", {"ms": 1}) == "slept 1 ms"
+
+
+async def test_the_example_tools_run_in_process():
+    executor = local_executor(DEFAULT_TOOLS)
+    assert {d["name"] for d in executor.definitions()} == {"calculator", "sleep", "now"}
+    assert await executor.execute(ToolCall(call_id="c", name="calculator", arguments='{"expression": "(1 + 2) * 14"}')) == "42"
+    with pytest.raises(ValueError, match="unsupported expression"):
+        await executor.execute(ToolCall(call_id="c", name="calculator", arguments='{"expression": "__import__(\\"os\\")"}'))
