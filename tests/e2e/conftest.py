@@ -62,7 +62,7 @@ def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
             storage_path=str(tmp_path_factory.mktemp(placement) / "troupe.duckdb"),
             # The MCP test servers run on loopback, which the default policy refuses.
             mcp_allowed_urls=("http://127.0.0.1:*",),
-            mcp_timeout_s=3.0,
+            mcp_timeout_s=6.0,  # the hang test waits this long; a stdio server must start within it
             mcp_servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
         )
         serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
