@@ -6,12 +6,23 @@ DuckDB and group-commit tests.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 
-from troupe.storage import DuckDBStore, InMemoryStore, Page, ResponseRecord, StepTrace, StorageError, Store
+from troupe.storage import (
+    DuckDBStore,
+    EvalResultRecord,
+    EvalRunRecord,
+    InMemoryStore,
+    Page,
+    ResponseRecord,
+    StepTrace,
+    StorageError,
+    Store,
+)
 
 T0 = 1_760_000_000
 
@@ -490,3 +501,107 @@ def test_returned_objects_are_copies(store: Store) -> None:
         *make_record("resp_1").input_items,
         *make_record("resp_1").response["output"],
     ]
+
+
+# -- evaluation runs -------------------------------------------------------------------
+
+
+def eval_run(run_id: str, **kw: Any) -> EvalRunRecord:
+    fields: dict[str, Any] = {"created_at": T0, "dataset": "cases.jsonl", "dataset_sha256": "ab12", "cases": 3}
+    return EvalRunRecord(run_id=run_id, **{**fields, "options": {"concurrency": 8, "timeout_s": 60.0}, **kw})
+
+
+def eval_result(run_id: str, case_id: str, sample: int = 0, **kw: Any) -> EvalResultRecord:
+    fields: dict[str, Any] = {
+        "passed": True,
+        "model": "sim",
+        "tags": ["math", "tools"],
+        "grades": [{"grader": "contains", "passed": True, "detail": "found '42'"}],
+        "response_id": f"resp_{case_id}_{sample}",
+        "status": "completed",
+        "output_text": "calculator -> 42",
+        "ttft_s": 0.125,
+        "e2e_s": 0.5,
+        "input_tokens": 10,
+        "output_tokens": 3,
+        "total_tokens": 13,
+        "tool_calls": 1,
+        "tools_called": ["calculator"],
+        "node_id": "node-a",
+        "started_at": T0 + 1.5,
+        "ended_at": T0 + 2.0,
+    }
+    return EvalResultRecord(run_id=run_id, case_id=case_id, sample=sample, **{**fields, **kw})
+
+
+def test_eval_runs_put_get_list_replace(store: Store) -> None:
+    assert store.get_eval_run("run_a") is None
+    assert store.list_eval_runs() == []
+    first, second = eval_run("run_a"), eval_run("run_b", created_at=T0 + 10, model="sim", samples=5)
+    store.put_eval_run(first)
+    store.put_eval_run(second)
+    assert store.get_eval_run("run_a") == first
+    assert [r.run_id for r in store.list_eval_runs()] == ["run_b", "run_a"]  # newest first
+    finished = dataclasses.replace(first, status="finished", finished_at=T0 + 5.0)
+    store.put_eval_run(finished)  # the same run_id replaces the row
+    assert store.get_eval_run("run_a") == finished
+    assert len(store.list_eval_runs()) == 2
+
+
+def test_eval_results_round_trip_in_case_and_sample_order(store: Store) -> None:
+    store.put_eval_run(eval_run("run_a"))
+    rows = [
+        eval_result("run_a", "case_b", 1),
+        eval_result("run_a", "case_a", 0, passed=False, grades=[], tags=[], tools_called=[], tool_calls=0),
+        eval_result("run_a", "case_b", 0),
+        eval_result(
+            "run_a", "case_c", 0, passed=False, response_id=None, status=None, output_text=None, ttft_s=None,
+            e2e_s=None, input_tokens=None, output_tokens=None, total_tokens=None, error_kind="timeout",
+            error_message="the case took longer than 1 s",
+        ),
+        eval_result("run_other", "case_a", 0),
+    ]  # fmt: skip
+    store.write_eval_results(rows)
+    got = store.eval_results("run_a")
+    assert [(r.case_id, r.sample) for r in got] == [("case_a", 0), ("case_b", 0), ("case_b", 1), ("case_c", 0)]
+    assert got == [rows[1], rows[2], rows[0], rows[3]]
+    assert store.eval_results("run_other") == [rows[4]]
+    assert store.eval_results("run_missing") == []
+
+
+def test_eval_results_replace_by_key(store: Store) -> None:
+    crashed = eval_result("run_a", "case_a", 0, passed=False, error_kind="crash", error_message="worker died")
+    store.write_eval_results([crashed])
+    retried = eval_result("run_a", "case_a", 0)
+    store.write_eval_results([retried, eval_result("run_a", "case_a", 1)])
+    assert store.eval_results("run_a") == [retried, eval_result("run_a", "case_a", 1)]
+    # Within one batch, the last result of a key wins.
+    last = eval_result("run_a", "case_b", 0, output_text="second")
+    store.write_eval_results([eval_result("run_a", "case_b", 0, output_text="first"), last])
+    assert store.eval_results("run_a")[-1] == last
+
+
+def test_a_failing_eval_batch_writes_nothing(store: Store) -> None:
+    good = eval_result("run_a", "case_a", 0)
+    bad = eval_result("run_a", "case_b", 0, grades=[{"grader": "python", "passed": False, "detail": object()}])
+    with pytest.raises(StorageError):
+        store.write_eval_results([good, bad])
+    assert store.eval_results("run_a") == []
+    with pytest.raises(StorageError):
+        store.put_eval_run(eval_run("run_a", options={"nan": float("nan")}))
+    assert store.get_eval_run("run_a") is None
+
+
+def test_eval_records_returned_are_copies(store: Store) -> None:
+    row = eval_result("run_a", "case_a", 0)
+    run = eval_run("run_a")
+    store.write_eval_results([row])
+    store.put_eval_run(run)
+    row.grades[0]["passed"] = False
+    row.tags.append("mutated")
+    run.options["concurrency"] = -1
+    assert store.eval_results("run_a")[0].grades[0]["passed"] is True
+    assert store.eval_results("run_a")[0].tags == ["math", "tools"]
+    assert store.get_eval_run("run_a").options["concurrency"] == 8
+    store.eval_results("run_a")[0].grades.clear()
+    assert store.eval_results("run_a")[0].grades != []

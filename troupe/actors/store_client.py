@@ -47,6 +47,11 @@ STORE_METHODS = frozenset(
         "get_conversation_item",
         "delete_conversation_item",
         "conversation_items",
+        "put_eval_run",
+        "get_eval_run",
+        "list_eval_runs",
+        "write_eval_results",
+        "eval_results",
     }
 )
 

@@ -5,6 +5,7 @@ Commands::
     troupe serve   the Responses/Conversations API on Ray Serve (embedded defaults without a config)
     troupe sql     a read-only SQL query over the stored history, printed as a table
     troupe sim     the simulated model as a standalone OpenAI-compatible server
+    troupe eval    batch evaluation on Ray: run a dataset, report, compare, export
 
 Each subcommand is one ``_add_<name>(subcommands)`` function that declares its arguments
 and binds its handler with ``set_defaults(handler=...)``; a new command is one more such
@@ -16,6 +17,7 @@ Example::
     troupe serve --port 8000 --config troupe.toml
     troupe sql "SELECT status, count(*) FROM responses GROUP BY status"
     troupe sim --port 8001 --ttft-ms 200 --itl-ms 20
+    troupe eval run examples/eval/sample.jsonl --run-id sample --report
 """
 
 from __future__ import annotations
@@ -216,7 +218,14 @@ def _cell(value: Any) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_sql, _add_sim)
+def _add_eval(subcommands: Any) -> None:
+    # The commands live in troupe.serve.eval_cli (run, report, compare, export, list).
+    from troupe.serve.eval_cli import add_eval
+
+    add_eval(subcommands)
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_sql, _add_sim, _add_eval)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ Example::
     writer = GroupCommitWriter(store.write_responses)
 """
 
-from .base import Order, Page, ResponseRecord, StepTrace, StorageError, Store
+from .base import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError, Store
 from .duckdb_store import DuckDBStore
 from .group_commit import GroupCommitWriter
 from .memory import InMemoryStore
@@ -16,6 +16,8 @@ from .schema import SCHEMA_VERSION
 
 __all__ = [
     "DuckDBStore",
+    "EvalResultRecord",
+    "EvalRunRecord",
     "GroupCommitWriter",
     "InMemoryStore",
     "Order",

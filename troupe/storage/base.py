@@ -1,5 +1,8 @@
 """The store contract: responses, conversations and step traces, per tenant.
 
+It also keeps batch evaluation runs and their per-sample results (:class:`EvalRunRecord`,
+:class:`EvalResultRecord`; written by ``troupe eval run``, see :mod:`troupe.eval`).
+
 Two implementations pass one conformance suite (``tests/unit/test_store_contract.py``):
 :class:`~troupe.storage.memory.InMemoryStore` and
 :class:`~troupe.storage.duckdb_store.DuckDBStore`. Methods are synchronous; the
@@ -26,7 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Page", "StepTrace", "ResponseRecord", "Store", "StorageError", "Order"]
+__all__ = [
+    "EvalResultRecord",
+    "EvalRunRecord",
+    "Order",
+    "Page",
+    "ResponseRecord",
+    "StepTrace",
+    "StorageError",
+    "Store",
+]
 
 Order = Literal["asc", "desc"]
 
@@ -108,6 +120,74 @@ class ResponseRecord:
     @property
     def id(self) -> str:
         return self.response["id"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalRunRecord:
+    """One batch evaluation run (a row of ``eval_runs``); written again as the run progresses."""
+
+    run_id: str
+    created_at: float
+    """Unix seconds when the run was first started."""
+    dataset: str
+    """Where the cases came from (the dataset path as given)."""
+    dataset_sha256: str = ""
+    """Digest of the dataset file, to tell when a resumed run's dataset changed."""
+    cases: int = 0
+    samples: int = 1
+    """Samples per case (for pass@k / pass^k)."""
+    model: str | None = None
+    """The ``--model`` every case ran with, or None when each case named its own."""
+    status: str = "running"
+    """``running`` (or interrupted without a chance to say so), ``interrupted``, ``finished``."""
+    finished_at: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    """The run's other options (concurrency, timeout, judge model, Ray address, …), as JSON."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalResultRecord:
+    """One sample of one case of an evaluation run (a row of ``eval_results``).
+
+    ``passed`` is the verdict of all the case's graders together; ``grades`` holds
+    each grader's own (``{"grader", "passed", "detail"}``). A sample that could not
+    be graded (a crash, a timeout, a failed model call) has ``error_kind`` set and
+    ``passed`` False.
+    """
+
+    run_id: str
+    case_id: str
+    sample: int
+    passed: bool
+    model: str | None = None
+    tags: list[str] = field(default_factory=list)
+    grades: list[dict[str, Any]] = field(default_factory=list)
+    response_id: str | None = None
+    """The stored response (``responses.id``, and its ``step_traces``); None if nothing was stored."""
+    status: str | None = None
+    """The response's status (``completed``, ``incomplete``, ``failed``)."""
+    output_text: str | None = None
+    ttft_s: float | None = None
+    """Seconds to the first output event (text, reasoning or tool-call arguments)."""
+    e2e_s: float | None = None
+    """Seconds from the start of the case to the end of its response."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    tool_calls: int = 0
+    tools_called: list[str] = field(default_factory=list)
+    """The names of the tools called, in call order."""
+    node_id: str | None = None
+    """The Ray node the case ran on."""
+    error_kind: str | None = None
+    """``timeout``, ``model_error``, ``invalid_request``, ``grader_error``, ``crash``; None when it ran."""
+    error_message: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.run_id, self.case_id, self.sample)
 
 
 class Store(abc.ABC):
@@ -207,6 +287,41 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
         """Every item of the conversation in append order (the loop's history); None if unknown."""
+
+    # -- evaluation runs -----------------------------------------------------------
+    # Not per tenant: evaluation is an operator's tool. The responses a run stores
+    # belong to the tenant the run used (``""``).
+
+    @abc.abstractmethod
+    def put_eval_run(self, run: EvalRunRecord) -> None:
+        """Create the run, or replace the stored row of the same ``run_id`` (its results stay).
+
+        Raises:
+            StorageError: a value is not storable (e.g. ``options`` not JSON).
+        """
+
+    @abc.abstractmethod
+    def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
+        """The run, or None if unknown."""
+
+    @abc.abstractmethod
+    def list_eval_runs(self) -> list[EvalRunRecord]:
+        """Every run, newest ``created_at`` first."""
+
+    @abc.abstractmethod
+    def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
+        """Store results atomically (all or none).
+
+        A result with the same ``(run_id, case_id, sample)`` as a stored one (or as
+        an earlier one of the same batch) replaces it: a sample has one result.
+
+        Raises:
+            StorageError: nothing was written.
+        """
+
+    @abc.abstractmethod
+    def eval_results(self, run_id: str) -> list[EvalResultRecord]:
+        """A run's results ordered by ``(case_id, sample)``; [] if the run has none."""
 
     # -- lifecycle ---------------------------------------------------------------
 

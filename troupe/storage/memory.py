@@ -8,13 +8,14 @@ does (tuples come back as lists, a non-JSON value or NaN is a StorageError).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Order, Page, ResponseRecord, StepTrace, StorageError, Store
+from .base import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError, Store
 
 __all__ = ["InMemoryStore"]
 
@@ -94,6 +95,10 @@ class InMemoryStore(Store):
         self._responses: dict[tuple[str, str], _Response] = {}
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._next_seq = 0
+        self._eval_runs: dict[str, str] = {}
+        """run_id → the run's fields as JSON."""
+        self._eval_results: dict[tuple[str, str, int], str] = {}
+        """(run_id, case_id, sample) → the result's fields as JSON."""
 
     # -- responses ---------------------------------------------------------------
 
@@ -311,3 +316,41 @@ class InMemoryStore(Store):
         with self._lock:
             stored = self._conversations.get((tenant, conversation_id))
             return None if stored is None else [json.loads(t) for _, _, t in stored.items]
+
+    # -- evaluation runs -----------------------------------------------------------
+
+    def put_eval_run(self, run: EvalRunRecord) -> None:
+        """See :meth:`Store.put_eval_run`."""
+        encoded = _dump(dataclasses.asdict(run))
+        with self._lock:
+            self._eval_runs[run.run_id] = encoded
+
+    def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
+        """See :meth:`Store.get_eval_run`."""
+        with self._lock:
+            encoded = self._eval_runs.get(run_id)
+        return None if encoded is None else EvalRunRecord(**json.loads(encoded))
+
+    def list_eval_runs(self) -> list[EvalRunRecord]:
+        """See :meth:`Store.list_eval_runs`."""
+        with self._lock:
+            runs = [EvalRunRecord(**json.loads(encoded)) for encoded in self._eval_runs.values()]
+        return sorted(runs, key=lambda r: (-r.created_at, r.run_id))
+
+    def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
+        """See :meth:`Store.write_eval_results`."""
+        # Encode everything first: a value that is not JSON fails the batch before any write.
+        try:
+            staged = [(r.key, _dump(dataclasses.asdict(r))) for r in results]
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"{type(exc).__name__}: {exc}") from exc
+        with self._lock:
+            self._eval_results.update(staged)
+
+    def eval_results(self, run_id: str) -> list[EvalResultRecord]:
+        """See :meth:`Store.eval_results`."""
+        with self._lock:
+            found = sorted((key, encoded) for key, encoded in self._eval_results.items() if key[0] == run_id)
+        return [EvalResultRecord(**json.loads(encoded)) for _, encoded in found]

@@ -26,11 +26,13 @@ from typing import Any
 
 import duckdb
 
-from .base import ResponseRecord, StepTrace, StorageError
+from .base import EvalResultRecord, EvalRunRecord, ResponseRecord, StepTrace, StorageError
 
 __all__ = [
     "CONVERSATION_ITEM_COLUMNS",
     "CREATE_VERSION_TABLE",
+    "EVAL_RESULT_COLUMNS",
+    "EVAL_RUN_COLUMNS",
     "ITEM_COLUMNS",
     "MIGRATIONS",
     "RESPONSE_COLUMNS",
@@ -39,6 +41,10 @@ __all__ = [
     "VERSION_TABLE",
     "check_read_only",
     "dump_json",
+    "eval_result_from_row",
+    "eval_result_row",
+    "eval_run_from_row",
+    "eval_run_row",
     "nested",
     "response_row",
     "trace_row",
@@ -134,7 +140,53 @@ _V1 = [
     "CREATE INDEX step_traces_by_response ON step_traces (tenant, response_id)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1]
+# Version 2: batch evaluation (``troupe eval``). One row per run, one per (case, sample);
+# ``eval_results.response_id`` joins ``responses.id`` and ``step_traces.response_id``.
+_V2 = [
+    """
+    CREATE TABLE eval_runs (
+        run_id         VARCHAR NOT NULL PRIMARY KEY,
+        created_at     DOUBLE  NOT NULL,
+        finished_at    DOUBLE,
+        status         VARCHAR NOT NULL,
+        dataset        VARCHAR NOT NULL,
+        dataset_sha256 VARCHAR NOT NULL,
+        cases          INTEGER NOT NULL,
+        samples        INTEGER NOT NULL,
+        model          VARCHAR,
+        options        JSON    NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE eval_results (
+        run_id        VARCHAR   NOT NULL,
+        case_id       VARCHAR   NOT NULL,
+        sample        INTEGER   NOT NULL,
+        passed        BOOLEAN   NOT NULL,
+        model         VARCHAR,
+        tags          VARCHAR[] NOT NULL,
+        grades        JSON      NOT NULL,  -- [{"grader", "passed", "detail"}], one per grader
+        response_id   VARCHAR,
+        status        VARCHAR,
+        output_text   VARCHAR,
+        ttft_s        DOUBLE,
+        e2e_s         DOUBLE,
+        input_tokens  BIGINT,
+        output_tokens BIGINT,
+        total_tokens  BIGINT,
+        tool_calls    INTEGER   NOT NULL,
+        tools_called  VARCHAR[] NOT NULL,
+        node_id       VARCHAR,
+        error_kind    VARCHAR,
+        error_message VARCHAR,
+        started_at    DOUBLE,
+        ended_at      DOUBLE,
+        PRIMARY KEY (run_id, case_id, sample)
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -152,6 +204,16 @@ ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item"
 CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item"
 TRACE_COLUMNS = (
     "tenant, response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens, error"
+)
+
+
+EVAL_RUN_COLUMNS = (
+    "run_id, created_at, finished_at, status, dataset, dataset_sha256, cases, samples, model, options"
+)
+EVAL_RESULT_COLUMNS = (
+    "run_id, case_id, sample, passed, model, tags, grades, response_id, status, output_text, ttft_s, e2e_s, "
+    "input_tokens, output_tokens, total_tokens, tool_calls, tools_called, node_id, error_kind, error_message, "
+    "started_at, ended_at"
 )
 
 
@@ -207,6 +269,42 @@ def trace_row(tenant: str, t: StepTrace) -> tuple[Any, ...]:
         tenant, t.response_id, t.seq, t.kind, t.name, t.call_id, t.started_at, t.duration_s, t.ttft_s,
         t.input_tokens, t.output_tokens, t.error,
     )  # fmt: skip
+
+
+def eval_run_row(run: EvalRunRecord) -> tuple[Any, ...]:
+    """The ``eval_runs`` row of ``run`` (columns :data:`EVAL_RUN_COLUMNS`)."""
+    return (
+        run.run_id, run.created_at, run.finished_at, run.status, run.dataset, run.dataset_sha256, run.cases,
+        run.samples, run.model, dump_json(run.options),
+    )  # fmt: skip
+
+
+def eval_run_from_row(row: tuple[Any, ...]) -> EvalRunRecord:
+    """Inverse of :func:`eval_run_row` (the JSON column as text)."""
+    names = [c.strip() for c in EVAL_RUN_COLUMNS.split(",")]
+    values = dict(zip(names, row, strict=True))
+    values["options"] = json.loads(values["options"])
+    return EvalRunRecord(**values)
+
+
+def eval_result_row(r: EvalResultRecord) -> tuple[Any, ...]:
+    """The ``eval_results`` row of ``r`` (columns :data:`EVAL_RESULT_COLUMNS`)."""
+    return (
+        r.run_id, r.case_id, r.sample, bool(r.passed), r.model, [str(t) for t in r.tags], dump_json(r.grades),
+        r.response_id, r.status, r.output_text, r.ttft_s, r.e2e_s, r.input_tokens, r.output_tokens,
+        r.total_tokens, r.tool_calls, [str(t) for t in r.tools_called], r.node_id, r.error_kind, r.error_message,
+        r.started_at, r.ended_at,
+    )  # fmt: skip
+
+
+def eval_result_from_row(row: tuple[Any, ...]) -> EvalResultRecord:
+    """Inverse of :func:`eval_result_row` (the JSON column as text)."""
+    names = [c.strip() for c in EVAL_RESULT_COLUMNS.split(",")]
+    values = dict(zip(names, row, strict=True))
+    values["grades"] = json.loads(values["grades"])
+    values["tags"] = list(values["tags"])
+    values["tools_called"] = list(values["tools_called"])
+    return EvalResultRecord(**values)
 
 
 # -- read-only SQL ---------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""``troupe eval`` from the command line, as a user runs it: the sample dataset end to end, and resume.
+
+Each ``troupe eval run`` here is a child process that starts its own local Ray
+instance (``ray.init(address="local")``), so these tests do not touch the suite's
+shared Ray session. Nothing sleeps: the resume test waits on the run's progress file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+
+from tests.servers import wait_for
+from troupe.serve.cli import main
+
+ROOT = Path(__file__).parents[2]
+SAMPLE = ROOT / "examples" / "eval" / "sample.jsonl"
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def troupe(*args: str) -> list[str]:
+    """The installed console script, as a user would type it."""
+    script = Path(sys.executable).with_name("troupe")
+    if script.exists():
+        return [str(script), *args]
+    return [sys.executable, "-c", "import sys; from troupe.serve.cli import main; sys.exit(main())", *args]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(troupe(*args), cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_the_sample_dataset_end_to_end(tmp_path: Path) -> None:
+    db = str(tmp_path / "eval.duckdb")
+    # One CPU per tool task: on a 2-core machine the tool calls then reuse the two worker
+    # processes Ray starts with, instead of starting eight (seconds each on a loaded machine).
+    config = tmp_path / "troupe.toml"
+    config.write_text("[runtime]\ntool_num_cpus = 1.0\n")
+    done = run("eval", "run", str(SAMPLE), "--run-id", "sample", "--db", db, "--samples", "2", "--config", str(config),
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "run sample finished: 104 results" in done.stdout
+    assert "ETA" in done.stderr  # the progress bar
+
+    report = run("eval", "report", "sample", "--db", db, "--charts", str(tmp_path / "charts"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    print(report.stdout)  # shown with -s: the report a user sees
+    for heading in ("Success rate by tag", "pass@k and pass^k", "Latency (seconds)", "Errors by kind"):
+        assert heading in report.stdout
+    assert sorted(p.name for p in (tmp_path / "charts").iterdir()) == ["latency.png", "pass_k.png", "success_by_tag.png"]
+
+    # The reading commands need no Ray: run them in this process (quicker than a new one each).
+    def cli(*args: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(list(args)) == 0
+        return out.getvalue()
+
+    summary = json.loads(cli("eval", "report", "sample", "--db", db, "--json", "--no-charts"))
+    assert summary["summary"]["results"] == 104 and summary["run"]["status"] == "finished"
+    assert {"model_error", "timeout", "invalid_request"} <= set(summary["summary"]["errors_by_kind"])
+    assert [p["k"] for p in summary["summary"]["pass_k"]] == [1, 2]
+
+    # Every case meant to pass passed (both samples), every case meant to fail failed.
+    cases = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
+    with duckdb.connect(db, read_only=True) as conn:
+        rows = conn.execute("SELECT case_id, bool_and(passed), bool_or(passed), count(*) FROM eval_results "
+                            "WHERE run_id = 'sample' GROUP BY case_id").fetchall()  # fmt: skip
+        linked = conn.execute(
+            "SELECT count(*) FROM eval_results e JOIN responses r ON r.id = e.response_id WHERE e.run_id = 'sample'"
+        ).fetchone()[0]
+    by_case = {case_id: (all_passed, any_passed, n) for case_id, all_passed, any_passed, n in rows}
+    assert set(by_case) == {c["id"] for c in cases} and all(n == 2 for _, _, n in by_case.values())
+    for case in cases:
+        if "flaky" in case["tags"]:
+            continue  # [[fail 503 once]]: the first sample on each worker fails
+        meant_to_fail = "meant-to-fail" in case["tags"]
+        assert by_case[case["id"]][:2] == ((False, False) if meant_to_fail else (True, True)), case["id"]
+    assert linked >= 2 * sum("meant-to-fail" not in c["tags"] for c in cases)
+
+    assert "wrote 104 results" in cli("eval", "export", "sample", str(tmp_path / "sample.parquet"), "--db", db)
+    with duckdb.connect() as conn:
+        assert conn.execute(f"SELECT count(*) FROM '{tmp_path / 'sample.parquet'}'").fetchone()[0] == 104
+    assert "52 same" in cli("eval", "compare", "sample", "sample", "--db", db)
+    listing = cli("eval", "list", "--db", db)
+    assert "sample" in listing and "finished" in listing
+
+
+def session_pids(sid: int) -> list[int]:
+    """Processes of session ``sid`` (Linux /proc): the killed run's own, Ray's included."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == sid and fields[0] != "Z":  # a zombie is dead, only not yet reaped
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the session the run started (Ray actors have process groups of their own)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sid, signal.SIGKILL)
+
+    def gone() -> bool:
+        for pid in session_pids(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return not session_pids(sid)
+
+    wait_for(gone, timeout_s=30, what=f"the processes of session {sid} to end")
+
+
+def test_an_interrupted_run_resumes_and_runs_every_case_exactly_once(tmp_path: Path) -> None:
+    ids = [f"case-{i:02d}" for i in range(30)]
+    dataset = tmp_path / "slow.jsonl"
+    # Each sample takes 150 ms in the sim model itself (no tool worker processes to start).
+    dataset.write_text("".join(
+        json.dumps({"id": i, "input": f"[[latency ttft=150]] [[say {i}]]", "expected": {"equals": i}}) + "\n"
+        for i in ids
+    ))  # fmt: skip
+    db, progress = tmp_path / "eval.duckdb", tmp_path / "progress.jsonl"
+    args = ("eval", "run", str(dataset), "--run-id", "resume", "--db", str(db), "--concurrency", "2",
+            "--progress-file", str(progress), "--no-progress")  # fmt: skip
+
+    def stored() -> list[dict[str, object]]:
+        return [json.loads(line) for line in progress.read_text().splitlines()] if progress.exists() else []
+
+    # Its own session, so the kill takes the run's whole local Ray instance with it.
+    first = subprocess.Popen(troupe(*args), cwd=tmp_path, env=ENV, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for(lambda: len(stored()) >= 5 or first.poll() is not None, timeout_s=120, what="5 stored results")
+        assert first.poll() is None, "the run ended before it could be interrupted"
+    finally:
+        kill_session(first.pid)  # the driver, its local Ray, the storage actor holding the DuckDB file
+        first.wait()
+    before = {r["case_id"] for r in stored()}
+    assert 5 <= len(before) < len(ids)
+    lines_before = len(stored())
+
+    second = subprocess.run(troupe(*args), cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resuming run resume" in second.stderr
+    after = {r["case_id"] for r in stored()[lines_before:]}
+    assert not before & after, "a sample stored before the kill ran again"
+
+    with duckdb.connect(str(db), read_only=True) as conn:
+        rows = conn.execute(
+            "SELECT case_id, count(*), bool_and(passed) FROM eval_results WHERE run_id = 'resume' GROUP BY case_id"
+        ).fetchall()
+        status = conn.execute("SELECT status FROM eval_runs WHERE run_id = 'resume'").fetchone()[0]
+    assert sorted(r[0] for r in rows) == ids
+    assert all(count == 1 and passed for _, count, passed in rows), rows
+    assert status == "finished"

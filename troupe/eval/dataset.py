@@ -1,0 +1,261 @@
+"""Evaluation datasets: one case per row, in JSONL or Parquet.
+
+Each row is an object with these fields (anything else is an error, so a typo
+does not silently drop a grader)::
+
+    id            string (or integer), unique in the dataset            required
+    input         a string, or a list of Responses input items          required
+    instructions  string
+    tools         list of Responses tool definitions (function tools the client would run:
+                  the response then ends with the call, which ``tool_called`` can grade)
+    tool_choice   "auto" | "none" | "required" | {"type": "function", "name": ...} | …
+    model         the model to run (default ``sim``; ``--model`` overrides every case)
+    tags          list of strings (success rate per tag in the report)
+    expected      one grader or a list of graders (see :mod:`troupe.eval.graders`);
+                  none: the sample passes when its response completes
+    timeout_s     this case's time limit, overriding ``--timeout``
+    params        further Responses create parameters, e.g. {"max_output_tokens": 20}
+
+JSONL: one JSON object per line (blank lines and lines starting with ``//`` are
+skipped). Parquet is read with DuckDB; nested columns may be structs/lists or
+JSON text (``input``, ``tools``, ``tool_choice``, ``expected``, ``params``), and
+struct fields that are NULL count as absent.
+
+Every case is checked when loaded, without running anything: its request must
+pass the same validation as ``POST /v1/responses`` and its graders must parse.
+
+Example::
+
+    dataset = load_dataset("examples/eval/sample.jsonl")
+    for case in dataset.cases:
+        body = case.request_body(model="sim")
+"""
+
+from __future__ import annotations
+
+import decimal
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from troupe.protocol import InvalidRequest, parse_create_request
+
+from .graders import GraderError, GraderSpec, parse_expected
+
+__all__ = ["DEFAULT_MODEL", "Dataset", "DatasetError", "EvalCase", "input_text", "load_dataset", "parse_case"]
+
+DEFAULT_MODEL = "sim"
+
+_FIELDS = ("id", "input", "instructions", "tools", "tool_choice", "model", "tags", "expected", "timeout_s", "params")
+# Request fields a case may not set through `params`: the runner owns them.
+_RESERVED_PARAMS = frozenset(
+    {"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background", "conversation",
+     "previous_response_id", "metadata"}
+)  # fmt: skip
+_JSON_TEXT_FIELDS = ("tools", "expected", "params", "tags")
+
+
+class DatasetError(ValueError):
+    """The dataset cannot be read or a row is invalid; the message names the file and row."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalCase:
+    """One evaluation case (picklable: it travels to the eval workers)."""
+
+    id: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    model: str | None = None
+    tags: tuple[str, ...] = ()
+    expected: tuple[GraderSpec, ...] = ()
+    timeout_s: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    row: int = 0
+    """1-based row (line) number in the dataset, for messages."""
+
+    def request_body(self, model: str | None = None, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+        """The Responses create body for this case (``model`` overrides the case's own)."""
+        body: dict[str, Any] = {**self.params, "model": model or self.model or DEFAULT_MODEL, "input": self.input}
+        if self.instructions is not None:
+            body["instructions"] = self.instructions
+        if self.tools is not None:
+            body["tools"] = self.tools
+        if self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        if metadata:
+            body["metadata"] = metadata
+        return body
+
+    @property
+    def input_text(self) -> str:
+        return input_text(self.input)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dataset:
+    """A loaded dataset: its cases in file order and the file's digest."""
+
+    path: str
+    cases: list[EvalCase]
+    sha256: str
+
+
+def input_text(value: str | list[dict[str, Any]]) -> str:
+    """A case input as text: the string, or the text of its user/system messages joined by newlines."""
+    if isinstance(value, str):
+        return value
+    parts: list[str] = []
+    for item in value:
+        content = item.get("content")
+        if item.get("type", "message") != "message":
+            continue
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict) and "text" in p)
+    return "\n".join(parts)
+
+
+def load_dataset(path: str | os.PathLike[str]) -> Dataset:
+    """Read and check every case of a JSONL or Parquet (``*.parquet``) dataset.
+
+    Raises:
+        DatasetError: unreadable file, invalid row, duplicate id, an empty dataset.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the dataset: {exc.strerror or exc}") from exc
+    rows = _parquet_rows(path) if path.lower().endswith(".parquet") else _jsonl_rows(path)
+    cases: list[EvalCase] = []
+    seen: dict[str, int] = {}
+    for number, row in rows:
+        case = parse_case(row, where=f"{path}:{number}", number=number)
+        if case.id in seen:
+            raise DatasetError(f"{path}:{number}: duplicate id {case.id!r} (first on row {seen[case.id]})")
+        seen[case.id] = number
+        cases.append(case)
+    if not cases:
+        raise DatasetError(f"{path}: the dataset has no cases")
+    return Dataset(path=path, cases=cases, sha256=digest)
+
+
+def _jsonl_rows(path: str) -> Iterator[tuple[int, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            text = line.strip()
+            if not text or text.startswith("//"):
+                continue
+            try:
+                yield number, json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{number}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def _parquet_rows(path: str) -> Iterator[tuple[int, Any]]:
+    import duckdb
+
+    try:
+        with duckdb.connect() as conn:
+            result = conn.execute("SELECT * FROM read_parquet(?)", [path])
+            columns = [d[0] for d in result.description]
+            rows = result.fetchall()
+    except duckdb.Error as exc:
+        raise DatasetError(f"{path}: cannot read Parquet: {exc}") from None
+    for number, values in enumerate(rows, start=1):
+        row = {c: _drop_nulls(v) for c, v in zip(columns, values, strict=True) if v is not None}
+        for name in _JSON_TEXT_FIELDS:
+            if isinstance(row.get(name), str):
+                row[name] = _json_text(row[name], path, number, name)
+        if isinstance(row.get("tool_choice"), str) and row["tool_choice"].lstrip().startswith("{"):
+            row["tool_choice"] = _json_text(row["tool_choice"], path, number, "tool_choice")
+        if isinstance(row.get("input"), str) and row["input"].lstrip().startswith("[{"):
+            try:  # a JSON list of items; anything else is a plain string input
+                items = json.loads(row["input"])
+                if isinstance(items, list) and all(isinstance(i, dict) for i in items):
+                    row["input"] = items
+            except json.JSONDecodeError:
+                pass
+        yield number, row
+
+
+def _drop_nulls(value: Any) -> Any:
+    """Parquet structs have every field of the column; a NULL one counts as absent. Decimals become floats."""
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+def _json_text(text: str, path: str, number: int, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}:{number}: '{name}' is text but not JSON: {exc.msg}") from None
+
+
+def parse_case(row: Any, *, where: str, number: int = 0) -> EvalCase:
+    """One row as an :class:`EvalCase`; DatasetError (naming ``where``) if it is invalid."""
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: a case must be a JSON object")
+    unknown = sorted(set(row) - set(_FIELDS))
+    if unknown:
+        raise DatasetError(f"{where}: unknown field(s) {', '.join(unknown)}; a case has {', '.join(_FIELDS)}")
+    case_id = row.get("id")
+    if isinstance(case_id, int) and not isinstance(case_id, bool):
+        case_id = str(case_id)
+    if not isinstance(case_id, str) or not case_id:
+        raise DatasetError(f"{where}: 'id' must be a non-empty string")
+    where = f"{where} (id {case_id!r})"
+    if "input" not in row:
+        raise DatasetError(f"{where}: 'input' is required")
+    tags = row.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise DatasetError(f"{where}: 'tags' must be a list of strings")
+    timeout_s = row.get("timeout_s")
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+                                  or timeout_s <= 0):  # fmt: skip
+        raise DatasetError(f"{where}: 'timeout_s' must be a positive number")
+    params = row.get("params") or {}
+    if not isinstance(params, dict):
+        raise DatasetError(f"{where}: 'params' must be an object")
+    reserved = sorted(set(params) & _RESERVED_PARAMS)
+    if reserved:
+        raise DatasetError(f"{where}: 'params' may not set {', '.join(reserved)} (a case field or the runner's)")
+    model = row.get("model")
+    if model is not None and (not isinstance(model, str) or not model):
+        raise DatasetError(f"{where}: 'model' must be a model name")
+    try:
+        expected = parse_expected(row.get("expected"), where=where)
+    except GraderError as exc:
+        raise DatasetError(str(exc)) from None
+    case = EvalCase(
+        id=case_id,
+        input=row["input"],
+        instructions=row.get("instructions"),
+        tools=row.get("tools"),
+        tool_choice=row.get("tool_choice"),
+        model=model,
+        tags=tuple(tags),
+        expected=expected,
+        timeout_s=None if timeout_s is None else float(timeout_s),
+        params=params,
+        row=number,
+    )
+    try:  # the same validation as POST /v1/responses, without running anything
+        parse_create_request(case.request_body())
+    except InvalidRequest as exc:
+        param = f" ({exc.param})" if exc.param else ""
+        raise DatasetError(f"{where}: invalid request{param}: {exc.message}") from None
+    return case
