@@ -32,7 +32,7 @@ from troupe.actors.settings import RuntimeSettings
 from .app import create_app
 from .config import ServerSettings
 
-__all__ = ["TroupeIngress", "build_app", "run_server", "APP_NAME"]
+__all__ = ["TroupeIngress", "build_app", "app_builder", "run_server", "APP_NAME"]
 
 APP_NAME = "troupe"
 
@@ -70,6 +70,29 @@ def build_app(server: ServerSettings, runtime: RuntimeSettings) -> serve.Applica
         max_ongoing_requests=server.max_ongoing_requests,
     )
     return deployment.bind(server, runtime)
+
+
+def app_builder(args: dict[str, str]) -> serve.Application:
+    """The Serve application from a Serve config's ``args``: the entry point for a RayService.
+
+    ``args`` may name ``config`` (a TOML file on the cluster); ``TROUPE_*`` environment
+    variables of the Serve replicas apply as with ``troupe serve``. Host and port come from
+    the Serve config's ``http_options``, not from here.
+
+    Example (a KubeRay RayService ``serveConfigV2``)::
+
+        applications:
+          - name: troupe
+            route_prefix: /
+            import_path: troupe.serve.deployment:app_builder
+            args: {config: /etc/troupe/troupe.toml}
+    """
+    import os
+
+    from .config import load_config
+
+    server, runtime = load_config(args.get("config"), env=os.environ)
+    return build_app(server, runtime)
 
 
 def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bool = True) -> None:

@@ -1,0 +1,22 @@
+"""The RayService entry point builds the same application as `troupe serve`, from a config file."""
+
+from __future__ import annotations
+
+from ray import serve
+
+from troupe.serve.deployment import app_builder
+
+
+def test_app_builder_reads_the_config_named_in_args(tmp_path):
+    config = tmp_path / "troupe.toml"
+    config.write_text('[runtime]\nplacement = "dedicated"\n[server]\nmax_ongoing_requests = 321\n')
+    app = app_builder({"config": str(config)})
+    assert isinstance(app, serve.Application)
+    _, runtime = app._bound_deployment.init_args
+    assert runtime.placement == "dedicated"
+    assert app._bound_deployment._deployment_config.max_ongoing_requests == 321
+
+
+def test_app_builder_without_args_uses_the_embedded_defaults():
+    server, runtime = app_builder({})._bound_deployment.init_args
+    assert (server.port, [m.name for m in runtime.models]) == (8000, ["sim"])
