@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run sim test clean
+.PHONY: install run sim test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ sim: $(STAMP)
 	$(BIN)/troupe sim --host 127.0.0.1 --port 8001
 
 test: $(STAMP)
-	$(BIN)/ruff check troupe tests
+	$(BIN)/ruff check troupe tests benchmarks
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The latency benchmarks (about six minutes; results in benchmarks/results/).
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

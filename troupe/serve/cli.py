@@ -5,6 +5,8 @@ Commands::
     troupe serve   the Responses/Conversations API on Ray Serve (embedded defaults without a config)
     troupe sql     a read-only SQL query over the stored history, printed as a table
     troupe sim     the simulated model as a standalone OpenAI-compatible server
+                   (Chat Completions, and stateless single-turn /v1/responses)
+    troupe bench   a load generator for any Responses API server
     troupe eval    batch evaluation on Ray: run a dataset, report, compare, export
 
 Each subcommand is one ``_add_<name>(subcommands)`` function that declares its arguments
@@ -218,6 +220,26 @@ def _cell(value: Any) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+def _add_bench(subcommands: Any) -> None:
+    from troupe.bench.cli import DESCRIPTION, EPILOG, add_arguments
+
+    parser = subcommands.add_parser(
+        "bench",
+        help="load-test a Responses API server: latency percentiles, throughput, errors",
+        description=textwrap.fill(DESCRIPTION),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from troupe.bench.cli import run
+
+    return run(args)
+
+
 def _add_eval(subcommands: Any) -> None:
     # The commands live in troupe.serve.eval_cli (run, report, compare, export, list).
     from troupe.serve.eval_cli import add_eval
@@ -225,7 +247,7 @@ def _add_eval(subcommands: Any) -> None:
     add_eval(subcommands)
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_sql, _add_sim, _add_eval)
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_sql, _add_sim, _add_bench, _add_eval)
 
 
 def build_parser() -> argparse.ArgumentParser:

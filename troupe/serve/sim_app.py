@@ -3,6 +3,7 @@
 Routes::
 
     POST /v1/chat/completions   Chat Completions, streaming (SSE) or not
+    POST /v1/responses          stateless Responses, one model turn (see :mod:`.sim_responses`)
     GET  /v1/models             lists the model ``sim``
     GET  /health                {"status": "ok"}
 
@@ -40,6 +41,7 @@ from troupe.agentloop.model import (
     TurnEnd,
 )
 from troupe.agentloop.sim import SimModel, SimReply, SimSettings, stream_reply
+from troupe.serve.sim_responses import add_responses_route
 
 __all__ = ["create_sim_app", "SIM_MODEL_NAME"]
 
@@ -114,6 +116,7 @@ def create_sim_app(settings: SimSettings = SimSettings()) -> FastAPI:
         assert end is not None  # stream_reply always ends with a TurnEnd
         return JSONResponse(_completion(end, head=head))
 
+    add_responses_route(app, sim)
     return app
 
 

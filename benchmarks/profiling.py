@@ -1,0 +1,136 @@
+"""Profile Troupe where it is far from the limit: py-spy on its processes under load.
+
+Two loads on the pooled app, each for a fixed time, with ``py-spy record`` attached to every
+Troupe process of the roles that do the work (Serve proxy, ingress replica, conversation
+hosts, storage actor) and psutil counting their CPU:
+
+* streaming: scenario 1's input at concurrency 16 (overhead per streamed token);
+* non-streaming with ``store`` on: scenario 2's input at concurrency 16 (store-on throughput).
+
+For each load and role it keeps the CPU per response and the hottest frames: the Troupe
+frames by cumulative share of samples (where Troupe's own code spends), and the leaf frames
+by self share (what is hot underneath). Samples without a Python frame on top (Ray's C++
+threads, the GIL) are counted apart as ``native``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from troupe.bench.loadgen import LoadSpec, run_load
+
+from .measure import Ctx, log
+
+__all__ = ["profile_troupe"]
+
+ROLES = {
+    "Serve proxy": "ProxyActor",
+    "ingress replica": "ServeReplica:pooled",
+    "conversation hosts": "HostActor",
+    "storage actor": "StorageService",
+}
+_NATIVE = ("threading.py", "concurrent/futures/thread.py", "ray/_private/worker.py")
+
+
+def _py_spy() -> str | None:
+    found = shutil.which("py-spy")
+    local = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return found or (local if os.path.exists(local) else None)
+
+
+def _aggregate(paths: list[str], top: int = 8) -> dict[str, Any]:
+    selfs: collections.Counter[str] = collections.Counter()
+    troupe: collections.Counter[str] = collections.Counter()
+    total = native = 0
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            frames = stack.split(";")
+            total += n
+            leaf = frames[-1]
+            if not leaf.strip() or any(marker in leaf for marker in _NATIVE):
+                native += n
+            else:
+                selfs[leaf] += n
+            for frame in set(frames):
+                if "troupe/" in frame:
+                    troupe[frame] += n
+    share = (lambda n: round(100 * n / total, 1)) if total else (lambda n: 0.0)
+    return {
+        "samples": total,
+        "native_pct": share(native),
+        "self": [[share(n), f] for f, n in selfs.most_common(top)],
+        "troupe_cumulative": [[share(n), f] for f, n in troupe.most_common(top)],
+    }
+
+
+async def _one_load(ctx: Ctx, py_spy: str, name: str, body: dict[str, Any], seconds: float) -> dict[str, Any]:
+    target = ctx.target("troupe-pooled")
+    assert target is not None and target.proc is not None
+    by_role: dict[str, list[Any]] = {role: [] for role in ROLES}
+    for proc in target.proc.processes():
+        try:
+            proc_name = proc.name()
+        except Exception:  # noqa: BLE001 - it exited
+            continue
+        for role, marker in ROLES.items():
+            if marker in proc_name:
+                by_role[role].append(proc)
+    cpu0 = {p.pid: sum(p.cpu_times()[:2]) for procs in by_role.values() for p in procs}
+    folder = tempfile.mkdtemp(prefix=f"profile-{name}-", dir=os.path.join(ctx.lab.scratch, "logs"))
+    spies = []
+    for role, procs in by_role.items():
+        for proc in procs:
+            out = os.path.join(folder, f"{role.replace(' ', '_')}-{proc.pid}.txt")
+            spies.append((role, out, subprocess.Popen(
+                [py_spy, "record", "--pid", str(proc.pid), "--duration", str(int(seconds)), "--rate", "100",
+                 "--format", "raw", "--nonblocking", "-o", out],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    spec = LoadSpec(concurrency=16, requests=None, duration_s=seconds, timeout_s=120)
+    run = await run_load(target.base_url, lambda _i: {**body, "model": target.model}, spec)
+    for _, _, spy in spies:
+        await asyncio.to_thread(spy.wait, 60)
+    ok = max(1, sum(1 for r in run.results if r.ok))
+    roles = {}
+    for role, procs in by_role.items():
+        cpu = 0.0
+        for p in procs:
+            try:
+                cpu += sum(p.cpu_times()[:2]) - cpu0[p.pid]
+            except Exception:  # noqa: BLE001 - it exited
+                pass
+        roles[role] = {"processes": len(procs), "cpu_ms_per_response": round(cpu * 1000 / ok, 2),
+                       **_aggregate([out for r, out, _ in spies if r == role])}
+    return {"load": name, "responses": ok, "seconds": seconds, "roles": roles}
+
+
+async def profile_troupe(ctx: Ctx, seconds: float = 10.0) -> dict[str, Any]:
+    """Profile the two loads; a JSON-ready dict (``skipped`` when py-spy or Troupe is missing)."""
+    py_spy = _py_spy()
+    if py_spy is None:
+        return {"skipped": "py-spy is not installed"}
+    if ctx.target("troupe-pooled") is None:
+        return {"skipped": "Troupe did not start"}
+    loads = []
+    for name, body in (
+        ("streaming c=16", {"input": ctx.defs.streaming_input, "stream": True}),
+        ("non-streaming store=on c=16", {"input": ctx.defs.throughput_input, "stream": False, "store": True}),
+    ):
+        log(f"profile: {name}, {seconds:.0f} s under py-spy")
+        loads.append(await _one_load(ctx, py_spy, name, body, seconds))
+    return {"tool": "py-spy record --rate 100 --nonblocking (no --idle)", "loads": loads}

@@ -1,0 +1,284 @@
+"""Write a run's results: ``<name>.json`` (everything), ``<name>.md`` (the tables), ``<name>.png``.
+
+Every Troupe figure appears next to the bare sim server's (the physical limit, measured in
+the same run) and as a ratio to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from troupe.bench.machine import describe_machine
+from troupe.bench.report import fmt_ms
+
+from .results_plot import plot_results
+
+__all__ = ["write_results", "render"]
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _x(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _skipped(section: dict[str, Any]) -> list[str]:
+    return [f"SKIPPED: {section['skipped']}", ""] if "skipped" in section else []
+
+
+def _row(rows: list[dict[str, Any]], target: str, concurrency: int, **match: Any) -> dict[str, Any] | None:
+    return next((r for r in rows if r["target"] == target and r["concurrency"] == concurrency
+                 and all(r.get(k) == v for k, v in match.items())), None)
+
+
+def _headline(doc: dict[str, Any]) -> list[str]:
+    sc = doc.get("scenarios", {})
+    s1 = _get(sc, "1_streaming", "rows") or []
+    s2 = _get(sc, "2_throughput", "rows") or []
+    c2 = 16 if any(r["concurrency"] == 16 for r in s2) else max((r["concurrency"] for r in s2), default=None)
+    peers = [p for p, s in doc.get("peers", {}).items() if s.get("status") == "ok"]
+    head = ["measure", "bare sim (limit)", "Troupe", "Troupe ÷ limit", *peers]
+    out = []
+    for metric, label in (("ttft_ms", "TTFT p50"), ("e2e_ms", "E2E p50")):
+        for c in sorted({r["concurrency"] for r in s1}):
+            lim, tr = _row(s1, "sim", c), _row(s1, "troupe-pooled", c)
+            cells = [f"1 streaming {label} (ms), c={c}", fmt_ms(_get(lim, "summary", metric, "p50")),
+                     fmt_ms(_get(tr, "summary", metric, "p50")), _x(_get(tr, "ratios", f"{metric}_p50"))]
+            cells += [fmt_ms(_get(_row(s1, p, c), "summary", metric, "p50")) for p in peers]
+            out.append(cells)
+    if c2 is not None:
+        for store in (True, False):
+            lim, tr = _row(s2, "sim", c2), _row(s2, "troupe-pooled", c2, store=store)
+            cells = [f"2 non-streaming resp/s, c={c2}, store={'on' if store else 'off'}",
+                     fmt_ms(_get(lim, "summary", "throughput_rps")), fmt_ms(_get(tr, "summary", "throughput_rps")),
+                     _x(_get(tr, "ratios", "throughput"))]
+            cells += [fmt_ms(_get(_row(s2, p, c2), "summary", "throughput_rps")) if store else "–" for p in peers]
+            out.append(cells)
+    s3 = sc.get("3_agent_loop", {})
+    for row in s3.get("rows", []):
+        out.append([f"3 agent loop E2E p50 (ms), c={row['concurrency']}", f"{fmt_ms(_get(s3, 'critical_path', 'critical_path_ms'))} (critical path)",
+                    fmt_ms(_get(row, "summary", "e2e_ms", "p50")), _x(row.get("vs_critical_path")), *["–"] * len(peers)])
+    return _table(head, out)
+
+
+def _s0(s: dict[str, Any]) -> list[str]:
+    rows = [[r["loop"], str(r["concurrency"]), str(r["summary"]["requests"]),
+             fmt_ms(_get(r, "summary", "client", "cpu_ms_per_request"), 2), fmt_ms(r.get("client_cpu_us_per_event")),
+             fmt_ms(_get(r, "summary", "client", "cpu_share"), 2), fmt_ms(_get(r, "summary", "client", "loop_lag_ms", "p99"), 2),
+             fmt_ms(_get(r, "summary", "e2e_ms", "p50"), 2)] for r in s.get("rows", [])]
+    return _table(["event loop", "concurrency", "n", "client CPU/req (ms)", "client CPU/event (µs)",
+                   "client CPU share (cores)", "loop lag p99 (ms)", "E2E p50 (ms)"], rows)
+
+
+def _s1(s: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in s.get("rows", []):
+        sm = r["summary"]
+        rows.append([str(r["concurrency"]), r["target"], str(sm["requests"]), str(sm["error_count"]),
+                     *(fmt_ms(_get(sm, "ttft_ms", q)) for q in ("p50", "p90", "p99")),
+                     *(fmt_ms(_get(sm, "e2e_ms", q)) for q in ("p50", "p90", "p99")),
+                     fmt_ms(_get(sm, "itl_ms", "p50"), 2),
+                     _x(_get(r, "ratios", "ttft_ms_p50")), _x(_get(r, "ratios", "ttft_ms_p99")),
+                     _x(_get(r, "ratios", "e2e_ms_p50")), _x(_get(r, "ratios", "e2e_ms_p99")),
+                     fmt_ms(r.get("server_cpu_ms_per_response")), fmt_ms(_get(sm, "client", "cpu_share"), 2)])
+    return _table(["c", "target", "n", "err", "TTFT p50", "p90", "p99", "E2E p50", "p90", "p99", "ITL p50",
+                   "TTFT p50 ÷ limit", "TTFT p99 ÷ limit", "E2E p50 ÷ limit", "E2E p99 ÷ limit",
+                   "server CPU/resp (ms)", "client CPU (cores)"], rows)
+
+
+def _s2(s: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in s.get("rows", []):
+        sm = r["summary"]
+        rows.append([str(r["concurrency"]), r["label"], str(sm["requests"]), str(sm["error_count"]),
+                     fmt_ms(sm.get("throughput_rps")), _x(_get(r, "ratios", "throughput")),
+                     fmt_ms(_get(sm, "e2e_ms", "p50")), fmt_ms(_get(sm, "e2e_ms", "p99")),
+                     fmt_ms(r.get("server_cpu_ms_per_response")), _x(_get(r, "ratios", "cpu_per_response")),
+                     fmt_ms(r.get("sim_cpu_ms_per_response"))])
+    return _table(["c", "target", "n", "err", "resp/s", "÷ limit", "E2E p50", "E2E p99", "server CPU/resp (ms)",
+                   "÷ limit", "sim CPU/resp (ms)"], rows)
+
+
+def _s3(s: dict[str, Any]) -> list[str]:
+    cp = s.get("critical_path", {})
+    out = [f"Critical path, measured on the bare sim: model turn 1 {fmt_ms(cp.get('turn1'))} ms + longest tool "
+           f"{cp.get('tool_ms')} ms + model turn 2 {fmt_ms(cp.get('turn2'))} ms = **{fmt_ms(cp.get('critical_path_ms'))} ms**.", ""]
+    rows = []
+    for r in s.get("rows", []):
+        sm, b = r["summary"], r.get("breakdown_p50", {})
+        rows.append([str(r["concurrency"]), str(sm["requests"]), str(sm["error_count"]),
+                     fmt_ms(_get(sm, "e2e_ms", "p50")), fmt_ms(_get(sm, "e2e_ms", "p99")), _x(r.get("vs_critical_path")),
+                     fmt_ms(b.get("model_calls_ms")), fmt_ms(b.get("tool_window_ms")), fmt_ms(b.get("tool_overhead_ms")),
+                     fmt_ms(b.get("other_ms"))])
+    out += _table(["c", "n", "err", "E2E p50", "E2E p99", "÷ critical path", "model calls (traces)",
+                   "tool window (traces)", "tool overhead beyond 200 ms", "rest (ingress, hops, storage)"], rows)
+    out += ["", "The last four columns are p50s over up to 5 responses of the row, each computed per response "
+            "from its stored step traces (the rest: the client's end to end minus model calls and tool window)."]
+    if s.get("peers"):
+        out += ["", f"Peers: {s['peers']}."]
+    return out
+
+
+def _s4(s: dict[str, Any]) -> list[str]:
+    series_list = s.get("series", [])
+    n = max((len(x["per_turn"]) for x in series_list), default=0)
+    shown = sorted({t for t in (1, 5, 10, n) if 1 <= t <= n})
+    rows = []
+    for series in series_list:
+        by_turn = {t["turn"]: t for t in series["per_turn"]}
+        ratios = series.get("ratio_to_limit_per_turn") or []
+        rows.append([series["target"], series["mode"],
+                     *(fmt_ms(_get(by_turn.get(t), "e2e_p50_ms")) for t in shown),
+                     _x(series.get("growth_last_over_first")), _x(ratios[0] if ratios else None),
+                     _x(series.get("last_turns_over_limit")), str(series["error_count"]),
+                     (series["errors"][0][:100].replace("|", "/") if series["errors"] else "")])
+    out = _table(["target", "mode", *(f"turn {t} E2E p50" for t in shown), "last 3 ÷ first 3 turns",
+                  "turn 1 ÷ limit", "last 3 turns ÷ limit", "errors", "first error"], rows)
+    return out + ["", "The ends of each curve are medians of three turns' p50s; the limit's sessions ran three "
+                      "times over, so that one hiccup of the shared machine does not decide a ratio."]
+
+
+def _s5(s: dict[str, Any]) -> list[str]:
+    rows = []
+    for name in ("pooled", "dedicated"):
+        p = s.get(name) or {}
+        if "skipped" in p:
+            rows.append([name, f"SKIPPED: {p['skipped']}", *[""] * 7])
+            continue
+        rows.append([name, str(p.get("conversations_measured")), fmt_ms(_get(p, "first_turn_ms", "p50")),
+                     fmt_ms(_get(p, "first_turn_ms", "p99")), fmt_ms(_get(p, "warm_turn_ms", "p50")),
+                     (fmt_ms(p.get("memory_per_conversation_mib"), 2) if p.get("estimated_max_live")
+                      else "below resolution"),
+                     str(p.get("estimated_max_live") or "no per-process ceiling"), p.get("stopped_because", ""),
+                     str(p.get("wall_s"))])
+    out = _table(["placement", "live conversations measured", "first turn p50 (ms)", "first turn p99",
+                  "warm turn p50", "memory per conversation (MiB PSS)", "estimated most live conversations",
+                  "stopped because", "seconds"], rows)
+    for name in ("pooled", "dedicated"):
+        if (s.get(name) or {}).get("estimate_basis"):
+            out += ["", f"{name}: {s[name]['estimate_basis']}."]
+    return out
+
+
+def _s6(s: dict[str, Any]) -> list[str]:
+    rows = [[r["way"], str(r["concurrency"]), str(r["calls"]), str(r["errors"]),
+             fmt_ms(_get(r, "latency_ms", "p50"), 2), fmt_ms(_get(r, "latency_ms", "p99"), 2),
+             fmt_ms(r.get("calls_per_s"))] for r in s.get("rows", [])]
+    out = _table(["way", "concurrency", "calls", "errors", "latency p50 (ms)", "p99", "calls/s"], rows)
+    if s.get("actor_first_call_ms") is not None:
+        out += ["", f"The connection actor's first call (actor start + session open): {fmt_ms(s['actor_first_call_ms'])} ms."]
+    return out
+
+
+def _sp(s: dict[str, Any]) -> list[str]:
+    out = [f"Tool: {s.get('tool')}. Shares are of all samples of that role's processes; `native` is time "
+           "with no Python frame on top (Ray's C++ core, waits for the GIL).", ""]
+    for load in s.get("loads", []):
+        out += [f"**{load['load']}** ({load['responses']} responses in {load['seconds']:.0f} s)", ""]
+        rows = []
+        for role, r in load["roles"].items():
+            hot = "; ".join(f"{pct}% {frame}" for pct, frame in r["troupe_cumulative"][:4])
+            leaf = "; ".join(f"{pct}% {frame}" for pct, frame in r["self"][:3])
+            rows.append([role, str(r["processes"]), fmt_ms(r["cpu_ms_per_response"], 2), str(r["native_pct"]),
+                         hot.replace("|", "/"), leaf.replace("|", "/")])
+        out += _table(["role", "processes", "CPU/resp (ms)", "native %", "hottest Troupe frames (cumulative)",
+                       "hottest leaf frames (self)"], rows)
+        out.append("")
+    return out
+
+
+def render(doc: dict[str, Any], png_name: str | None = None) -> str:
+    """The results as Markdown."""
+    sc = doc.get("scenarios", {})
+    defs = doc.get("definitions", {})
+    lines = [
+        f"# Troupe benchmarks, {doc['created_at'][:10]}, commit `{doc['commit']}`" + (" (quick)" if doc.get("quick") else ""),
+        "",
+        f"- Machine: {describe_machine(doc['machine'])}.",
+        f"- Reproduce: `{doc.get('command')}` (this run: {doc.get('wall_s')} s in all).",
+        "- Every server ran on 127.0.0.1 on this one machine, sharing its cores with the load generator; the "
+        "**bare sim server** (`troupe sim`'s stateless `/v1/responses`, same wire protocol, no gateway) is the "
+        "physical limit, measured in the same run, and `÷ limit` is each figure over the limit's.",
+        "- Request counts are modest so that a full run takes minutes (each table gives n): percentiles, p99 "
+        "above all, are indicative. Latencies in milliseconds.",
+    ]
+    for peer, status in doc.get("peers", {}).items():
+        state = (f"version {status.get('version')}, {status.get('how')}" if status.get("status") == "ok"
+                 else f"SKIPPED: {status.get('reason')}")
+        lines.append(f"- Peer {peer}: {state}.")
+    idle = doc.get("idle_cpu_cores") or {}
+    if idle:
+        lines.append("- CPU at rest (cores), subtracted from every server CPU figure: "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in idle.items()) + ".")
+    if png_name:
+        lines += ["", f"![charts]({png_name})"]
+    lines += ["", "## Headline", "", *_headline(doc)]
+    sections = [
+        ("0_client_overhead", "0. The load generator's own overhead",
+         f"`troupe bench` against the bare sim, `{defs.get('overhead_input')}` streamed (one network read per "
+         "event, the client's worst case); the same load on the standard asyncio loop (before) and on uvloop "
+         "(after: `troupe bench` uses it when installed). E2E includes the sim's own 320 ms of pacing.", _s0),
+        ("1_streaming", "1. Single-turn streaming text",
+         f"Input `{defs.get('streaming_input')}`: sim time to first token 50 ms, 10 ms per token, 64 tokens.", _s1),
+        ("2_throughput", "2. Non-streaming throughput",
+         f"Zero-latency sim, `{defs.get('throughput_input')}`; server CPU is the target's own process tree "
+         "(Troupe: Ray and all its workers), the sim's is shown apart.", _s2),
+        ("profile", "P. Profile of Troupe under load",
+         "py-spy attached to Troupe's processes while the pooled app serves scenario 1's streaming load and "
+         "scenario 2's store-on load, at concurrency 16.", _sp),
+        ("3_agent_loop", "3. Agent loop",
+         "Two model turns (50 ms to first token, 10 ms per token) around four parallel server-side `sleep` "
+         "calls of 200 ms (Ray tasks), streamed; Troupe pooled.", _s3),
+        ("4_history", f"4. History growth ({defs.get('history_turns')} turns)",
+         f"{defs.get('history_sessions')} sessions side by side, zero-latency sim, streamed. The limit is the bare "
+         "sim fed the whole history statelessly by the client.", _s4),
+        ("5_placement", "5. Placement: pooled vs dedicated",
+         "New conversations one after another (a first turn each), all kept live; memory is the PSS of Troupe's "
+         "process tree. Bounded by a cap and a memory budget.", _s5),
+        ("6_mcp", "6. MCP: connection actor vs a session per call",
+         "An `add` tool on a local streamable-HTTP MCP server, through `RayMcpClient` (the long-lived connection "
+         "actor), `LocalMcpClient` (the same kept-open session in-process) and a fresh `McpSession` per call.", _s6),
+    ]
+    for key, title, intro, render_section in sections:
+        section = sc.get(key)
+        lines += ["", f"## {title}", ""]
+        if section is None:
+            lines.append("Not run.")
+            continue
+        load = section.get("load_average_at_start")
+        where = f" (load average {'/'.join(f'{v:g}' for v in load)} when it started)" if load else ""
+        lines += [intro + where, "", *_skipped(section)]
+        if "skipped" not in section:
+            lines += render_section(section)
+    for note in doc.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(doc: dict[str, Any], out_dir: str, name: str) -> list[str]:
+    """Write ``name.json``, ``name.md`` and ``name.png`` into ``out_dir``; their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, name)
+    paths = []
+    try:
+        paths.append(plot_results(doc, base + ".png"))
+    except Exception as exc:  # noqa: BLE001 - the tables matter more than the chart
+        doc.setdefault("notes", []).append(f"The chart could not be drawn: {type(exc).__name__}: {exc}")
+    with open(base + ".json", "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write(render(doc, os.path.basename(base + ".png") if paths else None))
+    return [base + ".json", base + ".md", *paths]
