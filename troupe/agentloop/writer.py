@@ -3,8 +3,11 @@
 This is the one place that assigns ``sequence_number`` (0, +1 per event, no
 gaps), ``output_index`` (emission order, which is also the order of the final
 ``response.output``) and ``content_index`` (per item, from 0), and that frames
-every item as added → deltas → done (CONTRACT.md §3). Events are built from the
-``openai`` SDK's own types, so a misspelt field fails here, not in a client.
+every item as added → deltas → done (CONTRACT.md §3). Events are plain dicts
+shaped field for field like the ``openai`` SDK's event models (building a model per
+event cost more than the rest of the writer); tests/unit/test_writer_wire_shapes.py
+validates every kind against those models, so a misspelt field fails in the tests,
+not in a client.
 
 Non-streaming requests run the same writer and keep only :attr:`WireWriter.response`,
 so both modes produce the same final Response by construction.
@@ -21,38 +24,6 @@ import time
 from collections.abc import AsyncIterable, Callable
 from typing import Any
 
-from openai.types.responses import (
-    ResponseCompletedEvent,
-    ResponseContentPartAddedEvent,
-    ResponseContentPartDoneEvent,
-    ResponseCreatedEvent,
-    ResponseErrorEvent,
-    ResponseFailedEvent,
-    ResponseFunctionCallArgumentsDeltaEvent,
-    ResponseFunctionCallArgumentsDoneEvent,
-    ResponseFunctionToolCall,
-    ResponseIncompleteEvent,
-    ResponseInProgressEvent,
-    ResponseMcpCallArgumentsDeltaEvent,
-    ResponseMcpCallArgumentsDoneEvent,
-    ResponseMcpCallCompletedEvent,
-    ResponseMcpCallFailedEvent,
-    ResponseMcpCallInProgressEvent,
-    ResponseMcpListToolsCompletedEvent,
-    ResponseMcpListToolsFailedEvent,
-    ResponseMcpListToolsInProgressEvent,
-    ResponseOutputItemAddedEvent,
-    ResponseOutputItemDoneEvent,
-    ResponseOutputMessage,
-    ResponseReasoningItem,
-    ResponseReasoningTextDeltaEvent,
-    ResponseReasoningTextDoneEvent,
-    ResponseTextDeltaEvent,
-    ResponseTextDoneEvent,
-)
-from openai.types.responses.response_output_text import ResponseOutputText
-from openai.types.responses.response_reasoning_item import Content as ReasoningContent
-
 from troupe.protocol import CreateResponseRequest, build_response, usage_dict
 
 from . import events as ev
@@ -61,9 +32,9 @@ from .model import TokenUsage
 __all__ = ["WireWriter", "collect_response"]
 
 _TERMINAL = {
-    "completed": ResponseCompletedEvent,
-    "incomplete": ResponseIncompleteEvent,
-    "failed": ResponseFailedEvent,
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
 }
 
 
@@ -127,103 +98,75 @@ class WireWriter:
             case ev.ResponseStarted():
                 snapshot = self.response
                 return [
-                    self._emit(ResponseCreatedEvent, response=snapshot),
-                    self._emit(ResponseInProgressEvent, response=snapshot),
+                    self._response_event("response.created", snapshot),
+                    self._response_event("response.in_progress", snapshot),
                 ]
             case ev.MessageStarted(item_id=item_id):
-                item = ResponseOutputMessage(id=item_id, type="message", role="assistant", status="in_progress", content=[])
-                return [self._add(item), self._emit(
-                    ResponseContentPartAddedEvent, item_id=item_id, output_index=self._index[item_id],
-                    content_index=0, part=_text_part(""),
-                )]
+                added = self._add(_message(item_id, "in_progress", []))
+                return [added, self._content_part_event("response.content_part.added", item_id, _text_part(""))]
             case ev.MessageDelta(item_id=item_id, delta=delta):
-                return [self._emit(
-                    ResponseTextDeltaEvent, item_id=item_id, output_index=self._index[item_id],
-                    content_index=0, delta=delta, logprobs=[],
-                )]
+                return [self._text_delta(item_id, delta)]
             case ev.MessageDone(item_id=item_id, text=text, status=status):
-                i = self._index[item_id]
-                item = ResponseOutputMessage(
-                    id=item_id, type="message", role="assistant", status=status, content=[_text_part(text)]
-                )
                 return [
-                    self._emit(ResponseTextDoneEvent, item_id=item_id, output_index=i, content_index=0, text=text, logprobs=[]),
-                    self._emit(ResponseContentPartDoneEvent, item_id=item_id, output_index=i, content_index=0, part=_text_part(text)),
-                    self._done(item),
+                    self._text_done(item_id, text),
+                    self._content_part_event("response.content_part.done", item_id, _text_part(text)),
+                    self._done(_message(item_id, status, [_text_part(text)])),
                 ]
             case ev.ReasoningStarted(item_id=item_id):
-                item = ResponseReasoningItem(id=item_id, type="reasoning", summary=[], content=[], status="in_progress")
-                return [self._add(item), self._emit(
-                    ResponseContentPartAddedEvent, item_id=item_id, output_index=self._index[item_id],
-                    content_index=0, part={"type": "reasoning_text", "text": ""},
-                )]
+                added = self._add(_reasoning(item_id, "in_progress", []))
+                return [added, self._content_part_event("response.content_part.added", item_id, _reasoning_part(""))]
             case ev.ReasoningDelta(item_id=item_id, delta=delta):
-                return [self._emit(
-                    ResponseReasoningTextDeltaEvent, item_id=item_id, output_index=self._index[item_id],
-                    content_index=0, delta=delta,
-                )]
+                return [self._reasoning_delta(item_id, delta)]
             case ev.ReasoningDone(item_id=item_id, text=text, status=status):
-                i = self._index[item_id]
-                part = ReasoningContent(type="reasoning_text", text=text)
-                item = ResponseReasoningItem(id=item_id, type="reasoning", summary=[], content=[part], status=status)
                 return [
-                    self._emit(ResponseReasoningTextDoneEvent, item_id=item_id, output_index=i, content_index=0, text=text),
-                    self._emit(
-                        ResponseContentPartDoneEvent, item_id=item_id, output_index=i, content_index=0,
-                        part={"type": "reasoning_text", "text": text},
-                    ),
-                    self._done(item),
+                    self._reasoning_done(item_id, text),
+                    self._content_part_event("response.content_part.done", item_id, _reasoning_part(text)),
+                    self._done(_reasoning(item_id, status, [_reasoning_part(text)])),
                 ]
             case ev.FunctionCallStarted(item_id=item_id, call_id=call_id, name=name):
-                item = ResponseFunctionToolCall(
-                    id=item_id, type="function_call", call_id=call_id, name=name, arguments="", status="in_progress"
-                )
-                return [self._add(item)]
+                return [self._add(_function_call(item_id, call_id, name, "", "in_progress"))]
             case ev.FunctionCallArgumentsDelta(item_id=item_id, delta=delta):
-                return [self._emit(
-                    ResponseFunctionCallArgumentsDeltaEvent, item_id=item_id, output_index=self._index[item_id], delta=delta
-                )]
+                return [self._arguments_delta("response.function_call_arguments.delta", item_id, delta)]
             case ev.FunctionCallDone(item_id=item_id, arguments=arguments, status=status):
-                i = self._index[item_id]
-                added = self._output[i]
-                item = ResponseFunctionToolCall(
-                    id=item_id, type="function_call", call_id=added["call_id"], name=added["name"],
-                    arguments=arguments, status=status,
-                )
+                added = self._output[self._index[item_id]]
+                item = _function_call(item_id, added["call_id"], added["name"], arguments, status)
                 return [
-                    self._emit(ResponseFunctionCallArgumentsDoneEvent, item_id=item_id, output_index=i, arguments=arguments),
+                    self._arguments_done("response.function_call_arguments.done", item_id, arguments),
                     self._done(item),
                 ]
             case ev.McpListStarted(item_id=item_id, server_label=label):
                 item = {"type": "mcp_list_tools", "id": item_id, "server_label": label, "tools": [], "error": None}
                 added = self._add(item)
-                return [added, self._emit(ResponseMcpListToolsInProgressEvent, item_id=item_id, output_index=self._index[item_id])]
+                return [added, self._item_event("response.mcp_list_tools.in_progress", item_id)]
             case ev.McpListDone(item_id=item_id, tools=tools, error=error):
-                i = self._index[item_id]
-                item = {**self._output[i], "tools": tools, "error": error}
-                status_event = ResponseMcpListToolsFailedEvent if error else ResponseMcpListToolsCompletedEvent
-                return [self._emit(status_event, item_id=item_id, output_index=i), self._done(item)]
+                item = {**self._output[self._index[item_id]], "tools": tools, "error": error}
+                status_type = "response.mcp_list_tools.failed" if error else "response.mcp_list_tools.completed"
+                return [self._item_event(status_type, item_id), self._done(item)]
             case ev.McpCallStarted(item_id=item_id, server_label=label, name=name, approval_request_id=approval):
                 item = {
-                    "type": "mcp_call", "id": item_id, "server_label": label, "name": name, "arguments": "",
-                    "approval_request_id": approval, "output": None, "error": None, "status": "in_progress",
+                    "type": "mcp_call",
+                    "id": item_id,
+                    "server_label": label,
+                    "name": name,
+                    "arguments": "",
+                    "approval_request_id": approval,
+                    "output": None,
+                    "error": None,
+                    "status": "in_progress",
                 }
                 added = self._add(item)
-                return [added, self._emit(ResponseMcpCallInProgressEvent, item_id=item_id, output_index=self._index[item_id])]
+                return [added, self._item_event("response.mcp_call.in_progress", item_id)]
             case ev.McpCallArgumentsDelta(item_id=item_id, delta=delta):
-                return [self._emit(
-                    ResponseMcpCallArgumentsDeltaEvent, item_id=item_id, output_index=self._index[item_id], delta=delta
-                )]
+                return [self._arguments_delta("response.mcp_call_arguments.delta", item_id, delta)]
             case ev.McpCallArgumentsDone(item_id=item_id, arguments=arguments):
                 i = self._index[item_id]
                 self._output[i] = {**self._output[i], "arguments": arguments}
-                return [self._emit(ResponseMcpCallArgumentsDoneEvent, item_id=item_id, output_index=i, arguments=arguments)]
+                return [self._arguments_done("response.mcp_call_arguments.done", item_id, arguments)]
             case ev.McpCallDone(item_id=item_id, output=output, error=error):
-                i = self._index[item_id]
                 status = "failed" if error else "completed"
-                item = {**self._output[i], "output": output, "error": error, "status": status}
-                status_event = ResponseMcpCallFailedEvent if error else ResponseMcpCallCompletedEvent
-                return [self._emit(status_event, item_id=item_id, output_index=i), self._done(item)]
+                item = {**self._output[self._index[item_id]], "output": output, "error": error, "status": status}
+                status_type = "response.mcp_call.failed" if error else "response.mcp_call.completed"
+                return [self._item_event(status_type, item_id), self._done(item)]
             case ev.ItemEmitted(item=item):
                 return [self._add(item), self._done(item)]
             case ev.StepTraced():
@@ -232,29 +175,143 @@ class WireWriter:
                 return self._finish(finished)
         raise TypeError(f"unknown loop event {event!r}")
 
-    # -- helpers -----------------------------------------------------------------
+    # -- wire events ---------------------------------------------------------------
+    # Each is a plain dict shaped like the ``openai.types.responses`` model its docstring
+    # names: the same keys, in the model's field order, so the JSON is what
+    # ``Model(...).to_dict(mode="json")`` gave. Building those models for every event was
+    # the writer's main cost (about 70 events for a 64-token answer);
+    # tests/unit/test_writer_wire_shapes.py validates every kind against them instead.
+    # An item event carries the very dict ``self._output`` holds (items the loop hands
+    # over go out as given): the writer replaces items, never mutates them, and events
+    # are read-only to their consumers (Troupe's only serialize them).
 
-    def _emit(self, cls: type, **fields: Any) -> dict[str, Any]:
-        # The SDK model validates names and types; the dict is what goes on the wire.
-        event = cls(type=cls.model_fields["type"].annotation.__args__[0], sequence_number=self._seq, **fields)
+    def _add(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Append ``item`` at the next ``output_index``: a ``ResponseOutputItemAddedEvent``."""
+        i = len(self._output)
+        self._index[item["id"]] = i
+        self._output.append(item)
+        return {
+            "item": item,
+            "output_index": i,
+            "sequence_number": self._next_seq(),
+            "type": "response.output_item.added",
+        }
+
+    def _done(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Replace the item at its ``output_index`` with ``item``: a ``ResponseOutputItemDoneEvent``."""
+        i = self._index[item["id"]]
+        self._output[i] = item
+        return {
+            "item": item,
+            "output_index": i,
+            "sequence_number": self._next_seq(),
+            "type": "response.output_item.done",
+        }
+
+    def _next_seq(self) -> int:
+        seq = self._seq
         self._seq += 1
-        data = event.to_dict(mode="json")
-        if "response" in fields:
-            # The SDK types created_at as a float; strict clients want the integer we built.
-            data["response"] = fields["response"]
-        return data
+        return seq
 
-    def _add(self, item: Any) -> dict[str, Any]:
-        data = item if isinstance(item, dict) else item.to_dict(mode="json")
-        self._index[data["id"]] = len(self._output)
-        self._output.append(data)
-        return self._emit(ResponseOutputItemAddedEvent, item=data, output_index=self._index[data["id"]])
+    def _response_event(self, type_: str, response: dict[str, Any]) -> dict[str, Any]:
+        """``Response{Created,InProgress,Completed,Incomplete,Failed}Event``.
 
-    def _done(self, item: Any) -> dict[str, Any]:
-        data = item if isinstance(item, dict) else item.to_dict(mode="json")
-        i = self._index[data["id"]]
-        self._output[i] = data
-        return self._emit(ResponseOutputItemDoneEvent, item=data, output_index=i)
+        ``response`` goes out as built, with the integer ``created_at`` strict clients
+        want (the SDK's Response model types it as a float).
+        """
+        return {"response": response, "sequence_number": self._next_seq(), "type": type_}
+
+    def _item_event(self, type_: str, item_id: str) -> dict[str, Any]:
+        """``ResponseMcpListTools{InProgress,Completed,Failed}Event``, ``ResponseMcpCall{…}Event``."""
+        return {
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": type_,
+        }
+
+    def _content_part_event(self, type_: str, item_id: str, part: dict[str, Any]) -> dict[str, Any]:
+        """``ResponseContentPartAddedEvent``, ``ResponseContentPartDoneEvent`` (every item has one part, index 0)."""
+        return {
+            "content_index": 0,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "part": part,
+            "sequence_number": self._next_seq(),
+            "type": type_,
+        }
+
+    def _text_delta(self, item_id: str, delta: str) -> dict[str, Any]:
+        """``ResponseTextDeltaEvent``."""
+        return {
+            "content_index": 0,
+            "delta": delta,
+            "item_id": item_id,
+            "logprobs": [],
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": "response.output_text.delta",
+        }
+
+    def _text_done(self, item_id: str, text: str) -> dict[str, Any]:
+        """``ResponseTextDoneEvent``."""
+        return {
+            "content_index": 0,
+            "item_id": item_id,
+            "logprobs": [],
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "text": text,
+            "type": "response.output_text.done",
+        }
+
+    def _reasoning_delta(self, item_id: str, delta: str) -> dict[str, Any]:
+        """``ResponseReasoningTextDeltaEvent``."""
+        return {
+            "content_index": 0,
+            "delta": delta,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": "response.reasoning_text.delta",
+        }
+
+    def _reasoning_done(self, item_id: str, text: str) -> dict[str, Any]:
+        """``ResponseReasoningTextDoneEvent``."""
+        return {
+            "content_index": 0,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "text": text,
+            "type": "response.reasoning_text.done",
+        }
+
+    def _arguments_delta(self, type_: str, item_id: str, delta: str) -> dict[str, Any]:
+        """``ResponseFunctionCallArgumentsDeltaEvent``, ``ResponseMcpCallArgumentsDeltaEvent``."""
+        return {
+            "delta": delta,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": type_,
+        }
+
+    def _arguments_done(self, type_: str, item_id: str, arguments: str) -> dict[str, Any]:
+        """``ResponseFunctionCallArgumentsDoneEvent``, ``ResponseMcpCallArgumentsDoneEvent``."""
+        return {
+            "arguments": arguments,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": type_,
+        }
+
+    def _error_event(self, code: str | None, message: str) -> dict[str, Any]:
+        """``ResponseErrorEvent`` (the SDK's flat error shape)."""
+        return {"code": code, "message": message, "param": None, "sequence_number": self._next_seq(), "type": "error"}
+
+    # -- the end ---------------------------------------------------------------------
 
     def _finish(self, finished: ev.ResponseFinished) -> list[dict[str, Any]]:
         self._status = finished.status
@@ -269,21 +326,48 @@ class WireWriter:
             return []
         if finished.status == "requires_action":
             # Not an SDK event type: opt-in for clients that asked for it.
-            event = {"type": "response.requires_action", "sequence_number": self._seq, "response": snapshot}
-            self._seq += 1
-            return [event]
+            return [{"type": "response.requires_action", "sequence_number": self._next_seq(), "response": snapshot}]
         out: list[dict[str, Any]] = []
         if finished.status == "failed":
             assert self._error is not None
-            out.append(self._emit(
-                ResponseErrorEvent, code=self._error.get("code"), message=self._error["message"], param=None
-            ))
-        out.append(self._emit(_TERMINAL[finished.status], response=snapshot))
+            out.append(self._error_event(self._error.get("code"), self._error["message"]))
+        out.append(self._response_event(_TERMINAL[finished.status], snapshot))
         return out
 
 
-def _text_part(text: str) -> ResponseOutputText:
-    return ResponseOutputText(type="output_text", text=text, annotations=[], logprobs=[])
+# -- items the writer builds (dicts in the SDK models' field order, like the events) --------
+
+
+def _message(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``ResponseOutputMessage``."""
+    return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    """A ``ResponseOutputText`` (a message's content part)."""
+    return {"annotations": [], "text": text, "type": "output_text", "logprobs": []}
+
+
+def _reasoning(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``ResponseReasoningItem``."""
+    return {"id": item_id, "summary": [], "type": "reasoning", "content": content, "status": status}
+
+
+def _reasoning_part(text: str) -> dict[str, Any]:
+    """A reasoning item's content part (``response_reasoning_item.Content``)."""
+    return {"text": text, "type": "reasoning_text"}
+
+
+def _function_call(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    """A ``ResponseFunctionToolCall``."""
+    return {
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name,
+        "type": "function_call",
+        "id": item_id,
+        "status": status,
+    }
 
 
 def _usage(usage: TokenUsage) -> dict[str, Any]:
