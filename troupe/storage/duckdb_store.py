@@ -4,9 +4,15 @@ DuckDB allows one writing process per file, so the runtime owns the store from a
 single thread (see :class:`~troupe.storage.group_commit.GroupCommitWriter`); the
 lock here only makes misuse from several threads safe, not fast.
 
-Writes of a batch of responses are one transaction of a few multi-row
-``INSERT … VALUES (…), (…)`` statements (one per table per chunk): DuckDB's
-``executemany`` runs one statement per row, several times slower.
+Writes of a batch of responses are one transaction with one append per table,
+through DuckDB appenders kept for the life of the connection: an appender
+flush costs about what a one-row ``INSERT`` does, whatever the number of rows,
+where a multi-row ``INSERT … VALUES`` grows with its bound parameters (and
+``executemany`` runs one statement per row). The write order counter
+(``responses.seq``) and the next append position of recently used
+conversations live in memory, read from the database when the store opens or
+first needs them: the store must be the only writer of its file (DuckDB allows
+one writing process; in the runtime the storage actor owns the file).
 
 Read-only SQL (:meth:`DuckDBStore.query`) is guarded twice: the statement must
 pass :func:`~troupe.storage.schema.check_read_only`, and it runs inside a
@@ -34,6 +40,9 @@ __all__ = ["DuckDBStore"]
 # Rows per multi-row INSERT; bounds the statement size (and parse time) for big batches.
 _CHUNK_ROWS = 256
 
+# How many conversations' next append positions are kept (the least recently used go first).
+_CONVERSATION_SEQ_CACHE = 4096
+
 
 def _check_page_args(limit: int, order: str) -> None:
     if limit < 1:
@@ -58,12 +67,19 @@ class DuckDBStore(Store):
         self.path = ":memory:" if path is None else os.fspath(path)
         self._lock = threading.Lock()
         self._conn: duckdb.DuckDBPyConnection | None = None
+        # One appender per table, created on first use (see _append).
+        self._appenders: dict[str, duckdb.Appender] = {}
+        # (tenant, conversation id) -> next append position, for conversations known to exist.
+        # Every write to conversations or conversation_items keeps it true (or drops the entry).
+        self._conversation_seqs: dict[tuple[str, str], int] = {}
         try:
             self._conn = duckdb.connect(self.path)
         except duckdb.Error as exc:
             raise StorageError(f"cannot open DuckDB database {self.path!r}: {exc}") from exc
         try:
             self._migrate()
+            # The next responses.seq: read once, then counted here (under the lock).
+            self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
         except BaseException:
             self._conn.close()
             raise
@@ -148,15 +164,52 @@ class DuckDBStore(Store):
             params = [value for row in chunk for value in row]
             conn.execute(f"{verb} {table} ({columns}) VALUES " + ", ".join([placeholders] * len(chunk)), params)
 
-    @staticmethod
-    def _next_conversation_seq(conn: duckdb.DuckDBPyConnection, tenant: str, conversation_id: str) -> int | None:
-        """The next append position, or None if the conversation is unknown (inside a transaction)."""
-        row = conn.execute(
+    def _append(
+        self, conn: duckdb.DuckDBPyConnection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """Insert ``rows`` with one flush of the table's appender (call inside a transaction).
+
+        The appender runs in the connection's transaction, so a rollback undoes it.
+        DuckDB refuses to flush while a result of ``execute`` is unread: read
+        results to their end (``fetchall``, not ``fetchone``) before appending.
+        """
+        if not rows:
+            return
+        appender = self._appenders.get(table)
+        if appender is None:
+            names = [name.strip() for name in columns.split(",")]
+            appender = self._appenders[table] = conn.appender(table, columns=names)
+        try:
+            appender.append_rows(rows)
+            appender.flush()
+        except BaseException:
+            appender.clear()  # a bad row leaves the rows before it buffered: the next batch must not get them
+            raise
+
+    def _next_conversation_seq(self, conn: duckdb.DuckDBPyConnection, key: tuple[str, str]) -> int | None:
+        """The next append position of ``(tenant, conversation id)``, or None if unknown (inside a transaction)."""
+        start = self._conversation_seqs.get(key)
+        if start is not None:
+            return start
+        rows = conn.execute(  # fetchall: an unread result would block _append
             "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM conversation_items WHERE tenant = $1 AND conversation_id = $2)"
             " FROM conversations WHERE tenant = $1 AND id = $2",
-            [tenant, conversation_id],
-        ).fetchone()
-        return None if row is None else row[0]
+            key,
+        ).fetchall()
+        return rows[0][0] if rows else None
+
+    def _remember_conversation_seq(self, key: tuple[str, str], next_seq: int) -> None:
+        """Cache the next append position of an existing conversation (under the lock).
+
+        Only call this at the end of a transaction that found the conversation. If
+        its COMMIT then fails, the cached position is ahead of the stored items: a
+        gap, which keeps the order.
+        """
+        cache = self._conversation_seqs
+        cache.pop(key, None)  # re-inserted last: the oldest entry is the least recently used
+        cache[key] = next_seq
+        if len(cache) > _CONVERSATION_SEQ_CACHE:
+            del cache[next(iter(cache))]
 
     def _paged(
         self, sql: str, params: list[Any], keys: tuple[str, ...], anchor: Sequence[Any] | None, limit: int, order: Order
@@ -182,7 +235,7 @@ class DuckDBStore(Store):
         if not records:
             return
         with self._transaction() as conn:
-            seq = conn.execute("SELECT coalesce(max(seq) + 1, 0) FROM responses").fetchone()[0]
+            seq = self._next_response_seq
             responses, items, traces, appended = [], [], [], []
             next_seq: dict[tuple[str, str], int | None] = {}
             for offset, record in enumerate(records):
@@ -205,17 +258,22 @@ class DuckDBStore(Store):
                 if record.append_to_conversation and conversation_id is not None:
                     key = (record.tenant, conversation_id)
                     if key not in next_seq:
-                        next_seq[key] = self._next_conversation_seq(conn, *key)
+                        next_seq[key] = self._next_conversation_seq(conn, key)
                     start = next_seq[key]
                     if start is None:
                         continue  # deleted while the response ran: the response is still stored
                     added = [*encoded["input"], *encoded["output"]]
                     appended.extend((*key, start + i, iid, text) for i, (iid, text) in enumerate(added))
                     next_seq[key] = start + len(added)
-            self._insert(conn, "responses", schema.RESPONSE_COLUMNS, responses)
-            self._insert(conn, "response_items", schema.ITEM_COLUMNS, items)
-            self._insert(conn, "step_traces", schema.TRACE_COLUMNS, traces)
-            self._insert(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
+            self._append(conn, "responses", schema.RESPONSE_COLUMNS, responses)
+            self._append(conn, "response_items", schema.ITEM_COLUMNS, items)
+            self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
+            self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
+            # Only a batch that got this far moves the counters. A failed COMMIT leaves gaps, which keep the order.
+            self._next_response_seq = seq + len(records)
+            for key, start in next_seq.items():
+                if start is not None:
+                    self._remember_conversation_seq(key, start)
 
     def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_response`."""
@@ -340,7 +398,7 @@ class DuckDBStore(Store):
                 "INSERT INTO conversations (tenant, id, created_at, metadata, conversation) VALUES (?, ?, ?, ?, ?)",
                 [*row, schema.dump_json(conversation)],
             )
-            self._insert(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, item_rows)
+            self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, item_rows)
 
     def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_conversation`."""
@@ -370,17 +428,20 @@ class DuckDBStore(Store):
             ).fetchall()
             sql = "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ?"
             conn.execute(sql, [tenant, conversation_id])
+            self._conversation_seqs.pop((tenant, conversation_id), None)
         return bool(found)
 
     def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
         """See :meth:`Store.add_conversation_items`."""
         encoded = [(item.get("id"), schema.dump_json(item)) for item in items]
+        key = (tenant, conversation_id)
         with self._transaction() as conn:
-            start = self._next_conversation_seq(conn, tenant, conversation_id)
+            start = self._next_conversation_seq(conn, key)
             if start is None:
                 return False
-            rows = [(tenant, conversation_id, start + i, item_id, text) for i, (item_id, text) in enumerate(encoded)]
-            self._insert(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, rows)
+            rows = [(*key, start + i, item_id, text) for i, (item_id, text) in enumerate(encoded)]
+            self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, rows)
+            self._remember_conversation_seq(key, start + len(rows))
         return True
 
     def _conversation_exists(self, tenant: str, conversation_id: str) -> bool:
@@ -519,5 +580,6 @@ class DuckDBStore(Store):
         """Close the connection (idempotent); later calls raise StorageError."""
         with self._lock:
             if self._conn is not None:
+                self._appenders.clear()
                 self._conn.close()
                 self._conn = None
