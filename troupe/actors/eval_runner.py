@@ -108,8 +108,7 @@ class EvalWorker(HostActor):
     """A conversation host that runs and grades evaluation samples (wrapped by ``ray.remote``)."""
 
     def __init__(self, settings: RuntimeSettings) -> None:
-        # Events are consumed in-process: no reason to hold deltas back for company.
-        super().__init__(dataclasses.replace(settings, delta_batch_max=1))
+        super().__init__(settings)
 
     async def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

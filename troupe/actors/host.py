@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import StepTraced
@@ -40,7 +40,9 @@ from .models import ModelRegistry
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
-__all__ = ["TurnJob", "ConversationHost", "HostClient"]
+__all__ = ["TurnJob", "ConversationHost", "HostClient", "coalesce"]
+
+T = TypeVar("T")
 
 _DELTA_TYPES = frozenset(
     {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
@@ -62,7 +64,7 @@ class TurnJob:
 class HostClient(Protocol):
     """How the runtime talks to a host, in-process or through a Ray actor handle."""
 
-    def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]: ...
+    def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]: ...
 
     async def add_conversation_items(
         self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
@@ -149,8 +151,12 @@ class ConversationHost:
 
     # -- a turn ------------------------------------------------------------------
 
-    async def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]:
+    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
         """Run one response; yields its wire events in batches.
+
+        With ``stream`` each batch holds what the turn produced since the caller took the
+        previous one (see :func:`coalesce`); without it only two batches come: the first
+        (the turn has started) and the terminal one, which is all a non-streaming caller needs.
 
         Raises (before the first batch): InvalidRequest / NotFound for input that
         does not fit the thread.
@@ -159,13 +165,14 @@ class ConversationHost:
         async with thread.lock:  # turns of one conversation never interleave
             self.running += 1
             try:
-                async for batch in self._run_turn(job, thread):
-                    yield batch
+                async with contextlib.aclosing(coalesce(self._run_turn(job, thread, stream=stream))) as batches:
+                    async for batch in batches:
+                        yield batch
             finally:
                 self.running -= 1
                 self.last_active = time.monotonic()
 
-    async def _run_turn(self, job: TurnJob, thread: _Thread) -> AsyncIterator[list[dict[str, Any]]]:
+    async def _run_turn(self, job: TurnJob, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
         started = time.time()
         request = job.request
         servers = self._mcp_servers(request)
@@ -185,9 +192,8 @@ class ConversationHost:
             upstream_model=spec.upstream_model or spec.name,
         )
         traces: list[StepTrace] = []
-        batch: list[dict[str, Any]] = []
-        flushed_at = time.monotonic()
         ttft_s: float | None = None
+        started_sent = False
         async with contextlib.aclosing(events):
             async for event in events:
                 if isinstance(event, StepTraced):
@@ -199,20 +205,13 @@ class ConversationHost:
                     await self._finish(
                         job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces
                     )
-                    yield batch + wire
+                    yield wire
                     return
                 if ttft_s is None and any(e["type"] in _DELTA_TYPES for e in wire):
                     ttft_s = time.time() - started
-                batch.extend(wire)
-                # Several events per hop, but never hold one back for long, nor any non-delta.
-                now = time.monotonic()
-                if (
-                    len(batch) >= self.settings.delta_batch_max
-                    or now - flushed_at >= self.settings.delta_batch_s
-                    or any(e["type"] not in _DELTA_TYPES for e in wire)
-                ):
-                    yield batch
-                    batch, flushed_at = [], now
+                if stream or not started_sent:
+                    started_sent = True
+                    yield wire
 
     def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:
         """The request's ``mcp`` tools, resolved (configured labels, secrets) and checked (URL policy).
@@ -291,6 +290,48 @@ class ConversationHost:
         await self.models.close()
         if self.mcp_client is not None:
             await self.mcp_client.close()
+
+
+async def coalesce(batches: AsyncIterator[list[T]]) -> AsyncIterator[list[T]]:
+    """Re-batch a stream so each batch holds everything made since the consumer took the last one.
+
+    Nagle's rule for event streams: a consumer that keeps up gets every batch the moment it is
+    made (no added latency, true inter-token gaps); one that falls behind (a loaded ingress,
+    a slow hop) gets what piled up meanwhile in one piece, so the cost per hop is paid once per
+    batch rather than once per event, and bigger batches come exactly when they help.
+
+    The source runs ahead in its own task. Its exception, if any, is raised here after the
+    batches it made before it. Closing this generator cancels the source and waits for it.
+    """
+    pending: list[T] = []
+    made = asyncio.Event()
+
+    async def pump() -> None:
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                pending.extend(batch)
+                made.set()
+
+    task = asyncio.create_task(pump())
+    task.add_done_callback(lambda _: made.set())
+    try:
+        while True:
+            if not pending and not task.done():
+                await made.wait()
+                made.clear()
+            if pending:
+                out = pending[:]
+                pending.clear()
+                yield out
+            elif task.done():
+                task.result()  # the source's error, after everything it made before it
+                return
+    finally:
+        if not task.done():
+            task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved (and raised above when it mattered): no "never retrieved" log
 
 
 def _trace(response_id: str, seq: int, event: StepTraced) -> StepTrace:

@@ -15,6 +15,7 @@ rebuild their message cache from storage.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from collections import OrderedDict
@@ -98,11 +99,12 @@ class HostActor(ConversationHost):
         self._idle_timeout_s = idle_timeout_s
         self._watcher: asyncio.Task[None] | None = None
 
-    async def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]:
+    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
         if self._idle_timeout_s is not None and self._watcher is None:
             self._watcher = asyncio.create_task(self._exit_when_idle(self._idle_timeout_s))
-        async for batch in super().respond(job):
-            yield batch
+        async with contextlib.aclosing(super().respond(job, stream=stream)) as batches:
+            async for batch in batches:
+                yield batch
 
     async def _exit_when_idle(self, idle_timeout_s: float) -> None:
         import ray
@@ -130,13 +132,18 @@ class RayHostClient:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    async def respond(self, job: TurnJob) -> AsyncIterator[list[dict[str, Any]]]:
+    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
         import ray
 
-        stream = self.handle.respond.options(num_returns="streaming").remote(job)
+        # Backpressure of one batch: the host holds its next batch until this one is taken, and
+        # meanwhile gathers what the turn makes into it (host.coalesce): under load, fewer and
+        # bigger hops instead of a queue of one-event objects.
+        refs = self.handle.respond.options(
+            num_returns="streaming", _generator_backpressure_num_objects=1
+        ).remote(job, stream=stream)
         done = False
         try:
-            async for ref in stream:
+            async for ref in refs:
                 yield await _call(ref)
             done = True
         except ray.exceptions.RayActorError as exc:
@@ -146,7 +153,7 @@ class RayHostClient:
             ) from exc
         finally:
             if not done:
-                ray.cancel(stream)  # the client went away (or the host failed): stop the turn
+                ray.cancel(refs)  # the client went away (or the host failed): stop the turn
 
     async def add_conversation_items(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> Any:
         return await _call(self.handle.add_conversation_items.remote(tenant, conversation_id, items))

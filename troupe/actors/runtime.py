@@ -107,7 +107,7 @@ class Runtime:
             HostFailed: the host died during the turn (a 500 ``server_error``).
         """
         final: dict[str, Any] | None = None
-        async for batch in await self._start(tenant, request):
+        async for batch in await self._start(tenant, request, stream=False):
             for event in batch:
                 if "response" in event:
                     final = event["response"]
@@ -115,7 +115,7 @@ class Runtime:
             raise ServerError("The response ended without a result.")
         return final
 
-    async def _start(self, tenant: str, request: CreateResponseRequest) -> EventBatches:
+    async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
         if self.settings.model(request.model) is None:
             raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
         job = TurnJob(
@@ -127,7 +127,7 @@ class Runtime:
         )
         for attempt in range(_START_ATTEMPTS):
             host = await self.placement.host_for(job.thread_id)
-            batches = host.respond(job)
+            batches = host.respond(job, stream=stream)
             # Pull the first batch now so a bad request fails as an HTTP error, not mid-stream.
             try:
                 first = await anext(batches)
