@@ -62,8 +62,6 @@ def test_every_section(write):
         tool_timeout_s = 5
         cache_size = 10
         namespace = "t2"
-        delta_batch_max = 4
-        delta_batch_s = 0.02
 
         [[models]]
         name = "llama"
@@ -83,6 +81,7 @@ def test_every_section(write):
         target = "my.tools:get_weather"
         description = "Weather for a city."
         parameters = { type = "object", properties = { city = { type = "string" } } }
+        num_cpus = 0
         """
     )
     server, runtime = load_config(path, env={})
@@ -94,7 +93,7 @@ def test_every_section(write):
     assert isinstance(runtime.idle_timeout_s, float), "TOML integers become floats for float options"
     assert (runtime.storage_path, runtime.client_tool_status) == ("/tmp/h.duckdb", "requires_action")
     assert (runtime.tool_num_cpus, runtime.tool_timeout_s, runtime.cache_size) == (0.5, 5.0, 10)
-    assert (runtime.namespace, runtime.delta_batch_max, runtime.delta_batch_s) == ("t2", 4, 0.02)
+    assert runtime.namespace == "t2"
     assert runtime.models == (
         ModelSpec(name="sim", kind="sim"),
         ModelSpec(name="llama", kind="openai", base_url="http://127.0.0.1:8001/v1", upstream_model="meta/llama",
@@ -103,7 +102,7 @@ def test_every_section(write):
     )
     weather = ToolSpec(
         name="get_weather", target="my.tools:get_weather", description="Weather for a city.",
-        parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+        parameters={"type": "object", "properties": {"city": {"type": "string"}}}, num_cpus=0.0,
     )
     assert runtime.tools == DEFAULT_TOOLS + (weather,), "configured tools are added to the examples"
     pickle.loads(pickle.dumps((server, runtime)))  # both travel to Ray actors
@@ -227,6 +226,7 @@ def test_unknown_keys_are_named(write, text, named):
         ('[[models]]\nkind = "sim"\n', "models[0]: missing required key 'name'"),
         ('[[tools]]\nname = "t"\n', "tools[0]: missing required key 'target'"),
         ('[[tools]]\nname = "t"\ntarget = "no_colon"\n', "tools[0].target must look like"),
+        ('[[tools]]\nname = "t"\ntarget = "a:b"\nnum_cpus = -0.5\n', "tools[0].num_cpus: must not be negative"),
         ('[[tools]]\nname = "t"\ntarget = "a:b"\n[[tools]]\nname = "t"\ntarget = "a:c"\n', "'t' is configured twice"),
         ('[auth]\nkeys = "sk-a"\n', "auth.keys: expected a table"),
         ('[auth]\nkeys = {"sk-a" = 1}\n', "auth.keys: the tenant of each key"),

@@ -44,6 +44,10 @@ class ToolSpec:
     description: str = ""
     parameters: dict[str, Any] | None = None
     """JSON schema of the arguments; None derives it from the function's type hints."""
+    num_cpus: float | None = None
+    """CPUs each call's Ray task reserves; None: the runtime's ``tool_num_cpus``. A tool that
+    mostly waits (on a network, a timer) can say 0: its calls then never queue behind the
+    node's CPU count, though each running call still occupies a worker process."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,9 +75,9 @@ class McpServerSpec:
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(name="calculator", target="troupe.actors.example_tools:calculator",
              description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'."),
-    ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep",
+    ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep", num_cpus=0,
              description="Wait the given number of milliseconds, then say so."),
-    ToolSpec(name="now", target="troupe.actors.example_tools:now",
+    ToolSpec(name="now", target="troupe.actors.example_tools:now", num_cpus=0,
              description="The current date and time in UTC, ISO 8601."),
 )
 
@@ -85,7 +89,7 @@ class RuntimeSettings:
     models: tuple[ModelSpec, ...] = (ModelSpec(name="sim", kind="sim"),)
     tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
     tool_num_cpus: float = 0.25
-    """CPUs each tool task reserves (I/O-bound tools need little; 0.25 lets 8 run per core)."""
+    """CPUs each tool task reserves unless its ToolSpec says otherwise (0.25 lets 4 run per core)."""
     tool_timeout_s: float = 60.0
     """A tool call taking longer fails with a timeout error (fed back to the model)."""
     placement: Literal["pooled", "dedicated"] = "pooled"
@@ -100,10 +104,6 @@ class RuntimeSettings:
     client_tool_status: Literal["completed", "requires_action"] = "completed"
     namespace: str = "troupe"
     """Ray namespace of the named actors (hosts, storage)."""
-    delta_batch_max: int = 16
-    """Most wire events per Ray hop while streaming."""
-    delta_batch_s: float = 0.01
-    """Longest a streamed event waits for company before it is sent."""
     mcp_servers: tuple[McpServerSpec, ...] = ()
     """Configured MCP servers (trusted; requests name them by label)."""
     mcp_allowed_urls: tuple[str, ...] = ()

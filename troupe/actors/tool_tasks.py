@@ -58,7 +58,7 @@ class RayToolExecutor:
 
     Args:
         specs: the registered tools.
-        num_cpus: CPUs each task reserves.
+        num_cpus: CPUs each task reserves, for tools whose spec does not say.
         timeout_s: a call running longer fails (and the task is cancelled).
     """
 
@@ -81,7 +81,8 @@ class RayToolExecutor:
         import ray
 
         spec = self._specs[call.name]
-        options = {"num_cpus": self._num_cpus, "max_retries": 0, "name": f"tool:{call.name}"}
+        num_cpus = self._num_cpus if spec.num_cpus is None else spec.num_cpus
+        options = {"num_cpus": num_cpus, "max_retries": 0, "name": f"tool:{call.name}"}
         ref = self._task.options(**options).remote(spec.target, parse_arguments(call.arguments))
         try:
             return await asyncio.wait_for(ref, timeout=self._timeout_s)

@@ -17,7 +17,7 @@ Sections::
     [runtime]   placement, pool_size, storage_path, … , example_tools, sim_model
     [[models]]  name, kind, base_url, upstream_model, api_key_env, ttft_ms, itl_ms
     [mcp]       allowed_urls, timeout_s, list_ttl_s; [[mcp.servers]] label, url | command, headers, …
-    [[tools]]   name, target, description, parameters
+    [[tools]]   name, target, description, parameters, num_cpus
 
 Environment: ``TROUPE_CONFIG`` (the file, when no path is given), ``TROUPE_HOST``,
 ``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``, ``TROUPE_STORAGE_PATH``,
@@ -85,9 +85,9 @@ _RUNTIME_EXTRA = ("example_tools", "sim_model")
 _SECTIONS = ("server", "auth", "runtime", "models", "tools", "mcp")
 _POSITIVE = {
     "port", "num_replicas", "max_ongoing_requests", "pool_size", "idle_timeout_s", "cache_size",
-    "tool_timeout_s", "delta_batch_max",
+    "tool_timeout_s",
 }
-_NON_NEGATIVE = {"tool_num_cpus", "delta_batch_s", "ttft_ms", "itl_ms"}
+_NON_NEGATIVE = {"tool_num_cpus", "num_cpus", "ttft_ms", "itl_ms"}
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
