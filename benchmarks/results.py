@@ -1,13 +1,21 @@
 """Write a run's results: ``<name>.json`` (everything), ``<name>.md`` (the tables), ``<name>.png``.
 
 Every Troupe figure appears next to the bare sim server's (the physical limit, measured in
-the same run) and as a ratio to it.
+the same run) and as a ratio to it. With a baseline (an earlier run's JSON, see
+:func:`compare`), the Markdown also gets a "Before/after" section.
+
+Render a stored run again, optionally against a baseline, without running anything:
+
+    .venv/bin/python -m benchmarks.results benchmarks/results/RUN.json [--baseline OTHER.json] > RUN.md
 """
 
 from __future__ import annotations
 
+import argparse
+import glob
 import json
 import os
+import sys
 from typing import Any
 
 from troupe.bench.machine import describe_machine
@@ -15,7 +23,7 @@ from troupe.bench.report import fmt_ms
 
 from .results_plot import plot_results
 
-__all__ = ["write_results", "render"]
+__all__ = ["write_results", "render", "compare", "baseline_summary", "load_results", "pick_baseline"]
 
 
 def _get(d: Any, *path: str) -> Any:
@@ -43,11 +51,17 @@ def _row(rows: list[dict[str, Any]], target: str, concurrency: int, **match: Any
                  and all(r.get(k) == v for k, v in match.items())), None)
 
 
+def _headline_concurrency(s2: list[dict[str, Any]]) -> int | None:
+    """The concurrency of scenario 2 that the headline shows: 16, else the highest measured."""
+    levels = {r.get("concurrency") for r in s2} - {None}
+    return 16 if 16 in levels else max(levels, default=None)
+
+
 def _headline(doc: dict[str, Any]) -> list[str]:
     sc = doc.get("scenarios", {})
     s1 = _get(sc, "1_streaming", "rows") or []
     s2 = _get(sc, "2_throughput", "rows") or []
-    c2 = 16 if any(r["concurrency"] == 16 for r in s2) else max((r["concurrency"] for r in s2), default=None)
+    c2 = _headline_concurrency(s2)
     peers = [p for p, s in doc.get("peers", {}).items() if s.get("status") == "ok"]
     head = ["measure", "bare sim (limit)", "Troupe", "Troupe ÷ limit", *peers]
     out = []
@@ -199,6 +213,191 @@ def _sp(s: dict[str, Any]) -> list[str]:
     return out
 
 
+# -- before/after against a baseline run ---------------------------------------------------
+
+
+def _rows_of(sc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    rows = _get(sc, key, "rows")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _find(rows: list[dict[str, Any]], target: str, concurrency: int, **match: Any) -> dict[str, Any] | None:
+    return next((r for r in rows if r.get("target") == target and r.get("concurrency") == concurrency
+                 and all(r.get(k) == v for k, v in match.items())), None)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _measures(doc: dict[str, Any]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The measures of one run that a before/after compares, in display order: the Headline's
+    Troupe rows, then server CPU per response (scenario 1 per c, scenario 2 per c and store).
+    Each: label, which direction is better, Troupe's value, the limit's and Troupe ÷ limit."""
+    sc = doc.get("scenarios")
+    sc = sc if isinstance(sc, dict) else {}
+    s1, s2 = _rows_of(sc, "1_streaming"), _rows_of(sc, "2_throughput")
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def put(key: tuple[Any, ...], group: str, measure: str, better: str, troupe: dict[str, Any] | None,
+            value: Any, limit: Any, ratio: Any) -> None:
+        if troupe is None:
+            return
+        value, limit = _num(value), _num(limit)
+        ratio = _num(ratio)
+        if ratio is None and (computed := _div(value, limit)) is not None:
+            ratio = round(computed, 3)
+        found[key] = {"group": group, "measure": measure, "better": better, "value": value, "limit": limit,
+                      "ratio": ratio}
+
+    levels1 = sorted({r.get("concurrency") for r in s1} - {None})
+    for metric, label in (("ttft_ms", "TTFT p50"), ("e2e_ms", "E2E p50")):
+        for c in levels1:
+            lim, tr = _find(s1, "sim", c), _find(s1, "troupe-pooled", c)
+            put(("1", metric, c), "headline", f"1 streaming {label} (ms), c={c}", "lower", tr,
+                _get(tr, "summary", metric, "p50"), _get(lim, "summary", metric, "p50"),
+                _get(tr, "ratios", f"{metric}_p50"))
+    if (c2 := _headline_concurrency(s2)) is not None:
+        for store in (True, False):
+            lim, tr = _find(s2, "sim", c2), _find(s2, "troupe-pooled", c2, store=store)
+            put(("2", c2, store), "headline", f"2 non-streaming resp/s, c={c2}, store={'on' if store else 'off'}",
+                "higher", tr, _get(tr, "summary", "throughput_rps"), _get(lim, "summary", "throughput_rps"),
+                _get(tr, "ratios", "throughput"))
+    critical_path = _get(sc, "3_agent_loop", "critical_path", "critical_path_ms")
+    for row in _rows_of(sc, "3_agent_loop"):
+        c = row.get("concurrency")
+        put(("3", c), "headline", f"3 agent loop E2E p50 (ms), c={c}", "lower", row,
+            _get(row, "summary", "e2e_ms", "p50"), critical_path, row.get("vs_critical_path"))
+    for c in levels1:
+        lim, tr = _find(s1, "sim", c), _find(s1, "troupe-pooled", c)
+        put(("cpu", "1", c), "cpu", f"1 streaming, c={c}", "lower", tr, _get(tr, "server_cpu_ms_per_response"),
+            _get(lim, "server_cpu_ms_per_response"), None)
+    for c in sorted({r.get("concurrency") for r in s2} - {None}):
+        for store in (True, False):
+            lim, tr = _find(s2, "sim", c), _find(s2, "troupe-pooled", c, store=store)
+            put(("cpu", "2", c, store), "cpu", f"2 non-streaming, c={c}, store={'on' if store else 'off'}", "lower",
+                tr, _get(tr, "server_cpu_ms_per_response"), _get(lim, "server_cpu_ms_per_response"),
+                _get(tr, "ratios", "cpu_per_response"))
+    return found
+
+
+def compare(baseline: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
+    """Before/after rows: one per measure of ``current`` (the Headline's Troupe rows, then server
+    CPU per response of scenarios 1 and 2), with the baseline's figures where it has them.
+
+    Each row: ``group`` (``headline`` or ``cpu``), ``measure``, ``better`` (``lower`` or
+    ``higher``), ``before``/``after`` (Troupe), ``limit_before``/``limit_after`` (the bare sim,
+    or the agent loop's critical path), ``ratio_before``/``ratio_after`` (Troupe ÷ limit), and
+    ``change``/``ratio_change``: after ÷ before − 1 (−0.35: 35 % lower). A figure that a run
+    lacks is None; a measure that neither run has a value for is left out.
+    """
+    before = _measures(baseline if isinstance(baseline, dict) else {})
+    rows = []
+    for key, now in _measures(current if isinstance(current, dict) else {}).items():
+        then = before.get(key, {})
+        if now["value"] is None and then.get("value") is None:
+            continue
+        change, ratio_change = _div(now["value"], then.get("value")), _div(now["ratio"], then.get("ratio"))
+        rows.append({
+            "group": now["group"], "measure": now["measure"], "better": now["better"],
+            "before": then.get("value"), "after": now["value"],
+            "change": None if change is None else round(change - 1, 4),
+            "limit_before": then.get("limit"), "limit_after": now["limit"],
+            "ratio_before": then.get("ratio"), "ratio_after": now["ratio"],
+            "ratio_change": None if ratio_change is None else round(ratio_change - 1, 4),
+        })
+    return rows
+
+
+def _load_averages(doc: dict[str, Any]) -> dict[str, Any]:
+    machine = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
+    scenarios = doc.get("scenarios") if isinstance(doc.get("scenarios"), dict) else {}
+    return {"before_scenarios": machine.get("load_average_before_scenarios") or machine.get("load_average"),
+            **{key: _get(scenarios, key, "load_average_at_start")
+               for key in ("1_streaming", "2_throughput", "3_agent_loop")}}
+
+
+def baseline_summary(baseline: dict[str, Any], current: dict[str, Any], path: str, picked: str) -> dict[str, Any]:
+    """What a results JSON records of its baseline: where it is, its commit, date, machine load
+    and the before/after rows of :func:`compare`. ``picked``: ``auto`` or ``given``."""
+    machine = baseline.get("machine") if isinstance(baseline.get("machine"), dict) else {}
+    defs_then, defs_now = baseline.get("definitions") or {}, current.get("definitions") or {}
+    return {
+        "path": path, "picked": picked, "commit": baseline.get("commit"), "created_at": baseline.get("created_at"),
+        "worktree_dirty": baseline.get("worktree_dirty"), "quick": baseline.get("quick"),
+        "machine": {k: machine.get(k) for k in ("cpu_model", "cores")},
+        "load_average": _load_averages(baseline),
+        "definitions_differ": sorted(k for k in set(defs_then) | set(defs_now) if defs_then.get(k) != defs_now.get(k)),
+        "rows": compare(baseline, current),
+    }
+
+
+def _change(change: float | None, better: str) -> str:
+    """``−35% (better)``: after ÷ before − 1, and whether that is the good direction."""
+    if change is None:
+        return "–"
+    pct = round(change * 100)
+    if pct == 0:
+        return "±0%"
+    good = (pct < 0) == (better == "lower")
+    return f"{'+' if pct > 0 else '−'}{abs(pct):,}% ({'better' if good else 'worse'})"
+
+
+def _loads(value: Any) -> str:
+    return "/".join(f"{v:g}" for v in value) if isinstance(value, list) and value else "–"
+
+
+def _before_after(doc: dict[str, Any]) -> list[str]:
+    base = doc["baseline"]
+    how = ("the newest results in benchmarks/results of another commit" if base.get("picked") == "auto"
+           else "given with --baseline")
+    dirty = " (worktree dirty)" if base.get("worktree_dirty") else ""
+    now_dirty = " (worktree dirty)" if doc.get("worktree_dirty") else ""
+    then_load, now_load = base.get("load_average") or {}, _load_averages(doc)
+    out = [f"Baseline: `{base.get('path')}` ({how}), commit `{base.get('commit')}`{dirty}, run "
+           f"{str(base.get('created_at') or '?').replace('T', ' ').replace('Z', ' UTC')}; this run: commit "
+           f"`{doc.get('commit')}`{now_dirty}, {str(doc.get('created_at') or '?').replace('T', ' ').replace('Z', ' UTC')}.",
+           "",
+           f"- Load average (1/5/15 min, {(doc.get('machine') or {}).get('cores')} cores), baseline → this run: "
+           + "; ".join(f"{where} {_loads(then_load.get(k))} → {_loads(now_load.get(k))}" for k, where in (
+               ("before_scenarios", "before the scenarios"), ("1_streaming", "scenario 1 start"),
+               ("2_throughput", "scenario 2 start"), ("3_agent_loop", "scenario 3 start"))) + "."]
+    if bool(base.get("quick")) != bool(doc.get("quick")):
+        out.append(f"- Not like for like: {'the baseline' if base.get('quick') else 'this run'} is a quick run "
+                   "(smaller counts).")
+    machine = doc.get("machine") or {}
+    then_machine = base.get("machine") or {}
+    if any(then_machine.get(k) is not None and then_machine.get(k) != machine.get(k) for k in ("cpu_model", "cores")):
+        out.append(f"- Another machine: baseline {then_machine.get('cpu_model')}, {then_machine.get('cores')} cores.")
+    if base.get("definitions_differ"):
+        out.append("- Scenario parameters that differ from the baseline's: "
+                   + ", ".join(f"`{k}`" for k in base["definitions_differ"]) + ".")
+    out += ["", "Change is this run ÷ baseline − 1 (`−35%`: 35 % lower), marked better or worse by the `better` "
+            "column (lower for latency and CPU, higher for responses per second). The limit (the bare sim; for the "
+            "agent loop, the critical path measured on it) is re-measured in every run, so on a shared machine the "
+            "`÷ limit` columns are the fairer comparison. `–`: not measured in that run.", ""]
+    head = ["measure", "better", "Troupe, baseline", "Troupe, this run", "change", "limit, baseline",
+            "limit, this run", "÷ limit, baseline", "÷ limit, this run", "÷ limit change"]
+
+    def cells(r: dict[str, Any]) -> list[str]:
+        return [r["measure"], r["better"], fmt_ms(r["before"]), fmt_ms(r["after"]), _change(r["change"], r["better"]),
+                fmt_ms(r["limit_before"]), fmt_ms(r["limit_after"]), _x(r["ratio_before"]), _x(r["ratio_after"]),
+                _change(r["ratio_change"], r["better"])]
+
+    rows = base.get("rows") or []
+    headline = [cells(r) for r in rows if r.get("group") == "headline"]
+    cpu = [cells(r) for r in rows if r.get("group") == "cpu"]
+    out += _table(head, headline) if headline else ["No headline measure of this run was measured."]
+    out += ["", "**Server CPU per response (ms)**: Troupe's whole process tree (Ray and all its workers), net of its "
+            "CPU at rest; the limit is the bare sim's own CPU per response under the same load.", ""]
+    out += _table(["load", *head[1:]], cpu) if cpu else ["Not measured in this run."]
+    return out
+
+
 def render(doc: dict[str, Any], png_name: str | None = None) -> str:
     """The results as Markdown."""
     sc = doc.get("scenarios", {})
@@ -225,6 +424,8 @@ def render(doc: dict[str, Any], png_name: str | None = None) -> str:
     if png_name:
         lines += ["", f"![charts]({png_name})"]
     lines += ["", "## Headline", "", *_headline(doc)]
+    if doc.get("baseline"):
+        lines += ["", "## Before/after", "", *_before_after(doc)]
     sections = [
         ("0_client_overhead", "0. The load generator's own overhead",
          f"`troupe bench` against the bare sim, `{defs.get('overhead_input')}` streamed (one network read per "
@@ -282,3 +483,53 @@ def write_results(doc: dict[str, Any], out_dir: str, name: str) -> list[str]:
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write(render(doc, os.path.basename(base + ".png") if paths else None))
     return [base + ".json", base + ".md", *paths]
+
+
+def load_results(path: str) -> dict[str, Any]:
+    """A results JSON of :func:`write_results`; ValueError if it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("troupe-benchmarks/"):
+        raise ValueError(f"{path} is not a benchmarks results JSON (no troupe-benchmarks schema)")
+    return doc
+
+
+def pick_baseline(results_dir: str, commit: str) -> str | None:
+    """The newest (by ``created_at``) full run in ``results_dir`` of a commit other than
+    ``commit``; None if there is none. Unreadable files and quick runs are passed over."""
+    best: tuple[str, str] | None = None
+    for path in glob.glob(os.path.join(results_dir, "*.json")):
+        try:
+            doc = load_results(path)
+        except ValueError:
+            continue
+        if doc.get("quick") or doc.get("commit") == commit:
+            continue
+        key = (str(doc.get("created_at") or ""), path)
+        if best is None or key > best:
+            best = key
+    return None if best is None else best[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Render a results JSON as Markdown on stdout (runs nothing).")
+    parser.add_argument("run", help="a results JSON")
+    parser.add_argument("--baseline", help="an earlier results JSON: adds the Before/after section "
+                                           "(default: the one the run recorded, if any)")
+    args = parser.parse_args(argv)
+    try:
+        doc = load_results(args.run)
+        if args.baseline:
+            doc["baseline"] = baseline_summary(load_results(args.baseline), doc, args.baseline, "given")
+    except ValueError as exc:
+        parser.error(str(exc))
+    png = os.path.splitext(args.run)[0] + ".png"
+    sys.stdout.write(render(doc, os.path.basename(png) if os.path.exists(png) else None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,7 +11,7 @@ __all__ = ["plot_results"]
 
 
 _COLORS = {"sim": "black", "troupe-pooled": "tab:blue", "troupe store=on": "tab:blue",
-           "troupe store=off": "tab:cyan", "troupe-batch50": "tab:purple", "troupe-dedicated": "tab:pink",
+           "troupe store=off": "tab:cyan", "troupe-dedicated": "tab:pink",
            "smg": "tab:orange", "llama-stack": "tab:green"}
 
 

@@ -8,6 +8,11 @@ the peers SMG and Llama Stack, an MCP server), runs the scenarios of :mod:`bench
 in order, stops everything it started, and writes the results. Scratch data (logs, DuckDB
 files, the peers' virtual environments) goes to ``benchmarks/scratch/``, which git ignores;
 ``--out-dir`` puts the results elsewhere (a quick run writes to the scratch directory).
+
+Before/after: the Markdown compares the run with a baseline, an earlier results JSON
+(``--baseline PATH``). By default (``--baseline auto``) a full run takes the newest full run in
+``benchmarks/results/`` whose commit differs from the current one; a ``--quick`` run takes none
+unless given one; ``--baseline none`` turns the comparison off.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from troupe.bench.machine import machine_info
 from . import profiling, scenario_http, scenario_placement
 from .measure import Ctx, idle_cores, log
 from .procs import Proc, free_port
-from .results import write_results
+from .results import baseline_summary, load_results, pick_baseline, write_results
 from .scenarios import definitions
 from .targets import ROOT, Lab
 
@@ -123,6 +128,24 @@ async def _scenarios(ctx: Ctx, chosen: set[str], scratch: str) -> dict[str, Any]
     return results
 
 
+RESULTS_DIR = os.path.join(ROOT, "benchmarks", "results")
+
+
+def _baseline(choice: str, commit: str, quick: bool) -> tuple[str | None, str, dict[str, Any] | None]:
+    """The baseline JSON's path (None: no comparison), how it was picked (``auto``/``given``) and
+    its contents, read now. Raises ValueError for a given path that is not a results JSON."""
+    if choice == "none":
+        return None, "none", None
+    path = (None if quick else pick_baseline(RESULTS_DIR, commit)) if choice == "auto" else choice
+    return path, "auto" if choice == "auto" else "given", None if path is None else load_results(path)
+
+
+def _shown(path: str) -> str:
+    """A path as the results record it: relative to the checkout when it is inside it."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else full
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke test of the harness")
@@ -134,16 +157,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                         help="first wait up to this long for the machine's 1-minute load average to fall below "
                              "its core count (a shared machine); the run starts anyway after that")
+    parser.add_argument("--baseline", default="auto", metavar="PATH|auto|none",
+                        help="an earlier results JSON to compare with (a Before/after section in the Markdown, its "
+                             "path and commit in the JSON). auto (the default): the newest full run in "
+                             "benchmarks/results whose commit differs from the current one, none with --quick; "
+                             "none: no comparison")
     args = parser.parse_args(argv)
     chosen = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = chosen - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    try:  # before minutes of measuring: a bad --baseline fails now
+        baseline_path, picked, baseline = _baseline(args.baseline, commit, args.quick)
+    except ValueError as exc:
+        parser.error(f"--baseline: {exc}")
+    if baseline_path is not None:
+        log(f"baseline ({picked}): {_shown(baseline_path)}")
+    elif picked == "auto" and not args.quick:
+        log("no baseline: no full run of another commit in benchmarks/results")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     defs = definitions(args.quick)
     _wait_quiet(args.wait_quiet)
     started_at = datetime.datetime.now(datetime.UTC)
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
     document: dict[str, Any] = {
         "schema": "troupe-benchmarks/1",
         "created_at": started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
@@ -175,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
         document["scenarios"] = run_async(_scenarios(ctx, chosen, args.scratch))
         document["notes"] = ctx.notes
     document["wall_s"] = round(time.perf_counter() - wall, 1)
+    if baseline_path is not None and baseline is not None:
+        try:
+            document["baseline"] = baseline_summary(baseline, document, _shown(baseline_path), picked)
+        except Exception as exc:  # noqa: BLE001 - the comparison must not lose the run's results
+            traceback.print_exc()
+            document.setdefault("notes", []).append(
+                f"The before/after against {_shown(baseline_path)} failed: {type(exc).__name__}: {exc}")
     out_dir = args.out_dir or (os.path.join(args.scratch, "results") if args.quick
                                else os.path.join(ROOT, "benchmarks", "results"))
     paths = write_results(document, out_dir, f"{started_at:%Y-%m-%d}-{commit}")

@@ -59,10 +59,7 @@ async def streaming(ctx: Ctx) -> dict[str, Any]:
     body = {"input": ctx.defs.streaming_input, "stream": True}
     rows = []
     for level in ctx.defs.streaming_levels:
-        targets = _order(ctx, "sim", "troupe-pooled")
-        if (tuned := ctx.target("troupe-batch50")) is not None:
-            targets.insert(2, tuned)  # the 50 ms batch window: a tuning experiment
-        for target in targets:
+        for target in _order(ctx, "sim", "troupe-pooled"):
             log(f"1 streaming: {target.name} c={level.concurrency}")
             rows.append(await measure(ctx, target, body, level, label=target.name))
     add_ratios(rows)

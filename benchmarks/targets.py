@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from .procs import Proc, free_port, wait_until
+from .troupe_server import APPS
 
 __all__ = ["Target", "Lab", "ROOT"]
 
@@ -106,7 +107,7 @@ class Lab:
             cwd=ROOT,
         )
         proc.wait_log("READY", timeout_s=180)
-        for app in ("pooled", "dedicated", "batch50"):
+        for app in APPS:
             name = f"troupe-{app}"
             self.targets[name] = Target(name, f"http://127.0.0.1:{port}/{app}/v1", "sim", "troupe", proc)
 

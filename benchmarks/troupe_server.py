@@ -10,10 +10,8 @@ Starts Ray (``address="local"``: never joins another session on the machine), Ra
   upstream the bare-sim baseline and the peers use;
 * ``sim-local``: the in-process sim (no model hop), to separate gateway cost from model I/O;
 
-and the example tools (``sleep`` for the agent-loop scenario). A third app, ``/batch50/v1``, is
-pooled with a 50 ms streaming batch window (``delta_batch_s``) instead of the default 10 ms: a
-tuning experiment, not a shipped setting. Prints ``READY`` on stdout when every app answers
-``/health``; on SIGTERM or SIGINT it shuts down Serve and the Ray instance it
+and the example tools (``sleep`` for the agent-loop scenario). Prints ``READY`` on stdout when
+every app answers ``/health``; on SIGTERM or SIGINT it shuts down Serve and the Ray instance it
 started (nothing else: never ``ray stop``).
 """
 
@@ -30,8 +28,7 @@ import httpx
 
 __all__ = ["main", "APPS"]
 
-APPS = {"pooled": {"placement": "pooled"}, "dedicated": {"placement": "dedicated"},
-        "batch50": {"placement": "pooled", "delta_batch_s": 0.05}}
+APPS = {"pooled": {"placement": "pooled"}, "dedicated": {"placement": "dedicated"}}
 """Route prefix → the RuntimeSettings fields that differ from the defaults."""
 
 
