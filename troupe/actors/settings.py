@@ -45,9 +45,10 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None
     """JSON schema of the arguments; None derives it from the function's type hints."""
     num_cpus: float | None = None
-    """CPUs each call's Ray task reserves; None: the runtime's ``tool_num_cpus``. A tool that
-    mostly waits (on a network, a timer) can say 0: its calls then never queue behind the
-    node's CPU count, though each running call still occupies a worker process."""
+    """CPUs each call's Ray task reserves; None: the runtime's ``tool_num_cpus``. Less lets
+    more calls run at once, but every running call occupies a Ray worker process: on a
+    small machine, 0 for the example ``sleep`` tool made the agent-loop benchmark slower
+    (more worker processes started than calls saved from queueing)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,9 +76,9 @@ class McpServerSpec:
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(name="calculator", target="troupe.actors.example_tools:calculator",
              description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'."),
-    ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep", num_cpus=0,
+    ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep",
              description="Wait the given number of milliseconds, then say so."),
-    ToolSpec(name="now", target="troupe.actors.example_tools:now", num_cpus=0,
+    ToolSpec(name="now", target="troupe.actors.example_tools:now",
              description="The current date and time in UTC, ISO 8601."),
 )
 
