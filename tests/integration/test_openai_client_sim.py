@@ -134,3 +134,27 @@ async def test_read_timeout_between_bytes_is_504_and_not_retried(sim_base_url: s
                 pass
     assert info.value.status == 504
     assert len(sent) == 1
+
+
+async def test_consecutive_turns_reuse_one_connection():
+    """A turn reads the reply to its end after [DONE], so the connection goes back to the pool
+    (otherwise every model call pays a new TCP, and with a real server a TLS, handshake)."""
+    peers: list[tuple[str, int]] = []
+    sim_app = create_sim_app(SimSettings())
+
+    async def recording(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            peers.append(tuple(scope["client"]))
+        await sim_app(scope, receive, send)
+
+    with serve_app(recording) as url:
+        client = OpenAIChatClient(f"{url}/v1")
+        try:
+            for text in ("[[tokens 5]]", "[[say again]]", "[[tokens 3]]"):
+                request = ChatRequest(model="sim", messages=[{"role": "user", "content": text}])
+                chunks = [chunk async for chunk in client.stream(request)]
+                assert isinstance(chunks[-1], TurnEnd)
+        finally:
+            await client.aclose()
+    assert len(peers) == 3
+    assert len(set(peers)) == 1, f"each turn opened its own connection: {peers}"

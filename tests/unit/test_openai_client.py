@@ -313,6 +313,15 @@ async def test_stream_cut_short_is_an_error() -> None:
         await collect(upstream.client())
 
 
+async def test_a_reply_kept_open_after_done_still_ends_the_turn(monkeypatch) -> None:
+    # The client reads on after [DONE] (so the connection can be reused), but only so long.
+    monkeypatch.setattr(openai_client, "_DRAIN_S", 0.01)
+    body = ScriptedStream([sse([chunk({"content": "hi"}, finish="stop")])], block=True)
+    chunks = await collect(Upstream(sse_response(body)).client())
+    assert isinstance(chunks[-1], TurnEnd) and chunks[-1].finish_reason == "stop"
+    assert body.closed.is_set()
+
+
 async def test_connection_error_maps_to_502_after_retries() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

@@ -36,7 +36,7 @@ import json
 import random
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,7 @@ DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=10
 """Each streaming turn holds a connection for its whole length, so allow many."""
 
 _MAX_BACKOFF_S = 8.0
+_DRAIN_S = 1.0
 _MAX_RETRY_AFTER_S = 30.0
 _MAX_ERROR_TEXT = 2000
 
@@ -298,12 +299,25 @@ async def _read_turn(response: httpx.Response) -> AsyncIterator[ModelChunk]:
                         obj = {"error": obj}
                     for chunk in turn.feed(obj):
                         yield chunk
+                if done:
+                    await _drain(events)
             # A stream cut off before [DONE] and before any finish_reason is a lost turn.
             if not done and turn.finish_reason is None:
                 raise ModelError("upstream stream ended before the turn finished", 502)
     except httpx.TransportError as exc:
         raise _transport_error(exc) from exc
     yield turn.end()
+
+
+async def _drain(events: AsyncIterator[Any]) -> None:
+    """Read what follows ``[DONE]`` to the end of the reply, so that httpx returns the
+    connection to its pool (a reply closed unread closes its connection, and every model
+    call would pay a new TCP and TLS handshake). A server that keeps the reply open is
+    given ``_DRAIN_S``; then the connection is dropped as before."""
+    with suppress(TimeoutError):
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in events:
+                pass
 
 
 async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
