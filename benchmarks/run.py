@@ -22,6 +22,7 @@ import asyncio
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                              "benchmarks/results whose commit differs from the current one, none with --quick; "
                              "none: no comparison")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so every server the run started is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     chosen = {s.strip() for s in args.only.split(",") if s.strip()}
     unknown = chosen - set(SCENARIOS)
     if unknown:

@@ -206,3 +206,24 @@ def test_a_committed_run_against_itself_changes_nothing(path: str) -> None:
     rows = compare(doc, copy.deepcopy(doc))
     assert rows and all(r["change"] in (0.0, None) and r["ratio_change"] in (0.0, None) for r in rows)
     assert {r["group"] for r in rows} == {"headline", "cpu"}
+
+
+def test_ab_summary_takes_medians_per_side_and_skips_missing_figures():
+    from benchmarks.ab import summarize
+
+    def sample(side, rnd, ttft, cpu):
+        return {"load": "1 streaming c=16", "side": side, "round": rnd,
+                "figures": {"ttft_p50": ttft, "e2e_p50": None, "rps": 10.0, "cpu": cpu}}
+
+    rows = summarize([
+        sample("before", 1, 200.0, 100.0), sample("after", 1, 150.0, 80.0),
+        sample("after", 2, 170.0, 60.0), sample("before", 2, 220.0, 120.0),
+        sample("before", 3, 400.0, 110.0), sample("after", 3, 160.0, 70.0),
+    ])
+    by = {r["measure"]: r for r in rows}
+    assert "E2E p50" not in by, "a figure no round measured has no row"
+    assert (by["TTFT p50"]["before"], by["TTFT p50"]["after"]) == (220.0, 160.0)
+    assert by["TTFT p50"]["change"] == round(160 / 220 - 1, 4)
+    assert by["TTFT p50"]["before_rounds"] == [200.0, 220.0, 400.0]
+    assert by["server CPU per response"]["better"] == "lower"
+    assert by["responses/s"]["change"] == 0.0

@@ -1,0 +1,237 @@
+"""Before/after on one machine at one time: Troupe at an earlier commit against this checkout.
+
+    .venv/bin/python -m benchmarks.ab --before 80bee0b               # 3 rounds, about 8 minutes
+    .venv/bin/python -m benchmarks.ab --before 80bee0b --rounds 1 --quick   # a smoke test
+
+A full run (:mod:`benchmarks.run`) compares itself with an earlier run's file, measured at
+another time; on a shared machine the load of the moment moves figures more than many changes
+do. This runs both versions side by side from one sim server and alternates them load by load
+(before then after, the next round after then before), so that drift in the machine's load
+falls on both alike, and reports each figure's median over the rounds.
+
+The earlier commit is checked out with ``git worktree`` into ``benchmarks/scratch/ab/<commit>``
+and started by this virtual environment with ``PYTHONPATH`` pointing at it (its own
+``benchmarks.troupe_server``, pooled app, model ``sim`` = the sim server over HTTP), so it
+must run on the installed dependencies. Loads: scenario 1 (streaming, every concurrency) and
+scenario 2 (non-streaming, every concurrency, store on and off), as :mod:`benchmarks.scenarios`
+defines them. Writes ``benchmarks/results/<date>-<commit>-ab-<before>.{json,md}`` (``--quick``:
+the scratch directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from troupe.bench.machine import describe_machine, machine_info
+
+from .measure import Ctx, idle_cores, log, measure
+from .scenarios import definitions
+from .targets import ROOT, Lab, Target
+
+__all__ = ["main", "summarize"]
+
+_SCRATCH = os.path.join(ROOT, "benchmarks", "scratch")
+_MEASURES = (  # (key, what, unit, better)
+    ("ttft_p50", "TTFT p50", "ms", "lower"),
+    ("e2e_p50", "E2E p50", "ms", "lower"),
+    ("rps", "responses/s", "", "higher"),
+    ("cpu", "server CPU per response", "ms", "lower"),
+)
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _worktree(ref: str) -> tuple[str, str]:
+    """A checkout of ``ref`` under the scratch directory (made once); its path and short commit."""
+    commit = _git("rev-parse", "--short", f"{ref}^{{commit}}")
+    path = os.path.join(_SCRATCH, "ab", commit)
+    if not os.path.isdir(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _git("worktree", "add", "--detach", path, commit)
+    return path, commit
+
+
+def _start_troupe(lab: Lab, name: str, checkout: str, sim_url: str) -> Target:
+    from .procs import free_port
+
+    if not os.path.isfile(os.path.join(checkout, "benchmarks", "troupe_server.py")):
+        raise SystemExit(f"{checkout} has no benchmarks/troupe_server.py: pick a commit from after the benchmarks landed")
+    port = free_port()
+    data = os.path.join(lab.scratch, f"{name}-data")
+    os.makedirs(data, exist_ok=True)
+    for stale in os.listdir(data):
+        os.remove(os.path.join(data, stale))
+    proc = lab._start(  # noqa: SLF001 - the lab owns (and stops) every process it starts
+        name,
+        [sys.executable, "-m", "benchmarks.troupe_server", "--port", str(port), "--sim-url", sim_url,
+         "--data-dir", data],
+        cwd=checkout, env={"PYTHONPATH": checkout},
+    )
+    proc.wait_log("READY", timeout_s=180)
+    target = Target(name, f"http://127.0.0.1:{port}/pooled/v1", "sim", "troupe", proc)
+    lab.targets[name] = target
+    return target
+
+
+def _figures(row: dict[str, Any]) -> dict[str, float | None]:
+    summary = row["summary"]
+    return {
+        "ttft_p50": (summary.get("ttft_ms") or {}).get("p50"),
+        "e2e_p50": (summary.get("e2e_ms") or {}).get("p50"),
+        "rps": summary.get("throughput_rps"),
+        "cpu": row.get("server_cpu_ms_per_response"),
+    }
+
+
+def summarize(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per load and measure: each side's values over the rounds, their medians, and the change.
+
+    ``samples``: one dict per measurement, ``{"load", "side" ("before"|"after"), "round",
+    "figures": {measure: value}}``. The change is after ÷ before − 1 of the medians.
+    """
+    rows = []
+    for load in dict.fromkeys(s["load"] for s in samples):
+        for key, what, unit, better in _MEASURES:
+            values = {
+                side: [v for s in samples if s["load"] == load and s["side"] == side
+                       if (v := s["figures"].get(key)) is not None]
+                for side in ("before", "after")
+            }
+            if not values["before"] or not values["after"]:
+                continue
+            before, after = statistics.median(values["before"]), statistics.median(values["after"])
+            rows.append({
+                "load": load, "measure": what, "unit": unit, "better": better,
+                "before": round(before, 3), "after": round(after, 3),
+                "change": round(after / before - 1, 4) if before else None,
+                "before_rounds": values["before"], "after_rounds": values["after"],
+            })
+    return rows
+
+
+def _render(doc: dict[str, Any]) -> str:
+    def num(v: float | None) -> str:
+        return "–" if v is None else f"{v:,.1f}"
+
+    def change(row: dict[str, Any]) -> str:
+        c = row["change"]
+        if c is None:
+            return "–"
+        good = (c < 0) == (row["better"] == "lower")
+        return f"{c:+.0%}" + ("" if abs(c) < 0.005 else " (better)" if good else " (worse)")
+
+    lines = [
+        f"# Troupe before/after, {doc['date']}: `{doc['before']['commit']}` → `{doc['after']['commit']}`",
+        "",
+        f"- Machine: {describe_machine(doc['machine'])}; load average at the end "
+        + "/".join(f"{v:g}" for v in doc["load_average_end"]) + ".",
+        f"- Reproduce: `{doc['command']}` ({doc['rounds']} rounds, {doc['seconds']:.0f} s).",
+        "- Both versions ran at once, each on its own local Ray instance (pooled placement), in front of one "
+        "`troupe sim` server; each load ran on one then the other, the order alternating by round. Figures are "
+        "medians over the rounds (the values of each round follow); CPU is each version's process tree net of "
+        "its use at rest. Change: after ÷ before − 1.",
+        "",
+        "| load | measure | before | after | change | before, per round | after, per round |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        unit = f" ({row['unit']})" if row["unit"] else ""
+        lines.append(
+            f"| {row['load']} | {row['measure']}{unit} | {num(row['before'])} | {num(row['after'])} | {change(row)} | "
+            + ", ".join(num(v) for v in row["before_rounds"]) + " | "
+            + ", ".join(num(v) for v in row["after_rounds"]) + " |"
+        )
+    if doc.get("errors"):
+        lines += ["", "Errors: " + "; ".join(doc["errors"])]
+    return "\n".join(lines) + "\n"
+
+
+async def _rounds(ctx: Ctx, sides: dict[str, Target], rounds: int) -> tuple[list[dict[str, Any]], list[str]]:
+    defs = ctx.defs
+    loads: list[tuple[str, dict[str, Any], Any]] = [
+        (f"1 streaming c={lv.concurrency}", {"input": defs.streaming_input, "stream": True}, lv)
+        for lv in defs.streaming_levels
+    ]
+    for lv in defs.throughput_levels:
+        for store in (True, False):
+            body = {"input": defs.throughput_input, "stream": False, "store": store}
+            loads.append((f"2 non-streaming c={lv.concurrency} store={'on' if store else 'off'}", body, lv))
+    samples, errors = [], []
+    for r in range(rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for load, body, level in loads:
+            for side in order:
+                row = await measure(ctx, sides[side], body, level, label=f"{side} {load}")
+                errs = row["summary"]["error_count"]
+                if errs:
+                    errors.append(f"{side} {load} round {r + 1}: {errs} errors")
+                samples.append({"load": load, "side": side, "round": r + 1, "figures": _figures(row)})
+        log(f"round {r + 1} of {rounds} done")
+    return samples, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", required=True, help="the earlier git commit or ref to compare with")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every load on both (default 3)")
+    parser.add_argument("--quick", action="store_true", help="small counts (a smoke test); results to scratch")
+    parser.add_argument("--out-dir", help="where results go (default: benchmarks/results, or scratch with --quick)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the servers started below are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    started = time.perf_counter()
+    before_path, before_commit = _worktree(args.before)
+    after_commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain") else "")
+    out_dir = args.out_dir or (os.path.join(_SCRATCH, "results") if args.quick else os.path.join(ROOT, "benchmarks", "results"))
+    scratch = os.path.join(_SCRATCH, "ab-run")
+    with Lab(scratch=scratch, peers=False) as lab:
+        log("starting the sim server and both versions of Troupe")
+        sim = lab.start_sim()
+        sides = {
+            "before": _start_troupe(lab, "troupe-before", before_path, sim.base_url),
+            "after": _start_troupe(lab, "troupe-after", ROOT, sim.base_url),
+        }
+        ctx = Ctx(lab=lab, defs=definitions(quick=args.quick), progress=not args.quiet)
+        idle_cores(ctx)
+        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds))
+    doc = {
+        "date": time.strftime("%Y-%m-%d"),
+        "before": {"ref": args.before, "commit": before_commit},
+        "after": {"commit": after_commit},
+        "rounds": args.rounds,
+        "quick": args.quick,
+        "machine": machine_info(),
+        "load_average_end": [round(v, 2) for v in os.getloadavg()],
+        "idle_cpu_cores": ctx.idle_cores,
+        "command": "python -m benchmarks.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seconds": round(time.perf_counter() - started, 1),
+        "samples": samples,
+        "rows": summarize(samples),
+        "errors": errors,
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.join(out_dir, f"{doc['date']}-{after_commit}-ab-{before_commit}")
+    with open(stem + ".json", "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    with open(stem + ".md", "w", encoding="utf-8") as f:
+        f.write(_render(doc))
+    log(f"wrote {stem}.json, {stem}.md")
+    print(_render(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
