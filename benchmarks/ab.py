@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     before_path, before_commit = _worktree(args.before)
-    after_commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain") else "")
+    after_commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
     out_dir = args.out_dir or (os.path.join(_SCRATCH, "results") if args.quick else os.path.join(ROOT, "benchmarks", "results"))
     scratch = os.path.join(_SCRATCH, "ab-run")
     with Lab(scratch=scratch, peers=False) as lab:
