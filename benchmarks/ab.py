@@ -37,7 +37,7 @@ from .measure import Ctx, idle_cores, log, measure
 from .scenarios import definitions
 from .targets import ROOT, Lab, Target
 
-__all__ = ["main", "summarize"]
+__all__ = ["main", "summarize", "render"]
 
 _SCRATCH = os.path.join(ROOT, "benchmarks", "scratch")
 _MEASURES = (  # (key, what, unit, better)
@@ -120,7 +120,7 @@ def summarize(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _render(doc: dict[str, Any]) -> str:
+def render(doc: dict[str, Any]) -> str:
     def num(v: float | None) -> str:
         return "–" if v is None else f"{v:,.1f}"
 
@@ -152,6 +152,8 @@ def _render(doc: dict[str, Any]) -> str:
             + ", ".join(num(v) for v in row["before_rounds"]) + " | "
             + ", ".join(num(v) for v in row["after_rounds"]) + " |"
         )
+    for note in doc.get("notes", []):
+        lines += ["", f"Note: {note}"]
     if doc.get("errors"):
         lines += ["", "Errors: " + "; ".join(doc["errors"])]
     return "\n".join(lines) + "\n"
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     started = time.perf_counter()
+    machine = machine_info()  # its load average is the one at the start
     before_path, before_commit = _worktree(args.before)
     after_commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
     out_dir = args.out_dir or (os.path.join(_SCRATCH, "results") if args.quick else os.path.join(ROOT, "benchmarks", "results"))
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "after": {"commit": after_commit},
         "rounds": args.rounds,
         "quick": args.quick,
-        "machine": machine_info(),
+        "machine": machine,
         "load_average_end": [round(v, 2) for v in os.getloadavg()],
         "idle_cpu_cores": ctx.idle_cores,
         "command": "python -m benchmarks.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -227,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(stem + ".json", "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     with open(stem + ".md", "w", encoding="utf-8") as f:
-        f.write(_render(doc))
+        f.write(render(doc))
     log(f"wrote {stem}.json, {stem}.md")
-    print(_render(doc))
+    print(render(doc))
     return 0
 
 
