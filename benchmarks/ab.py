@@ -63,25 +63,10 @@ def _worktree(ref: str) -> tuple[str, str]:
 
 
 def _start_troupe(lab: Lab, name: str, checkout: str, sim_url: str) -> Target:
-    from .procs import free_port
-
     if not os.path.isfile(os.path.join(checkout, "benchmarks", "troupe_server.py")):
         raise SystemExit(f"{checkout} has no benchmarks/troupe_server.py: pick a commit from after the benchmarks landed")
-    port = free_port()
-    data = os.path.join(lab.scratch, f"{name}-data")
-    os.makedirs(data, exist_ok=True)
-    for stale in os.listdir(data):
-        os.remove(os.path.join(data, stale))
-    proc = lab._start(  # noqa: SLF001 - the lab owns (and stops) every process it starts
-        name,
-        [sys.executable, "-m", "benchmarks.troupe_server", "--port", str(port), "--sim-url", sim_url,
-         "--data-dir", data],
-        cwd=checkout, env={"PYTHONPATH": checkout},
-    )
-    proc.wait_log("READY", timeout_s=180)
-    target = Target(name, f"http://127.0.0.1:{port}/pooled/v1", "sim", "troupe", proc)
-    lab.targets[name] = target
-    return target
+    lab.start_troupe(sim_url, name=name, checkout=checkout)
+    return lab.targets[f"{name}-pooled"]
 
 
 def _figures(row: dict[str, Any]) -> dict[str, float | None]:

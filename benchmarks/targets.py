@@ -93,23 +93,26 @@ class Lab:
         self.targets["sim"] = target
         return target
 
-    def start_troupe(self, sim_url: str) -> None:
+    def start_troupe(self, sim_url: str, *, name: str = "troupe", checkout: str = ROOT) -> None:
+        """Troupe from ``checkout`` (another commit's worktree runs on this environment, its
+        own code first on ``PYTHONPATH``); its apps become targets ``<name>-pooled`` and
+        ``<name>-dedicated``."""
         port = free_port()
-        data = os.path.join(self.scratch, "troupe-data")
+        data = os.path.join(self.scratch, f"{name}-data")
         if os.path.isdir(data):  # fresh databases every run
             for stale in os.listdir(data):
                 if ".duckdb" in stale:
                     os.remove(os.path.join(data, stale))
         proc = self._start(
-            "troupe",
+            name,
             [sys.executable, "-m", "benchmarks.troupe_server", "--port", str(port), "--sim-url", sim_url,
              "--data-dir", data],
-            cwd=ROOT,
+            cwd=checkout, env=None if checkout == ROOT else {"PYTHONPATH": checkout},
         )
         proc.wait_log("READY", timeout_s=180)
         for app in APPS:
-            name = f"troupe-{app}"
-            self.targets[name] = Target(name, f"http://127.0.0.1:{port}/{app}/v1", "sim", "troupe", proc)
+            target = f"{name}-{app}"
+            self.targets[target] = Target(target, f"http://127.0.0.1:{port}/{app}/v1", "sim", "troupe", proc)
 
     def start_peers(self, sim_root: str) -> None:
         """Install (if needed) and start SMG and Llama Stack; record why one is skipped."""
