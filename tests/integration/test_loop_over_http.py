@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,45 @@ WEATHER = {
 def sim_url() -> Iterator[str]:
     with serve_app(create_sim_app(SimSettings())) as url:
         yield f"{url}/v1"
+
+
+class RecordingUpstream:
+    """An ASGI wrapper around the sim app that keeps every Chat Completions body it was sent.
+
+    It checks what goes *upstream*: a transcript bug the sim would tolerate still shows here.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        self.bodies.append(json.loads(b"".join(chunks)))
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+@pytest.fixture(scope="module")
+def recording() -> Iterator[tuple[str, RecordingUpstream]]:
+    upstream = RecordingUpstream(create_sim_app(SimSettings()))
+    with serve_app(upstream) as url:
+        yield f"{url}/v1", upstream
 
 
 @pytest.fixture
@@ -65,3 +106,33 @@ async def test_upstream_error_status_is_kept(client):
     out, _ = await both({"model": "sim", "input": "[[fail 400]]"}, lambda: client)
     assert out.response["status"] == "failed"
     assert "400" in out.response["error"]["message"]
+
+
+async def test_sequential_tool_turns_reach_upstream_as_separate_assistant_messages(recording):
+    url, upstream = recording
+    upstream.bodies.clear()
+    tools = LocalFunctionExecutor({"now": lambda: "12:00"})
+    async with OpenAIChatClient(url) as model:
+        out, _ = await both(
+            {"model": "sim", "input": "[[loop now]]", "max_infer_iters": 3}, lambda: model, executors=[tools]
+        )
+    assert out.output_types.count("function_call") == 3  # [[loop]] calls on every turn
+    # The collected run's third model call saw two earlier tool turns.
+    third = upstream.bodies[2]["messages"]
+    assert [m["role"] for m in third] == ["user", "assistant", "tool", "assistant", "tool"]
+    first_call, second_call = third[1]["tool_calls"], third[3]["tool_calls"]
+    assert len(first_call) == 1 and len(second_call) == 1
+    assert third[2]["tool_call_id"] == first_call[0]["id"]
+    assert third[4]["tool_call_id"] == second_call[0]["id"]
+
+
+async def test_parallel_calls_of_one_turn_share_one_assistant_message_upstream(recording):
+    url, upstream = recording
+    upstream.bodies.clear()
+    tools = LocalFunctionExecutor({"add": lambda a, b: a + b})
+    async with OpenAIChatClient(url) as model:
+        await both({"model": "sim", "input": '[[call add {"a": 1, "b": 2}]] [[call add {"a": 3, "b": 4}]]'},
+                   lambda: model, executors=[tools])
+    second = upstream.bodies[1]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool", "tool"]
+    assert len(second[1]["tool_calls"]) == 2

@@ -55,9 +55,11 @@ def test_replayed_mcp_call_becomes_a_call_and_its_output():
     ]
     transcript, _ = build_transcript(history, normalize_input("next"))
     messages = transcript.to_chat_messages()
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "tool", "user"]
-    assert [c["function"]["name"] for c in messages[1]["tool_calls"]] == ["add", "div", "mul"]
-    assert [m["content"] for m in messages[2:5]] == ["2", "Error: division by zero", "Error: boom"]
+    # A stored mcp_call does not say which model turn made it, so each replays as its own
+    # turn: never tell the model it made dependent calls in parallel.
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "user"]
+    assert [m["tool_calls"][0]["function"]["name"] for m in messages[1:7:2]] == ["add", "div", "mul"]
+    assert [m["content"] for m in messages[2:7:2]] == ["2", "Error: division by zero", "Error: boom"]
     # Nothing unsettled is left for the loop to run again.
     assert transcript.settled_call_ids() == {"mcp_1", "mcp_2", "mcp_3"}
 
@@ -145,3 +147,42 @@ def test_image_parts_go_upstream_as_image_urls():
     content = transcript.to_chat_messages()[0]["content"]
     assert content[0] == {"type": "text", "text": "what is this"}
     assert content[1]["image_url"]["url"] == "https://x/y.png"
+
+
+def _call(call_id: str, item_id: str) -> dict:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": "f", "arguments": "{}"}
+
+
+def _output(call_id: str, item_id: str, text: str) -> dict:
+    return {"type": "function_call_output", "id": item_id, "call_id": call_id, "output": text}
+
+
+def test_sequential_tool_turns_are_separate_assistant_messages():
+    history = [user("go", "msg_1"), _call("call_1", "fc_1"), _output("call_1", "fco_1", "r1"),
+               _call("call_2", "fc_2"), _output("call_2", "fco_2", "r2")]
+    transcript, _ = build_transcript(history, [])
+    messages = transcript.to_chat_messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert [m["tool_calls"][0]["id"] for m in messages[1::2][:2]] == ["call_1", "call_2"]
+    assert [m["content"] for m in messages[2::2]] == ["r1", "r2"]
+
+
+def test_parallel_calls_of_one_turn_share_an_assistant_message():
+    history = [user("go", "msg_1"), _call("call_1", "fc_1"), _call("call_2", "fc_2"),
+               _output("call_1", "fco_1", "r1"), _output("call_2", "fco_2", "r2"),
+               _call("call_3", "fc_3"), _output("call_3", "fco_3", "r3")]
+    transcript, _ = build_transcript(history, [])
+    messages = transcript.to_chat_messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant", "tool"]
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["call_1", "call_2"]
+    assert [c["id"] for c in messages[4]["tool_calls"]] == ["call_3"]
+
+
+def test_text_and_calls_of_one_turn_share_an_assistant_message():
+    transcript, _ = build_transcript([user("go", "msg_1")], [])
+    transcript.add_message("assistant", "let me check")
+    transcript.items.append(_call("call_1", "fc_1"))
+    transcript.add_output("call_1", "r1")
+    messages = transcript.to_chat_messages()
+    assert messages[1]["content"] == "let me check" and [c["id"] for c in messages[1]["tool_calls"]] == ["call_1"]
+    assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": "r1"}

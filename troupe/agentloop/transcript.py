@@ -66,33 +66,41 @@ class Transcript:
     def to_chat_messages(self, instructions: str | None = None) -> list[dict[str, Any]]:
         """The upstream Chat Completions messages for this transcript.
 
-        Each assistant tool-call message is followed at once by its tool
-        messages, wherever the outputs stood in the transcript (Chat Completions
-        requires that); calls with no output yet are left out.
+        Only the calls of one model turn share an assistant message: a call that
+        comes after tool results starts a new one, so ``call 1 → result 1 → call 2
+        → result 2`` goes upstream as two assistant messages, each followed by its
+        tool message, never as two calls made in parallel. Each assistant tool-call
+        message is followed at once by its tool messages, wherever the outputs stood
+        in the transcript (Chat Completions requires that); calls with no output yet
+        are left out.
         """
         outputs = {i["call_id"]: i["output"] for i in self.items if i["type"] == "function_call_output"}
         messages: list[dict[str, Any]] = []
         if instructions:
             messages.append({"role": "system", "content": instructions})
         pending_tools: list[dict[str, Any]] = []  # tool messages owed after the current assistant message
-
-        def flush() -> None:
-            messages.extend(pending_tools)
-            pending_tools.clear()
+        results_seen = False  # a tool result stood after the current assistant message began
 
         for item in self.items:
             kind = item["type"]
             if kind == "message":
-                flush()
+                messages.extend(pending_tools)
+                pending_tools.clear()
                 messages.append(_chat_message(item))
+                results_seen = False
+            elif kind == "function_call_output":
+                results_seen = True
             elif kind == "function_call":
                 if item["call_id"] not in outputs:
                     continue
                 last = messages[-1] if messages else None
-                if last is None or last["role"] != "assistant" or (not last.get("tool_calls") and pending_tools):
-                    flush()
+                if last is None or last["role"] != "assistant" or results_seen:
+                    # A new model turn: the previous turn's results go first.
+                    messages.extend(pending_tools)
+                    pending_tools.clear()
                     last = {"role": "assistant", "content": None}
                     messages.append(last)
+                    results_seen = False
                 last.setdefault("tool_calls", []).append(
                     {
                         "id": item["call_id"],
@@ -103,7 +111,7 @@ class Transcript:
                 pending_tools.append(
                     {"role": "tool", "tool_call_id": item["call_id"], "content": outputs[item["call_id"]]}
                 )
-        flush()
+        messages.extend(pending_tools)
         return messages
 
 
