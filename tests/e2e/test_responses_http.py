@@ -213,8 +213,9 @@ def test_store_false_keeps_nothing(client):
     assert text_of(response) == "gone"
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(response.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(model="sim", input="x", previous_response_id=response.id)
+    assert err.value.code == "previous_response_not_found"
 
 
 def test_models_and_health(client, url):
@@ -308,15 +309,44 @@ def test_unknown_ids_are_404(client):
         client.responses.retrieve("resp_nope")
     with pytest.raises(openai.NotFoundError):
         client.responses.input_items.list("resp_nope")
-    with pytest.raises(openai.NotFoundError) as err:
-        client.responses.create(model="sim", input="x", previous_response_id="resp_nope")
-    assert err.value.param == "previous_response_id"
+    with pytest.raises(openai.NotFoundError):
+        client.conversations.retrieve("conv_nope")
     with pytest.raises(openai.NotFoundError) as err:
         client.responses.create(model="sim", input="x", conversation="conv_nope")
     assert err.value.param == "conversation"
     with pytest.raises(openai.NotFoundError) as err:
         client.responses.create(model="no-such-model", input="x")
     assert err.value.code == "model_not_found"
+
+
+def test_unknown_previous_response_id_is_a_400_naming_it(client):
+    # OpenAI answers 400 previous_response_not_found here, not 404.
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", previous_response_id="resp_nope")
+    assert (err.value.param, err.value.code) == ("previous_response_id", "previous_response_not_found")
+
+
+def test_ids_of_the_wrong_shape_are_a_400_naming_the_parameter(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", conversation="invalid-format")
+    assert (err.value.param, err.value.code) == ("conversation", "invalid_value")
+    assert "Expected an ID that begins with 'conv'" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", previous_response_id="msg_123")
+    assert err.value.param == "previous_response_id"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.retrieve("nope")
+    assert (err.value.param, err.value.code) == ("response_id", "invalid_value")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.conversations.items.list("nope")
+    assert (err.value.param, err.value.code) == ("conversation_id", "invalid_value")
+
+
+def test_max_output_tokens_below_16_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", max_output_tokens=15)
+    assert (err.value.param, err.value.code) == ("max_output_tokens", "integer_below_min_value")
+    assert client.responses.create(model="sim", input="[[say ok]]", max_output_tokens=16).status == "completed"
 
 
 def test_conversation_and_previous_response_id_are_exclusive(client):
@@ -440,8 +470,9 @@ def test_tenants_are_isolated(keyed_url):
         bob.responses.input_items.list(mine.id)
     with pytest.raises(openai.NotFoundError):
         bob.responses.delete(mine.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError) as err:  # the same answer as an id that exists nowhere
         bob.responses.create(model="sim", input="x", previous_response_id=mine.id)
+    assert err.value.code == "previous_response_not_found"
     conv = alice.conversations.create()
     with pytest.raises(openai.NotFoundError):
         bob.conversations.retrieve(conv.id)

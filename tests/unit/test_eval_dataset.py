@@ -35,7 +35,7 @@ def test_jsonl_rows(tmp_path: Path) -> None:
             "// a comment",
             {"id": "b", "input": [{"role": "user", "content": "x"}], "instructions": "Be brief.", "tags": ["t"],
              "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": "required",
-             "model": "llama", "timeout_s": 2, "params": {"max_output_tokens": 5}},
+             "model": "llama", "timeout_s": 2, "params": {"max_output_tokens": 50}},
         ],
     )  # fmt: skip
     dataset = load_dataset(path)
@@ -43,7 +43,7 @@ def test_jsonl_rows(tmp_path: Path) -> None:
     assert (a.id, a.row, a.expected[0].kind) == ("1", 1, "equals")
     assert (b.id, b.row, b.tags, b.timeout_s, b.model) == ("b", 4, ("t",), 2.0, "llama")
     body = b.request_body(model="sim", metadata={"k": "v"})
-    assert body["model"] == "sim" and body["max_output_tokens"] == 5 and body["metadata"] == {"k": "v"}
+    assert body["model"] == "sim" and body["max_output_tokens"] == 50 and body["metadata"] == {"k": "v"}
     assert b.request_body()["model"] == "llama" and a.request_body()["model"] == "sim"
     assert len(dataset.sha256) == 64
 

@@ -260,7 +260,7 @@ async def test_reasoning_comes_first_with_its_own_content_index():
 
 async def test_length_finish_is_incomplete_max_output_tokens():
     out, _ = await both(
-        {"model": "m", "input": "x", "max_output_tokens": 2},
+        {"model": "m", "input": "x", "max_output_tokens": 16},
         lambda: ScriptedModel(text_turn("one two", finish_reason="length")),
     )
     assert out.response["status"] == "incomplete"

@@ -177,6 +177,6 @@ async def test_json_schema_output():
 
 
 async def test_max_output_tokens():
-    out, _ = await both({"model": "sim", "input": "[[tokens 50]]", "max_output_tokens": 5}, SimModel)
+    out, _ = await both({"model": "sim", "input": "[[tokens 50]]", "max_output_tokens": 16}, SimModel)
     assert out.response["status"] == "incomplete"
-    assert len(out.text.split()) == 5
+    assert len(out.text.split()) == 16

@@ -112,9 +112,9 @@ async def test_tool_loop_with_the_example_tools(runtime):
 
 
 async def test_errors_before_streaming(runtime):
-    with pytest.raises(NotFound) as info:
+    with pytest.raises(InvalidRequest) as info:
         await runtime.stream("", req(input="x", previous_response_id="resp_nope"))
-    assert info.value.param == "previous_response_id"
+    assert (info.value.param, info.value.code) == ("previous_response_id", "previous_response_not_found")
     with pytest.raises(NotFound) as info:
         await runtime.stream("", req(input="x", conversation="conv_nope"))
     assert info.value.param == "conversation"
@@ -130,7 +130,7 @@ async def test_tenants_are_isolated(runtime):
     mine = await runtime.respond("tenant-a", req(input="hi"))
     with pytest.raises(NotFound):
         await runtime.get_response("tenant-b", mine["id"])
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidRequest):
         await runtime.stream("tenant-b", req(input="x", previous_response_id=mine["id"]))
 
 

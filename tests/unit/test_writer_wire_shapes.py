@@ -143,7 +143,7 @@ async def reasoning_then_text() -> list[Outcome]:
 
 async def incomplete() -> list[Outcome]:
     model = ScriptedModel(text_turn("one two", reasoning="hmm", finish_reason="length"))
-    return [await run({"model": "m", "input": "x", "max_output_tokens": 2}, model)]
+    return [await run({"model": "m", "input": "x", "max_output_tokens": 16}, model)]
 
 
 async def client_function_call() -> list[Outcome]:

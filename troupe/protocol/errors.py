@@ -14,6 +14,7 @@ Tree::
     ├── NotFound               404  invalid_request_error   code "not_found" unless given
     ├── Conflict               409  invalid_request_error   (e.g. cancelling a finished run)
     ├── Unprocessable          422  invalid_request_error
+    ├── ExternalConnectorError 424  external_connector_error (an MCP server could not be listed)
     └── ServerError            500  server_error
 
 The errors pickle (they cross Ray actor boundaries), keeping every attribute.
@@ -40,9 +41,11 @@ __all__ = [
     "NotFound",
     "Conflict",
     "Unprocessable",
+    "ExternalConnectorError",
     "ServerError",
     "previous_response_not_found",
     "conversation_not_found",
+    "check_id_format",
     "format_param",
     "invalid_request_from_errors",
     "validate_as",
@@ -131,9 +134,9 @@ class NotFound(ProtocolError):
     default_code = "not_found"
 
 
-def previous_response_not_found(response_id: str) -> NotFound:
-    """The 404 for a ``previous_response_id`` that names no stored response."""
-    return NotFound(
+def previous_response_not_found(response_id: str) -> InvalidRequest:
+    """The 400 for a ``previous_response_id`` that names no stored response (OpenAI answers 400, not 404)."""
+    return InvalidRequest(
         f"Previous response with id '{response_id}' not found.",
         param="previous_response_id",
         code="previous_response_not_found",
@@ -143,6 +146,21 @@ def previous_response_not_found(response_id: str) -> NotFound:
 def conversation_not_found(conversation_id: str) -> NotFound:
     """The 404 for a request's ``conversation`` that names no conversation."""
     return NotFound(f"Conversation '{conversation_id}' not found.", param="conversation")
+
+
+def check_id_format(value: str, prefix: str, param: str) -> str:
+    """``value`` if it begins with ``prefix``; else OpenAI's 400 ``invalid_value`` naming ``param``.
+
+    OpenAI checks an id's shape before looking it up: ``"conversation": "invalid-format"``
+    is a 400 ("Expected an ID that begins with 'conv'"), not a 404.
+    """
+    if not value.startswith(prefix):
+        raise InvalidRequest(
+            f"Invalid '{param}': {_show(value)}. Expected an ID that begins with '{prefix}'.",
+            param=param,
+            code="invalid_value",
+        )
+    return value
 
 
 class Conflict(ProtocolError):
@@ -157,6 +175,18 @@ class Unprocessable(ProtocolError):
 
     default_status = 422
     default_type = "invalid_request_error"
+
+
+class ExternalConnectorError(ProtocolError):
+    """A server the request names (an MCP server's ``server_url``) could not be used (424).
+
+    OpenAI's answer when a request's MCP server cannot be listed, e.g. ``"Error retrieving
+    tool list from MCP server: 'deepwiki'. Http status code: 401 (Unauthorized)"``.
+    """
+
+    default_status = 424
+    default_type = "external_connector_error"
+    default_code = "external_connector_error"
 
 
 class ServerError(ProtocolError):
@@ -193,6 +223,13 @@ _EXPECTED = {
     "union_type": "a valid value",
 }
 _VALUE_ERRORS = frozenset({"literal_error", "enum"})
+# pydantic's bound errors → OpenAI's "integer_below_min_value" family: (side, relation, ctx key).
+_BOUNDS = {
+    "greater_than_equal": ("below", ">=", "ge"),
+    "greater_than": ("below", ">", "gt"),
+    "less_than_equal": ("above", "<=", "le"),
+    "less_than": ("above", "<", "lt"),
+}
 
 
 def format_param(loc: Sequence[str | int]) -> str | None:
@@ -296,6 +333,15 @@ def _render(error: dict) -> tuple[str, str]:
     if kind == "union_type":
         expected = " or ".join(error["ctx"]["expected"])
         return f"Invalid type for '{param}': expected {expected}, got {_describe(value)}.", "invalid_type"
+    if kind in _BOUNDS:
+        word = "integer" if isinstance(value, int) else "decimal"
+        side, relation, limit = _BOUNDS[kind]
+        limit = error.get("ctx", {}).get(limit)
+        return (
+            f"Invalid '{param}': {word} {side} {'minimum' if side == 'below' else 'maximum'} value. "
+            f"Expected a value {relation} {limit}, but got {_show(value)} instead.",
+            f"{word}_{side}_{'min' if side == 'below' else 'max'}_value",
+        )
     if kind in _EXPECTED:
         got = "a string" if kind == "sequence_str" else _describe(value)
         return f"Invalid type for '{param}': expected {_EXPECTED[kind]}, got {got}.", "invalid_type"

@@ -40,7 +40,17 @@ from openai.types.responses.tool_param import ToolParam
 from openai.types.shared_params.reasoning import Reasoning
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
-from .errors import InvalidRequest, Loc, _describe, _show, format_param, invalid_request_from_errors, validate_as
+from .errors import (
+    InvalidRequest,
+    Loc,
+    _describe,
+    _show,
+    check_id_format,
+    format_param,
+    invalid_request_from_errors,
+    validate_as,
+)
+from .ids import CONVERSATION, RESPONSE
 from .items import _by_type, normalize_input, validate_input_items
 
 __all__ = ["CreateResponseRequest", "parse_create_request"]
@@ -112,8 +122,8 @@ class CreateResponseRequest(BaseModel):
     """Whether the model may emit several tool calls in one turn."""
     max_tool_calls: int | None = Field(default=None, ge=1)
     """Cap on hosted/MCP tool calls over the whole response."""
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    """Cap on generated tokens; exceeding it ends the response ``incomplete``."""
+    max_output_tokens: int | None = Field(default=None, ge=16)
+    """Cap on generated tokens (at least 16, as OpenAI); exceeding it ends the response ``incomplete``."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     """Sampling temperature, echoed back (1.0 when unset)."""
     top_p: float | None = Field(default=None, ge=0, le=1)
@@ -185,6 +195,10 @@ class CreateResponseRequest(BaseModel):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 validate_as(adapter, value, loc=(name,))
+        if self.previous_response_id is not None:
+            check_id_format(self.previous_response_id, RESPONSE, "previous_response_id")
+        if self.conversation_id is not None:
+            check_id_format(self.conversation_id, CONVERSATION, "conversation")
         self._check_metadata()
         self._check_tools()
         self._check_tool_choice()

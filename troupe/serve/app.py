@@ -49,11 +49,13 @@ from troupe.protocol import (
     AuthenticationFailed,
     InvalidRequest,
     ProtocolError,
+    check_id_format,
     encode_sse,
     invalid_request_from_errors,
     parse_create_request,
     validate_input_items,
 )
+from troupe.protocol.ids import CONVERSATION, RESPONSE
 
 from .config import ServerSettings
 
@@ -149,11 +151,11 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     async def get_response(response_id: str, stream: bool = False, who: str = who_dep) -> dict[str, Any]:
         if stream:  # replaying a stored response as SSE (background resumption) is not offered
             raise InvalidRequest("Streaming a stored response is not supported.", param="stream", code="invalid_value")
-        return await get_runtime().get_response(who, response_id)
+        return await get_runtime().get_response(who, _response_id(response_id))
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(response_id: str, who: str = who_dep) -> dict[str, Any]:
-        return await get_runtime().delete_response(who, response_id)
+        return await get_runtime().delete_response(who, _response_id(response_id))
 
     @app.get("/v1/responses/{response_id}/input_items")
     async def list_input_items(
@@ -163,12 +165,12 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         order: OrderParam = "desc",
         who: str = who_dep,
     ) -> dict[str, Any]:
-        page = await get_runtime().list_input_items(who, response_id, after=after, limit=limit, order=order)
+        page = await get_runtime().list_input_items(who, _response_id(response_id), after=after, limit=limit, order=order)
         return page.to_list_object()
 
     @app.get("/v1/responses/{response_id}/step_traces")
     async def step_traces(response_id: str, who: str = who_dep) -> list[dict[str, Any]]:
-        return await get_runtime().step_traces(who, response_id)
+        return await get_runtime().step_traces(who, _response_id(response_id))
 
     # -- conversations -----------------------------------------------------------
 
@@ -181,23 +183,23 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
 
     @app.get("/v1/conversations/{conversation_id}")
     async def get_conversation(conversation_id: str, who: str = who_dep) -> dict[str, Any]:
-        return await get_runtime().get_conversation(who, conversation_id)
+        return await get_runtime().get_conversation(who, _conversation_id(conversation_id))
 
     @app.post("/v1/conversations/{conversation_id}")
     async def update_conversation(request: Request, conversation_id: str, who: str = who_dep) -> dict[str, Any]:
         body = _object_body(await _json_body(request), allowed=("metadata",))
         if "metadata" not in body:
             raise _missing("metadata")
-        return await get_runtime().update_conversation(who, conversation_id, _metadata(body["metadata"]) or {})
+        return await get_runtime().update_conversation(who, _conversation_id(conversation_id), _metadata(body["metadata"]) or {})
 
     @app.delete("/v1/conversations/{conversation_id}")
     async def delete_conversation(conversation_id: str, who: str = who_dep) -> dict[str, Any]:
-        return await get_runtime().delete_conversation(who, conversation_id)
+        return await get_runtime().delete_conversation(who, _conversation_id(conversation_id))
 
     @app.post("/v1/conversations/{conversation_id}/items")
     async def add_items(request: Request, conversation_id: str, who: str = who_dep) -> dict[str, Any]:
         body = _object_body(await _json_body(request), allowed=("items",))
-        return await get_runtime().add_conversation_items(who, conversation_id, _items(body, required=True))
+        return await get_runtime().add_conversation_items(who, _conversation_id(conversation_id), _items(body, required=True))
 
     @app.get("/v1/conversations/{conversation_id}/items")
     async def list_items(
@@ -207,16 +209,16 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         order: OrderParam = "desc",
         who: str = who_dep,
     ) -> dict[str, Any]:
-        page = await get_runtime().list_conversation_items(who, conversation_id, after=after, limit=limit, order=order)
+        page = await get_runtime().list_conversation_items(who, _conversation_id(conversation_id), after=after, limit=limit, order=order)
         return page.to_list_object()
 
     @app.get("/v1/conversations/{conversation_id}/items/{item_id}")
     async def get_item(conversation_id: str, item_id: str, who: str = who_dep) -> dict[str, Any]:
-        return await get_runtime().get_conversation_item(who, conversation_id, item_id)
+        return await get_runtime().get_conversation_item(who, _conversation_id(conversation_id), item_id)
 
     @app.delete("/v1/conversations/{conversation_id}/items/{item_id}")
     async def delete_item(conversation_id: str, item_id: str, who: str = who_dep) -> dict[str, Any]:
-        return await get_runtime().delete_conversation_item(who, conversation_id, item_id)
+        return await get_runtime().delete_conversation_item(who, _conversation_id(conversation_id), item_id)
 
     return app
 
@@ -297,6 +299,14 @@ async def _json_body(request: Request, *, empty_ok: bool = False) -> Any:
             "(Content-Type: application/json).",
             code="invalid_json",
         ) from exc
+
+
+def _response_id(value: str) -> str:
+    return check_id_format(value, RESPONSE, "response_id")
+
+
+def _conversation_id(value: str) -> str:
+    return check_id_format(value, CONVERSATION, "conversation_id")
 
 
 def _missing(param: str) -> InvalidRequest:
