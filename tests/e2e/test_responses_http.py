@@ -409,6 +409,32 @@ def test_failed_stream_ends_with_response_failed(url):
     assert body.endswith("data: [DONE]\n\n")
 
 
+_BAD_IMAGE = [{"role": "user", "content": [
+    {"type": "input_text", "text": "what is in this picture?"},
+    {"type": "input_image", "image_url": "data:image/png;base64,not base64!", "detail": "auto"},
+]}]
+
+
+def test_an_upstream_400_keeps_its_status_and_code(client):
+    # The model server refuses the malformed data URL with 400 invalid_base64: the client
+    # is told so, not that the server failed.
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input=_BAD_IMAGE)
+    assert err.value.code == "invalid_base64_image"  # its twin in the SDK's closed enum
+    assert err.value.type == "invalid_request_error"
+    assert "upstream status 400, code invalid_base64" in err.value.message
+
+
+def test_an_upstream_400_ends_a_stream_with_its_code(client):
+    events = list(client.responses.create(model="sim", input=_BAD_IMAGE, stream=True))
+    types = [e.type for e in events]
+    assert types[-2:] == ["error", "response.failed"]
+    assert events[-2].code == "invalid_base64_image"
+    assert events[-1].response.error.code == "invalid_base64_image"
+    stored = client.responses.retrieve(events[-1].response.id)
+    assert stored.status == "failed" and stored.error.code == "invalid_base64_image"
+
+
 # -- SSE framing ---------------------------------------------------------------------
 
 

@@ -102,6 +102,23 @@ async def test_client_function_round_trip_over_http(client):
     assert second.text == "get_weather -> rain"
 
 
+async def test_an_upstream_client_error_keeps_its_code(client):
+    image = {"type": "input_image", "image_url": "data:image/png;base64,@@@", "detail": "auto"}
+    body = {"model": "sim", "input": [{"role": "user", "content": [{"type": "input_text", "text": "see"}, image]}]}
+    out, _ = await both(body, lambda: client)
+    assert out.response["status"] == "failed"
+    # Response.error.code is a closed enum for strict clients: the upstream's own code, named
+    # in the message, maps to its twin there.
+    assert out.response["error"]["code"] == "invalid_base64_image"
+    assert "code invalid_base64" in out.response["error"]["message"]
+    assert [e["type"] for e in out.events][-2:] == ["error", "response.failed"]
+
+
+async def test_an_upstream_server_error_is_a_server_error(client):
+    out, _ = await both({"model": "sim", "input": "[[fail 503]]"}, lambda: client)
+    assert out.response["error"]["code"] == "server_error"
+
+
 async def test_upstream_error_status_is_kept(client):
     out, _ = await both({"model": "sim", "input": "[[fail 400]]"}, lambda: client)
     assert out.response["status"] == "failed"

@@ -23,7 +23,9 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from openai.types.responses.response_error import ResponseError
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
@@ -184,11 +186,35 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     return None
 
 
+# Upstream statuses that mean the *request* was refused (a malformed image, a prompt too
+# long): the client's fault. Every other failure (401/403/404: Troupe's upstream
+# configuration; 5xx; timeouts) is the server's.
+_CLIENT_FAULTS = frozenset({400, 413, 422})
+# ``Response.error.code`` is a closed enum in the SDK's types (strict clients reject other
+# values), so an upstream's own code is kept when the enum has it, mapped when it means
+# the same, and otherwise named in the message beside ``invalid_prompt``.
+_ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
+_UPSTREAM_CODES = {"invalid_base64": "invalid_base64_image", "context_length_exceeded": "invalid_prompt"}
+
+
 def _model_error(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, ModelError):
-        code = "rate_limit_exceeded" if exc.status == 429 else "server_error"
-        return {"code": code, "message": f"The model call failed (upstream status {exc.status}): {exc.message}"}
-    return {"code": "server_error", "message": f"The model call failed: {exc}"}
+    """``Response.error`` for a failed model call: ``rate_limit_exceeded`` for an upstream
+    429, the upstream's code (or its enum twin, or ``invalid_prompt``) for an upstream
+    400/413/422, else ``server_error``."""
+    if not isinstance(exc, ModelError):
+        return {"code": "server_error", "message": f"The model call failed: {exc}"}
+    upstream = f"upstream status {exc.status}"
+    if exc.status == 429:
+        code = "rate_limit_exceeded"
+    elif exc.status in _CLIENT_FAULTS:
+        code = _UPSTREAM_CODES.get(exc.code or "", exc.code or "")
+        if code not in _ERROR_CODES:
+            code = "invalid_prompt"
+        if exc.code:
+            upstream += f", code {exc.code}"
+    else:
+        code = "server_error"
+    return {"code": code, "message": f"The model call failed ({upstream}): {exc.message}"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ by newlines). Directives in double brackets, anywhere in it::
 
 Decision order for each turn:
 
+0. Like a real model server, an ``image_url`` part whose ``data:`` URL is not valid base64
+   is refused: HTTP 400, code ``invalid_base64``, naming the part.
 1. ``fail`` -> fail (in-process: ``ModelError(status=STATUS)``; server: that HTTP status).
 2. Tool results after the last user message: without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; with ``loop``, call the loop tools again.
@@ -47,6 +49,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import re
 import threading
@@ -115,6 +119,16 @@ class SimReply:
     """When set, the call fails with this HTTP status instead of answering."""
     fail_key: str | None = None
     """Set on a ``[[fail S once]]`` failure: the key the caller must remember as failed."""
+    fail_code: str = "sim_failure"
+    """The error code of the failure."""
+    fail_message: str = ""
+    """The failure's message (a generic one when empty)."""
+    fail_param: str | None = None
+    """The offending request field, when the failure names one."""
+
+    @property
+    def failure_message(self) -> str:
+        return self.fail_message or f"simulated failure (HTTP {self.fail_status})"
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -144,6 +158,22 @@ def split_arguments(arguments: str, pieces: int = 3) -> list[str]:
         return [arguments]
     step = -(-len(arguments) // min(pieces, len(arguments)))
     return [arguments[i:i + step] for i in range(0, len(arguments), step)]
+
+
+def _malformed_image(messages: list[dict[str, Any]]) -> str | None:
+    """The path of the first ``image_url`` part whose ``data:`` URL does not decode, if any."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            url = (part.get("image_url") or {}).get("url", "") if isinstance(part, dict) else ""
+            if not isinstance(url, str) or not url.startswith("data:"):
+                continue
+            _, _, data = url.partition(",")
+            try:
+                base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                return f"messages[{i}].content[{j}].image_url.url"
+    return None
 
 
 def _count(text: str) -> int:
@@ -180,6 +210,9 @@ def plan_reply(
     ttft = settings.ttft_ms if cues.ttft_ms is None else cues.ttft_ms
     itl = settings.itl_ms if cues.itl_ms is None else cues.itl_ms
 
+    if (bad := _malformed_image(messages)) is not None:
+        return SimReply(fail_status=400, fail_code="invalid_base64", fail_param=bad, ttft_ms=ttft, itl_ms=itl,
+                        fail_message=f"Invalid '{bad}': the image data URL is not valid base64.")
     if cues.fail is not None:
         status, once = cues.fail
         if not once or key not in failed_keys:
@@ -360,8 +393,6 @@ class SimModel:
         """
         reply = self.plan(request)
         if reply.fail_status is not None:
-            raise ModelError(
-                f"simulated failure (HTTP {reply.fail_status})", status=reply.fail_status, code="sim_failure"
-            )
+            raise ModelError(reply.failure_message, status=reply.fail_status, code=reply.fail_code)
         async for chunk in stream_reply(reply, sleep=self._sleep):
             yield chunk

@@ -255,14 +255,23 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _failure_of(response: dict[str, Any]) -> ProtocolError:
-    """The HTTP error for a non-streaming response that ended ``failed``: 429 for an upstream
-    rate limit (worth a retry), else 500 (``x-should-retry: false``)."""
+    """The HTTP error for a non-streaming response that ended ``failed``.
+
+    429 for an upstream rate limit (worth a retry); 500 for ``server_error`` (with
+    ``x-should-retry: false``); the 4xx a failure's own code names (424 for an MCP server
+    that could not be used); any other code is the upstream refusing the request
+    itself (a malformed image, a prompt too long): 400 with that code.
+    """
     error = response.get("error") or {}
     code = error.get("code") or "server_error"
     message = error.get("message") or "The response failed."
     if code == "rate_limit_exceeded":
         return ProtocolError(message, type="rate_limit_error", code=code, status=429)
-    return ProtocolError(message, type="server_error", code=code, status=500)
+    if code == "server_error":
+        return ProtocolError(message, type="server_error", code=code, status=500)
+    if code == "external_connector_error":
+        return ProtocolError(message, type=code, code=code, status=424)
+    return InvalidRequest(message, code=code)
 
 
 # -- request helpers -------------------------------------------------------------------

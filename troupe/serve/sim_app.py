@@ -95,7 +95,7 @@ def create_sim_app(settings: SimSettings = SimSettings()) -> FastAPI:
         chat = ChatRequest.from_payload(body)
         reply = sim.plan(chat)
         if reply.fail_status is not None:
-            return _error(reply.fail_status, f"simulated failure (HTTP {reply.fail_status})", code="sim_failure")
+            return _error(reply.fail_status, reply.failure_message, param=reply.fail_param, code=reply.fail_code)
 
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
