@@ -206,9 +206,13 @@ async def test_max_tool_calls_caps_server_calls_then_one_turn_without_tools():
         executors=[tools],
     )
     assert sorted(ran) == [1, 1, 2, 2], "calls 1 and 2 ran in each of the two runs; call 3 never"
-    outputs = [i["output"] for i in out.response["output"] if i["type"] == "function_call_output"]
-    assert outputs[2].startswith("Error: not run: max_tool_calls (2)")
+    calls = [json.loads(i["arguments"])["n"] for i in out.response["output"] if i["type"] == "function_call"]
+    assert calls == [1, 2], "the call past the budget is ignored: no item"
+    assert len([i for i in out.response["output"] if i["type"] == "function_call_output"]) == 2
     assert model.calls[1].tool_choice == "none", "the last turn cannot call tools"
+    upstream = model.calls[1].messages
+    assert [len(m.get("tool_calls") or []) for m in upstream if m["role"] == "assistant"] == [2]
+    assert [m["role"] for m in upstream].count("tool") == 2
     assert out.response["status"] == "completed" and out.text == "finished"
 
 
@@ -309,3 +313,15 @@ async def test_json_schema_format_is_passed_upstream():
     body = {"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "thing", "schema": schema}}}
     _, model = await both(body, lambda: ScriptedModel(text_turn(json.dumps({"x": 1}))))
     assert model.calls[0].response_format == {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema}}
+
+
+async def test_a_turn_whose_calls_are_all_past_the_budget_gets_a_last_turn_without_tools():
+    tools = LocalFunctionExecutor({"tick": lambda n: "ok"})
+    out, model = await both(
+        {"model": "m", "input": "x", "max_tool_calls": 1},
+        lambda: ScriptedModel(tool_turn(("tick", {"n": 1})), tool_turn(("tick", {"n": 2})), text_turn("done")),
+        executors=[tools],
+    )
+    assert out.output_types == ["function_call", "function_call_output", "message"]
+    assert model.calls[2].tool_choice == "none"
+    assert out.response["status"] == "completed" and out.text == "done"

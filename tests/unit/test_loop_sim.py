@@ -131,11 +131,12 @@ async def test_max_tool_calls():
     body = {"model": "sim", "input": "[[call tick]] [[call tick]] [[call tick]]", "max_tool_calls": 2}
     out, _ = await both(body, SimModel, executors=[tools()])
     assert out.response["status"] == "completed"
-    assert out.text.splitlines() == [
-        "tick -> tock",
-        "tick -> tock",
-        "tick -> Error: not run: max_tool_calls (2) reached for this response",
-    ]
+    # The third call is ignored, as OpenAI does: no item, no output, and the model never hears of it.
+    assert out.output_types == ["function_call", "function_call", "function_call_output", "function_call_output",
+                                "message"]
+    assert out.text.splitlines() == ["tick -> tock", "tick -> tock"]
+    added = [e["item"]["type"] for e in out.events if e["type"] == "response.output_item.added"]
+    assert added == out.output_types
 
 
 async def test_upstream_failure():

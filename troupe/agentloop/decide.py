@@ -126,6 +126,8 @@ class LoopState:
             plan=plan,
             tools_ran=False,
             last_turn_had_tools=had_tools,
+            # Folded in now, not after the tools: a turn whose calls were all ignored runs no tools.
+            tools_exhausted=self.tools_exhausted or plan.budget_exhausted,
             output_tokens_left=left,
             usage=self.usage + turn.usage,
         )

@@ -349,6 +349,18 @@ class _Run:
             return None
         return label
 
+    def _over_budget(self, starts: dict[int, ToolCallStart], index: int) -> bool:
+        """Whether the call announced at ``index`` falls past ``max_tool_calls``.
+
+        Decided while the call streams, from the calls announced before it (executors
+        choose by name), so an ignored call never opens an item; the final plan agrees.
+        """
+        if self.p.policy.max_tool_calls is None:
+            return False
+        so_far = [ToolCall(call_id=starts[i].call_id, name=starts[i].name, arguments="") for i in sorted(starts) if i <= index]
+        plan = plan_turn(so_far, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
+        return any(call.call_id == starts[index].call_id for call in plan.ignored)
+
     async def _call_model(self, action: CallModel) -> AsyncIterator[ev.LoopEvent]:
         chat = self._chat_request(action)
         started, first_at = self.clock(), None
@@ -380,7 +392,9 @@ class _Run:
                         case ToolCallStart(index=index, call_id=call_id, name=name):
                             starts[index] = chunk
                             label = self._mcp_streams(name)
-                            if label is not None:
+                            if self._over_budget(starts, index):
+                                pass  # ignored, as OpenAI does: no item ever opens
+                            elif label is not None:
                                 mcp_items[index] = self.mcp_items[call_id] = new_id("mcp")
                                 yield ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=name)
                             elif self.mcp is not None and self.mcp.label_of(name) is not None:
@@ -408,8 +422,10 @@ class _Run:
         if message_id is not None:
             yield ev.MessageDone(item_id=message_id, text=turn.text if done else text, status=item_status)
         calls = turn.tool_calls if done else ()
+        plan = plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
+        ignored = {call.call_id for call in plan.ignored}
         for index, call in enumerate(calls):
-            if index not in starts:  # a client that did not announce the call while streaming
+            if index not in starts and call.call_id not in ignored:  # a model that did not announce the call
                 label = self._mcp_streams(call.name)
                 if label is not None:
                     mcp_items[index] = self.mcp_items[call.call_id] = new_id("mcp")
@@ -437,10 +453,8 @@ class _Run:
         if turn.text:
             self.p.transcript.add_message("assistant", turn.text)
         for call in turn.tool_calls:
-            self.p.transcript.add_call(call)
-        plan = plan_turn(
-            turn.tool_calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used
-        )
+            if call.call_id not in ignored:  # the model is never told of an ignored call
+                self.p.transcript.add_call(call)
         self.state = self.state.after_model(turn, plan, had_tools=action.tools_enabled)
 
     # -- tools -------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A model turn's tool calls are parsed into a :class:`TurnPlan` before anything
 runs (the Agents SDK's ``ProcessedResponse`` idea): each call is either run by a
 server-side executor, answered at once with an error (unknown tool, outside
-``allowed_tools``, over the ``max_tool_calls`` budget), returned to the client
+``allowed_tools``), ignored (over the ``max_tool_calls`` budget), returned to the client
 (a declared function tool that no executor can run), or held for approval.
 
 Executors are the seam later layers plug into: Ray tasks for registered Python
@@ -159,8 +159,11 @@ class TurnPlan:
     """``tool_choice: "none"``: neither run nor answered."""
     approval: tuple[ToolCall, ...] = ()
     """Held until the client approves them (their executor's ``needs_approval`` said so)."""
+    ignored: tuple[ToolCall, ...] = ()
+    """Over the ``max_tool_calls`` budget: dropped, as OpenAI ignores further calls (no item,
+    no output, nothing upstream)."""
     budget_exhausted: bool = False
-    """Some calls were refused because ``max_tool_calls`` ran out."""
+    """Some calls were ignored because ``max_tool_calls`` ran out."""
 
     @property
     def has_tool_work(self) -> bool:
@@ -200,6 +203,7 @@ def plan_turn(
     rejected: list[RejectedCall] = []
     client: list[ToolCall] = []
     approval: list[ToolCall] = []
+    ignored: list[ToolCall] = []
     exhausted = False
     for call in calls:
         executor = find_executor(call, executors)
@@ -215,12 +219,7 @@ def plan_turn(
             continue
         if policy.max_tool_calls is not None and calls_used + len(server) >= policy.max_tool_calls:
             exhausted = True
-            rejected.append(
-                RejectedCall(
-                    call=call,
-                    reason=f"not run: max_tool_calls ({policy.max_tool_calls}) reached for this response",
-                )
-            )
+            ignored.append(call)
             continue
         needs_approval = getattr(executor, "needs_approval", None)
         if needs_approval is not None and needs_approval(call):
@@ -232,5 +231,6 @@ def plan_turn(
         rejected=tuple(rejected),
         client=tuple(client),
         approval=tuple(approval),
+        ignored=tuple(ignored),
         budget_exhausted=exhausted,
     )
