@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import uvicorn
@@ -51,3 +53,37 @@ def serve_app(app: object) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+class LazyRuntime:
+    """Builds an in-process runtime on first use, inside the server's event loop, and closes it there."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self.runtime: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self) -> Any:
+        from troupe.actors.runtime import Runtime
+        from troupe.actors.settings import RuntimeSettings
+
+        if self.runtime is None:
+            self.loop = asyncio.get_running_loop()
+            self.runtime = Runtime.local(RuntimeSettings(**{"storage_path": ":memory:", **self.settings}))
+        return self.runtime
+
+    def close(self) -> None:
+        if self.runtime is not None and self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.runtime.close(), self.loop).result(timeout=10)
+
+
+def served_local(server_settings: Any, **runtime_settings: Any) -> Iterator[str]:
+    """Serve the HTTP app over an in-process runtime on a free loopback port; yields its root URL."""
+    from troupe.serve.app import create_app
+
+    runtime = LazyRuntime(**runtime_settings)
+    with serve_app(create_app(runtime, server_settings)) as url:
+        try:
+            yield url
+        finally:
+            runtime.close()

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from openai import OpenAI
 
-from tests.servers import wait_for
+from tests.servers import served_local, wait_for
 from tests.mcp_servers import REPO_ROOT
 from troupe.actors.settings import McpServerSpec, RuntimeSettings
 from troupe.serve.config import ServerSettings
@@ -77,3 +78,23 @@ def _healthy(root: str) -> bool:
         return httpx.get(f"{root}/health", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+@pytest.fixture(scope="module")
+def local_url() -> Iterator[str]:
+    """The HTTP app over the in-process runtime (authentication off, history in memory)."""
+    yield from served_local(ServerSettings())
+
+
+@pytest.fixture(params=["local", "pooled", "dedicated"])
+def url(request) -> str:
+    """The server root of each deployment (``/v1`` is appended by the tests)."""
+    if request.param == "local":
+        return request.getfixturevalue("local_url")
+    return request.getfixturevalue("troupe_apps")[request.param]
+
+
+@pytest.fixture
+def client(url: str) -> OpenAI:
+    # max_retries=0: a test must see the first answer, not a retried one.
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)

@@ -18,9 +18,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.servers import serve_app, wait_for
-from troupe.actors.runtime import Runtime
-from troupe.actors.settings import RuntimeSettings
+from tests.servers import serve_app, served_local, wait_for
 from troupe.serve.app import create_app
 from troupe.serve.config import ServerSettings
 
@@ -33,57 +31,10 @@ WEATHER = {
 KEYS = {"sk-alice": "alice", "sk-bob": "bob"}
 
 
-class LazyRuntime:
-    """Builds the runtime on first use, inside the server's event loop, and closes it there."""
-
-    def __init__(self) -> None:
-        self.runtime: Runtime | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def __call__(self) -> Runtime:
-        if self.runtime is None:
-            self.loop = asyncio.get_running_loop()
-            self.runtime = Runtime.local(RuntimeSettings(storage_path=":memory:"))
-        return self.runtime
-
-    def close(self) -> None:
-        if self.runtime is not None and self.loop is not None:
-            asyncio.run_coroutine_threadsafe(self.runtime.close(), self.loop).result(timeout=10)
-
-
-def _served(settings: ServerSettings) -> Iterator[str]:
-    runtime = LazyRuntime()
-    with serve_app(create_app(runtime, settings)) as url:
-        try:
-            yield url
-        finally:
-            runtime.close()
-
-
-@pytest.fixture(scope="module")
-def local_url() -> Iterator[str]:
-    """Authentication off, in-process runtime."""
-    yield from _served(ServerSettings())
-
-
-@pytest.fixture(params=["local", "pooled", "dedicated"])
-def url(request) -> str:
-    """The server root of each deployment (``/v1`` is appended by the tests)."""
-    if request.param == "local":
-        return request.getfixturevalue("local_url")
-    return request.getfixturevalue("troupe_apps")[request.param]
-
-
 @pytest.fixture(scope="module")
 def keyed_url() -> Iterator[str]:
     """Two API keys, two tenants."""
-    yield from _served(ServerSettings(api_keys=KEYS))
-
-
-@pytest.fixture
-def client(url: str) -> OpenAI:
-    # max_retries=0: a test must see the first answer, not a retried one.
-    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    yield from served_local(ServerSettings(api_keys=KEYS))
 
 
 def keyed(keyed_url: str, key: str) -> OpenAI:

@@ -116,3 +116,26 @@ async def test_with_stream_every_event_arrives_once_in_order(host):
     events = [e async for b in host.respond(job({"input": "[[tokens 30]]"})) for e in b]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert sum(e["type"] == "response.output_text.delta" for e in events) == 30
+
+
+async def test_a_source_waits_for_a_consumer_that_stops_taking():
+    made = []
+
+    async def endless():
+        for i in range(10_000):
+            made.append(i)
+            yield [i]
+
+    out = coalesce(endless(), max_pending=8)
+    first = await anext(out)
+    assert 1 <= len(first) <= 8
+    for _ in range(100):  # the consumer takes nothing more; the source runs as far as it may
+        await asyncio.sleep(0)
+    # Bounded by what was taken plus what may wait, not by the response's length.
+    assert len(made) <= len(first) + 8
+    second = await anext(out)
+    assert first + second == list(range(len(first) + len(second)))
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert len(made) > len(first) + len(second), "taking events lets the source go on"
+    await out.aclose()

@@ -17,7 +17,9 @@ and predictable, so tests can state the expected value outright:
     array              ``max(1, minItems)`` items (capped by ``maxItems``)
     no type            inferred from ``properties``/``items``, else string
 
-``format`` and ``pattern`` are ignored.
+``format`` and ``pattern`` are ignored. A schema with no finite value (a ``$ref`` cycle
+that never reaches a concrete type, a recursive property that is always required) or a
+``$ref`` that does not resolve raises :class:`SchemaError`, as a model server refuses it.
 
 Example::
 
@@ -30,11 +32,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["generate_from_schema"]
+from troupe.protocol.schema_refs import MISSING, resolve_ref
+
+__all__ = ["SchemaError", "generate_from_schema"]
 
 # Past this depth a recursive schema ($ref cycles) only gets what it strictly needs:
-# required properties and minItems items, so generation always terminates.
+# required properties and minItems items, so generation terminates when it can.
 _MAX_DEPTH = 8
+# Past this depth even what is strictly needed keeps recursing: the schema has no finite value.
+_NO_FINITE_VALUE = 64
+
+
+class SchemaError(ValueError):
+    """The schema cannot be used: a ``$ref`` that does not resolve, or no finite value."""
 
 
 def generate_from_schema(schema: dict[str, Any]) -> Any:
@@ -46,11 +56,16 @@ def generate_from_schema(schema: dict[str, Any]) -> Any:
 
     Returns:
         A JSON-compatible value (dict, list, str, int, float, bool or None).
+
+    Raises:
+        SchemaError: a ``$ref`` does not resolve, or no finite value validates.
     """
     return _generate(schema, root=schema, depth=0)
 
 
 def _generate(schema: Any, *, root: dict[str, Any], depth: int) -> Any:
+    if depth > _NO_FINITE_VALUE:
+        raise SchemaError("the schema has no finite value: its $ref recursion never ends")
     if not isinstance(schema, dict):
         # `true` / `{}` style schemas accept anything.
         return "example"
@@ -99,21 +114,18 @@ def _type_of(schema: dict[str, Any]) -> str:
 
 
 def _resolve(ref: str, root: dict[str, Any]) -> Any:
-    if not ref.startswith("#"):
-        raise ValueError(f"only local $ref are supported, got {ref!r}")
-    node: Any = root
-    for part in ref.lstrip("#").strip("/").split("/"):
-        if not part:
-            continue
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
+    found = resolve_ref(ref, root)
+    if found is MISSING:
+        raise SchemaError(f"$ref {ref!r} does not resolve (only local JSON pointers like '#/$defs/x' do)")
+    return found
 
 
 def _merge_all_of(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
     for part in schema["allOf"]:
-        if isinstance(part, dict) and "$ref" in part:
+        for _ in range(_NO_FINITE_VALUE):  # a $ref may name another $ref
+            if not (isinstance(part, dict) and "$ref" in part):
+                break
             part = _resolve(part["$ref"], root)
         if not isinstance(part, dict):
             continue

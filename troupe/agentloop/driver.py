@@ -195,6 +195,8 @@ _CLIENT_FAULTS = frozenset({400, 413, 422})
 # the same, and otherwise named in the message beside ``invalid_prompt``.
 _ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
 _UPSTREAM_CODES = {"invalid_base64": "invalid_base64_image", "context_length_exceeded": "invalid_prompt"}
+# Chat Completions fields an upstream may name, and the Responses parameter each came from.
+_UPSTREAM_PARAMS = {"response_format.json_schema.schema": "text.format.schema"}
 
 
 def _model_error(exc: Exception) -> dict[str, Any]:
@@ -214,7 +216,10 @@ def _model_error(exc: Exception) -> dict[str, Any]:
             upstream += f", code {exc.code}"
     else:
         code = "server_error"
-    return {"code": code, "message": f"The model call failed ({upstream}): {exc.message}"}
+    error = {"code": code, "message": f"The model call failed ({upstream}): {exc.message}"}
+    if code != "server_error" and (param := _UPSTREAM_PARAMS.get(exc.param or "")):
+        error["param"] = param  # Response.error's optional param (CONTRACT §7)
+    return error
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,12 +208,14 @@ class ModelError(Exception):
     Picklable (its args go to ``Exception.__init__``) so it can cross an actor boundary.
     """
 
-    def __init__(self, message: str, status: int = 502, code: str | None = None) -> None:
-        super().__init__(message, status, code)
+    def __init__(self, message: str, status: int = 502, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message, status, code, param)
         self.message = message
         self.status = status
         """Upstream HTTP status; 502 for a bad upstream reply, 504 for a timeout."""
         self.code = code
+        self.param = param
+        """The request field the upstream named (a Chat Completions field), if any."""
 
     def __str__(self) -> str:
         return f"model error {self.status}: {self.message}"

@@ -403,7 +403,7 @@ async def _error_from_reply(response: httpx.Response) -> ModelError:
         body = (await response.aread()).decode("utf-8", "replace")
     except httpx.HTTPError:
         body = ""
-    message, code = body.strip()[:_MAX_ERROR_TEXT], None
+    message, code, param = body.strip()[:_MAX_ERROR_TEXT], None, None
     try:
         parsed = json.loads(body)
     except ValueError:
@@ -414,11 +414,12 @@ async def _error_from_reply(response: httpx.Response) -> ModelError:
             found = error.get("message") or error.get("detail")
             message = found if isinstance(found, str) else message
             code = error.get("code") or error.get("type")
+            param = error.get("param") if isinstance(error.get("param"), str) else None
         elif isinstance(error, str):
             message = error
     if not message:
         message = f"upstream replied HTTP {status} {response.reason_phrase}".rstrip()
-    return ModelError(message, status, str(code) if code is not None else None)
+    return ModelError(message, status, str(code) if code is not None else None, param)
 
 
 def _stream_error(error: dict[str, Any]) -> ModelError:

@@ -20,7 +20,8 @@ by newlines). Directives in double brackets, anywhere in it::
 Decision order for each turn:
 
 0. Like a real model server, an ``image_url`` part whose ``data:`` URL is not valid base64
-   is refused: HTTP 400, code ``invalid_base64``, naming the part.
+   is refused: HTTP 400, code ``invalid_base64``, naming the part; so is a JSON schema
+   it cannot fill (no finite value, a ``$ref`` that does not resolve): ``invalid_json_schema``.
 1. ``fail`` -> fail (in-process: ``ModelError(status=STATUS)``; server: that HTTP status).
 2. Tool results after the last user message: without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; with ``loop``, call the loop tools again.
@@ -60,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from troupe.agentloop._sim_directives import CallCue, parse_directives
-from troupe.agentloop._sim_schema import generate_from_schema
+from troupe.agentloop._sim_schema import SchemaError, generate_from_schema
 from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
@@ -217,7 +218,18 @@ def plan_reply(
         status, once = cues.fail
         if not once or key not in failed_keys:
             return SimReply(fail_status=status, fail_key=key if once else None, ttft_ms=ttft, itl_ms=itl)
+    try:
+        return _plan(request, cues, messages, last, ttft, itl, new_call_id)
+    except SchemaError as exc:  # a schema it cannot fill: refused, as a model server does
+        param = "response_format.json_schema.schema" if request.response_format else "tools"
+        return SimReply(fail_status=400, fail_code="invalid_json_schema", fail_param=param, ttft_ms=ttft, itl_ms=itl,
+                        fail_message=f"Invalid schema for '{param}': {exc}.")
 
+
+def _plan(
+    request: ChatRequest, cues: Any, messages: list[dict[str, Any]], last: int, ttft: float, itl: float,
+    new_call_id: Callable[[], str],
+) -> SimReply:
     results = _tool_results(messages, after=last)
     loops = [c for c in cues.calls if c.loop]
     calls: list[CallCue] = []
@@ -393,6 +405,7 @@ class SimModel:
         """
         reply = self.plan(request)
         if reply.fail_status is not None:
-            raise ModelError(reply.failure_message, status=reply.fail_status, code=reply.fail_code)
+            raise ModelError(reply.failure_message, status=reply.fail_status, code=reply.fail_code,
+                             param=reply.fail_param)
         async for chunk in stream_reply(reply, sleep=self._sleep):
             yield chunk

@@ -6,14 +6,18 @@
 - :mod:`.sse` — event framing
 - :mod:`.ids` — time-ordered object ids
 - :mod:`.errors` — the error tree and the OpenAI error body
+- :mod:`.schema_refs` — local JSON Schema ``$ref`` resolution
+- :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
 lack is written here.
 """
 
+from .body import DEFAULT_MAX_DEPTH, decode_json_body
 from .errors import (
     AuthenticationFailed,
     Conflict,
+    ExternalConnectorError,
     InvalidRequest,
     NotFound,
     ProtocolError,
@@ -47,9 +51,16 @@ from .response import (
     echo_tool,
     usage_dict,
 )
+from .schema_refs import dangling_refs, resolve_ref
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 
 __all__ = [
+    # schema_refs
+    "dangling_refs",
+    "resolve_ref",
+    # body
+    "DEFAULT_MAX_DEPTH",
+    "decode_json_body",
     # errors
     "ProtocolError",
     "InvalidRequest",
@@ -57,6 +68,7 @@ __all__ = [
     "NotFound",
     "Conflict",
     "Unprocessable",
+    "ExternalConnectorError",
     "ServerError",
     "previous_response_not_found",
     "conversation_not_found",

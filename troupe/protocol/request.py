@@ -51,6 +51,7 @@ from .errors import (
     validate_as,
 )
 from .ids import CONVERSATION, RESPONSE
+from .schema_refs import dangling_refs
 from .items import _by_type, normalize_input, validate_input_items
 
 __all__ = ["CreateResponseRequest", "parse_create_request"]
@@ -84,6 +85,13 @@ _NESTED: dict[str, TypeAdapter[Any]] = {
 
 def _fail(loc: Loc, message: str, code: str = "invalid_value") -> InvalidRequest:
     return InvalidRequest(message, param=format_param(loc), code=code)
+
+
+def _check_refs(schema: Any, loc: Loc) -> None:
+    if isinstance(schema, dict) and (bad := dangling_refs(schema)):
+        where = format_param(loc)
+        raise _fail(loc, f"Invalid schema for '{where}': $ref {_show(bad[0])} does not resolve to a definition "
+                    "in the schema.")
 
 
 class CreateResponseRequest(BaseModel):
@@ -202,6 +210,9 @@ class CreateResponseRequest(BaseModel):
         self._check_metadata()
         self._check_tools()
         self._check_tool_choice()
+        fmt = (self.text or {}).get("format") or {}
+        if fmt.get("type") == "json_schema":
+            _check_refs(fmt.get("schema"), ("text", "format", "schema"))
         return self
 
     def _check_metadata(self) -> None:
@@ -237,6 +248,7 @@ class CreateResponseRequest(BaseModel):
                 if not _FUNCTION_NAME.match(tool["name"]):
                     raise _fail(("tools", i, "name"), f"Invalid value for 'tools[{i}].name': "
                                 f"{_show(tool['name'])} must match ^[a-zA-Z0-9_-]{{1,64}}$.")
+                _check_refs(tool.get("parameters"), ("tools", i, "parameters"))
                 key = ("function", tool["name"])
             elif kind == "mcp":
                 # No server_url is fine here: the label may name a server the deployment

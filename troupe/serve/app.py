@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
@@ -40,7 +39,7 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from troupe.actors.runtime import EventBatches, Runtime
 from troupe.protocol import (
@@ -50,6 +49,7 @@ from troupe.protocol import (
     InvalidRequest,
     ProtocolError,
     check_id_format,
+    decode_json_body,
     encode_sse,
     invalid_request_from_errors,
     parse_create_request,
@@ -58,6 +58,7 @@ from troupe.protocol import (
 from troupe.protocol.ids import CONVERSATION, RESPONSE
 
 from .config import ServerSettings
+from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
 
 __all__ = ["create_app", "error_response"]
 
@@ -70,8 +71,11 @@ OrderParam = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc
 
 
 def error_response(error: ProtocolError) -> JSONResponse:
-    """The JSON answer for ``error``, with ``x-should-retry: false`` unless it is 429/503."""
+    """The JSON answer for ``error``: ``x-should-retry: false`` unless it is 429/503, and
+    ``Retry-After`` when the limit that refused it says when to come back."""
     headers = {} if error.status in _RETRYABLE else {"x-should-retry": "false"}
+    if isinstance(error, RateLimited):
+        headers["retry-after"] = error.retry_after_header
     return JSONResponse(error.to_body(), status_code=error.status, headers=headers)
 
 
@@ -98,6 +102,20 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     keys = dict(settings.api_keys)
     created = int(time.time())
     _install_error_handlers(app)
+    admission = Admission(
+        max_active=settings.max_active_responses,
+        max_waiting=settings.max_waiting_responses,
+        max_wait_s=settings.max_wait_s,
+    )
+    app.add_middleware(AdmissionMiddleware, admission=admission, render=error_response)
+    app.state.admission = admission
+    tenant_limits = TenantLimits(
+        requests_per_minute=settings.tenant_requests_per_minute, max_streams=settings.tenant_max_streams
+    )
+
+    async def json_body(request: Request, *, empty_ok: bool = False) -> Any:
+        raw = await _read_body(request, settings.max_body_bytes, empty_ok=empty_ok)
+        return decode_json_body(raw, max_depth=settings.max_json_depth)
 
     async def tenant(request: Request) -> str:
         # A dependency, so that it runs (and may answer 401) before parameters are validated.
@@ -123,12 +141,19 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
 
     @app.post("/v1/responses")
     async def create_response(request: Request, who: str = who_dep) -> Response:
-        body = parse_create_request(await _json_body(request))
+        body = parse_create_request(await json_body(request))
+        tenant_limits.check_request(who)
         runtime = get_runtime()
         # Streaming is the body's call, never the Accept header's: the Agents SDK sends
         # `Accept: application/json` with "stream": true.
         if body.stream:
-            return EventStreamResponse(await runtime.stream(who, body))
+            close_stream = tenant_limits.open_stream(who)
+            try:
+                batches = await runtime.stream(who, body)
+            except BaseException:
+                close_stream()
+                raise
+            return EventStreamResponse(batches, stall_timeout_s=settings.stream_stall_timeout_s, on_close=close_stream)
         response = await runtime.respond(who, body)
         if response.get("status") == "failed":
             # A stream reports a failure in-band (error + response.failed); a plain request has
@@ -176,7 +201,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
 
     @app.post("/v1/conversations")
     async def create_conversation(request: Request, who: str = who_dep) -> dict[str, Any]:
-        body = _object_body(await _json_body(request, empty_ok=True), allowed=("items", "metadata"))
+        body = _object_body(await json_body(request, empty_ok=True), allowed=("items", "metadata"))
         items = _items(body, required=False)
         metadata = _metadata(body.get("metadata"))
         return await get_runtime().create_conversation(who, items=items, metadata=metadata)
@@ -187,7 +212,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
 
     @app.post("/v1/conversations/{conversation_id}")
     async def update_conversation(request: Request, conversation_id: str, who: str = who_dep) -> dict[str, Any]:
-        body = _object_body(await _json_body(request), allowed=("metadata",))
+        body = _object_body(await json_body(request), allowed=("metadata",))
         if "metadata" not in body:
             raise _missing("metadata")
         return await get_runtime().update_conversation(who, _conversation_id(conversation_id), _metadata(body["metadata"]) or {})
@@ -198,7 +223,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
 
     @app.post("/v1/conversations/{conversation_id}/items")
     async def add_items(request: Request, conversation_id: str, who: str = who_dep) -> dict[str, Any]:
-        body = _object_body(await _json_body(request), allowed=("items",))
+        body = _object_body(await json_body(request), allowed=("items",))
         return await get_runtime().add_conversation_items(who, _conversation_id(conversation_id), _items(body, required=True))
 
     @app.get("/v1/conversations/{conversation_id}/items")
@@ -271,7 +296,7 @@ def _failure_of(response: dict[str, Any]) -> ProtocolError:
         return ProtocolError(message, type="server_error", code=code, status=500)
     if code == "external_connector_error":
         return ProtocolError(message, type=code, code=code, status=424)
-    return InvalidRequest(message, code=code)
+    return InvalidRequest(message, code=code, param=error.get("param"))
 
 
 # -- request helpers -------------------------------------------------------------------
@@ -296,18 +321,26 @@ def _authenticate(request: Request, keys: dict[str, str]) -> str:
     return found[0]
 
 
-async def _json_body(request: Request, *, empty_ok: bool = False) -> Any:
-    raw = await request.body()
-    if not raw.strip() and empty_ok:
-        return {}
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise InvalidRequest(
-            "We could not parse the JSON body of your request. The API expects a JSON payload "
-            "(Content-Type: application/json).",
-            code="invalid_json",
-        ) from exc
+async def _read_body(request: Request, limit: int, *, empty_ok: bool) -> bytes:
+    """The body, refused with 413 once it passes ``limit`` bytes (before all of it is read)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    return b"{}" if empty_ok and not raw.strip() else raw
+
+
+def _too_large(limit: int) -> ProtocolError:
+    return ProtocolError(
+        f"The request body is too large: at most {limit} bytes are allowed.",
+        type="invalid_request_error", code="request_too_large", status=413,
+    )
 
 
 def _response_id(value: str) -> str:
@@ -380,8 +413,12 @@ class EventStreamResponse(StreamingResponse):
     merely stops iterating when a send fails.
     """
 
-    def __init__(self, batches: EventBatches) -> None:
+    def __init__(
+        self, batches: EventBatches, *, stall_timeout_s: float | None = None, on_close: Callable[[], None] | None = None
+    ) -> None:
         self._batches = batches
+        self._stall_timeout_s = stall_timeout_s
+        self._on_close = on_close
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(self._frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
 
@@ -393,9 +430,24 @@ class EventStreamResponse(StreamingResponse):
 
     async def _send_all(self, send: Send) -> None:
         try:
-            await self.stream_response(send)
-        except OSError:  # the client went away mid-write (ASGI 2.4 servers raise here)
+            await self.stream_response(self._stall_guard(send))
+        except (OSError, TimeoutError):  # the client went away (ASGI 2.4 servers raise) or stopped reading
             pass
+
+    def _stall_guard(self, send: Send) -> Send:
+        """``send``, failing with ``TimeoutError`` when one write waits longer than the stall timeout.
+
+        The server's write waits while the client's socket buffer is full, so a client that
+        stops reading holds its turn (and the events piling up for it) only this long.
+        """
+        if self._stall_timeout_s is None:
+            return send
+        timeout = self._stall_timeout_s
+
+        async def guarded(message: Message) -> None:
+            await asyncio.wait_for(send(message), timeout)
+
+        return guarded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         streamer = asyncio.ensure_future(self._send_all(send))
@@ -417,3 +469,5 @@ class EventStreamResponse(StreamingResponse):
         for iterator in (self.body_iterator, self._batches):
             with contextlib.suppress(Exception):  # clean-up must reach the runtime's iterator
                 await iterator.aclose()  # type: ignore[attr-defined]
+        if self._on_close is not None:
+            self._on_close()

@@ -14,6 +14,8 @@ Sections::
 
     [server]    host, port, ray_address, num_replicas, max_ongoing_requests
     [auth]      keys = {"sk-..." = "tenant-a"}   (or a list of bare keys)
+    [limits]    max_body_bytes, max_json_depth, max_active_responses, max_waiting_responses,
+                max_wait_s, tenant_requests_per_minute, tenant_max_streams, stream_stall_timeout_s
     [runtime]   placement, pool_size, storage_path, … , example_tools, sim_model
     [[models]]  name, kind, base_url, upstream_model, api_key_env, ttft_ms, itl_ms
     [mcp]       allowed_urls, timeout_s, list_ttl_s; [[mcp.servers]] label, url | command, headers, …
@@ -70,10 +72,32 @@ class ServerSettings:
     """Concurrent requests per replica. Streams are long-lived and I/O-bound, so this is far
     above Serve's default of 5, which would queue the sixth concurrent stream."""
 
+    # [limits]: what one request may be, and how much load a replica admits (README "Limits").
+    max_body_bytes: int = 16 * 1024 * 1024
+    """The largest request body; a larger one answers 413 ``request_too_large``."""
+    max_json_depth: int = 64
+    """The deepest nesting of objects and arrays in a body; deeper answers 400 ``nesting_too_deep``."""
+    max_active_responses: int = 256
+    """Responses (``POST /v1/responses``) running at once in one ingress replica."""
+    max_waiting_responses: int = 1024
+    """Requests that may wait for a running slot; beyond this, 429 at once."""
+    max_wait_s: float = 10.0
+    """The longest a request waits for a running slot before it answers 429."""
+    tenant_requests_per_minute: int = 0
+    """Responses one tenant may create per minute, per replica; 0: no limit."""
+    tenant_max_streams: int = 0
+    """Streams one tenant may hold open at once, per replica; 0: no limit."""
+    stream_stall_timeout_s: float = 60.0
+    """A client that reads nothing of its stream for this long is dropped (its turn is cancelled)."""
+
 
 # -- the TOML schema -------------------------------------------------------------
 
 _SERVER_KEYS = ("host", "port", "ray_address", "num_replicas", "max_ongoing_requests")
+_LIMIT_KEYS = (
+    "max_body_bytes", "max_json_depth", "max_active_responses", "max_waiting_responses", "max_wait_s",
+    "tenant_requests_per_minute", "tenant_max_streams", "stream_stall_timeout_s",
+)
 # [runtime] options that are RuntimeSettings fields as-is (models/tools have their own tables).
 _MCP_FIELDS = {"allowed_urls": "mcp_allowed_urls", "timeout_s": "mcp_timeout_s", "list_ttl_s": "mcp_list_ttl_s"}
 _RUNTIME_FIELDS = tuple(
@@ -82,12 +106,16 @@ _RUNTIME_FIELDS = tuple(
     if f.name not in ("models", "tools", "mcp_servers", *_MCP_FIELDS.values())
 )
 _RUNTIME_EXTRA = ("example_tools", "sim_model")
-_SECTIONS = ("server", "auth", "runtime", "models", "tools", "mcp")
+_SECTIONS = ("server", "auth", "limits", "runtime", "models", "tools", "mcp")
 _POSITIVE = {
     "port", "num_replicas", "max_ongoing_requests", "pool_size", "idle_timeout_s", "cache_size",
-    "tool_timeout_s",
+    "tool_timeout_s", "max_body_bytes", "max_json_depth", "max_active_responses", "max_wait_s",
+    "stream_stall_timeout_s",
 }
-_NON_NEGATIVE = {"tool_num_cpus", "num_cpus", "ttft_ms", "itl_ms"}
+_NON_NEGATIVE = {
+    "tool_num_cpus", "num_cpus", "ttft_ms", "itl_ms", "max_waiting_responses", "tenant_requests_per_minute",
+    "tenant_max_streams",
+}
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
@@ -169,6 +197,9 @@ def _server_settings(doc: dict[str, Any], source: str) -> ServerSettings:
     section = _table(doc, "server", source)
     _check_keys(section, _SERVER_KEYS, source, "server.")
     values = {k: _typed(v, ServerSettings, k, f"{source}: server.{k}") for k, v in section.items()}
+    limits = _table(doc, "limits", source)
+    _check_keys(limits, _LIMIT_KEYS, source, "limits.")
+    values.update({k: _typed(v, ServerSettings, k, f"{source}: limits.{k}") for k, v in limits.items()})
     auth = _table(doc, "auth", source)
     _check_keys(auth, ("keys",), source, "auth.")
     if "keys" in auth:
