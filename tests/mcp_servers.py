@@ -16,6 +16,13 @@ session, ``tools/list``, ``tools/call``). ``GET /health`` answers once the serve
 
 With ``token`` set, every MCP request must carry ``Authorization: Bearer <token>`` or is
 answered 401 (the client's header handling and HTTP error mapping).
+
+With ``list_needs_auth`` set the server plays a handshake-era server (no ``server/discover``,
+so clients send ``initialize``) that anyone may connect to but whose ``tools/list`` is
+answered 401, and which has no GET event stream (405). Its 401 is finished late, in an
+order that makes a client that reports the last status it saw say 405 every time: per
+session, the GET stream is answered (405) only once the 401's status line is out, and the
+401's body only once the client has asked for the stream again (so it has had the 405).
 """
 
 from __future__ import annotations
@@ -141,12 +148,66 @@ def _require_token(app: Any, token: str) -> Any:
     return guarded
 
 
+def _list_needs_auth(app: Any) -> Any:
+    """ASGI wrapper: see ``list_needs_auth`` in the module docstring."""
+    sessions: dict[bytes, dict[str, Any]] = collections.defaultdict(
+        lambda: {"gets": 0, "status_sent": asyncio.Event(), "asked_again": asyncio.Event()}
+    )
+
+    async def respond(send: Any, status: int, body: bytes, kind: bytes = b"text/plain") -> None:
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/mcp":
+            return await app(scope, receive, send)
+        state = sessions[dict(scope["headers"]).get(b"mcp-session-id", b"")]
+        if scope["method"] in ("GET", "DELETE"):
+            if scope["method"] == "GET":
+                state["gets"] += 1
+                if state["gets"] == 1:  # bounded waits: a client that never lists still gets its answer
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(state["status_sent"].wait(), 10)
+                else:
+                    state["asked_again"].set()
+            return await respond(send, 405, b"method not allowed")
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        request = json.loads(body or b"{}")
+        if request.get("method") == "server/discover":
+            error = {"code": -32601, "message": "Method not found"}
+            reply = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error}).encode()
+            return await respond(send, 200, reply, b"application/json")
+        if request.get("method") == "tools/list":
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json")]})
+            state["status_sent"].set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state["asked_again"].wait(), 10)
+            await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
+            return None
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await app(scope, replay, send)
+
+    return guarded
+
+
 def _main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The Troupe MCP test server.")
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
     parser.add_argument("--sse", action="store_true", help="serve the legacy SSE transport instead of streamable HTTP")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default=None, help="require this bearer token")
+    parser.add_argument("--list-needs-auth", action="store_true", help="answer tools/list 401 (see the docstring)")
     args = parser.parse_args(argv)
     server = build_server()
     if args.stdio:
@@ -157,6 +218,8 @@ def _main(argv: list[str] | None = None) -> None:
     app = server.sse_app() if args.sse else server.streamable_http_app()
     if args.token:
         app = _require_token(app, args.token)
+    if args.list_needs_auth:
+        app = _list_needs_auth(app)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
@@ -177,12 +240,15 @@ class McpTestServer:
         port: The port (default: a free one); kept across :meth:`restart`.
         sse: Serve the legacy SSE transport (the URL ends in ``/sse``).
         token: Require this bearer token on MCP requests.
+        list_needs_auth: Answer ``tools/list`` 401 (see the module docstring).
     """
 
-    def __init__(self, port: int | None = None, *, sse: bool = False, token: str | None = None) -> None:
+    def __init__(self, port: int | None = None, *, sse: bool = False, token: str | None = None,
+                 list_needs_auth: bool = False) -> None:
         self.port = port or free_port()
         self.sse = sse
         self.token = token
+        self.list_needs_auth = list_needs_auth
         self._process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
 
@@ -206,6 +272,8 @@ class McpTestServer:
             command.append("--sse")
         if self.token:
             command += ["--token", self.token]
+        if self.list_needs_auth:
+            command.append("--list-needs-auth")
         self._process = subprocess.Popen(
             command, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log
         )
@@ -248,18 +316,20 @@ class McpTestServer:
 
 
 @contextlib.contextmanager
-def serve_mcp(port: int | None = None, *, sse: bool = False, token: str | None = None) -> Iterator[McpTestServer]:
+def serve_mcp(port: int | None = None, *, sse: bool = False, token: str | None = None,
+              list_needs_auth: bool = False) -> Iterator[McpTestServer]:
     """Run the test server for the duration of the block.
 
     Args:
         port: A fixed port (default: a free one).
         sse: Serve the legacy SSE transport.
         token: Require this bearer token.
+        list_needs_auth: Answer ``tools/list`` 401 (see the module docstring).
 
     Yields:
         The running :class:`McpTestServer`.
     """
-    server = McpTestServer(port, sse=sse, token=token)
+    server = McpTestServer(port, sse=sse, token=token, list_needs_auth=list_needs_auth)
     server.start()
     try:
         yield server

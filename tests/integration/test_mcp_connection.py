@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from tests.mcp_servers import REPO_ROOT, STDIO_COMMAND, McpTestServer, free_port, serve_mcp
+from tests.servers import serve_app
 from troupe.actors.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
+from troupe.actors.mcp_policy import AddressGuard, check_url, pinned_transport
 from troupe.actors.settings import McpServerSpec, RuntimeSettings
 from troupe.agentloop.mcp import McpError, McpServer
 
@@ -199,12 +201,88 @@ async def test_http_error_status_and_authorization(client: LocalMcpClient) -> No
         assert await client.call_tool(authorized, "add", {"a": 5, "b": 5}) == "10"
 
 
+async def test_a_401_to_tools_list_is_reported_as_401_not_the_event_streams_405(client: LocalMcpClient) -> None:
+    # The server's GET event stream answers 405 after the listing's 401 (see tests/mcp_servers.py):
+    # the status reported is the listing's own.
+    with serve_mcp(list_needs_auth=True) as guarded:
+        server = resolve_mcp_tool({"server_label": "guarded", "server_url": guarded.url}, make_settings())
+        with pytest.raises(McpError) as caught:
+            await client.list_tools(server)
+        assert (caught.value.kind, caught.value.code) == ("http", 401), caught.value.message
+        assert "405" not in caught.value.message
+        # Refused for want of credentials is not a broken session: no second session, no resend.
+        assert (await client.stats(server))["sessions_opened"] == 1
+        assert guarded.stats()["methods"]["initialize"] == 1
+
+
+async def test_auth_failure_does_not_fall_back_to_sse(client: LocalMcpClient) -> None:
+    with serve_mcp(token="t0ken") as guarded:
+        server = McpServer(label="guarded", url=guarded.url)
+        with pytest.raises(McpError) as caught:
+            await client.list_tools(server)
+        assert (caught.value.kind, caught.value.code) == ("http", 401)
+        assert client.session(server)._use_sse is False  # the streamable transport is kept
+
+
 async def test_falls_back_to_sse(client: LocalMcpClient) -> None:
     with serve_mcp(sse=True) as legacy:
         server = McpServer(label="sse", url=legacy.url)
         assert "add" in {t.name for t in await client.list_tools(server)}
         assert await client.call_tool(server, "add", {"a": 20, "b": 22}) == "42"
         assert (await client.stats(server))["sessions_opened"] == 1
+
+
+# -- the URL policy at connect time ---------------------------------------------------------
+
+
+def _host_echo() -> object:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def host(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(request.headers["host"])
+
+    return Starlette(routes=[Route("/health", host), Route("/host", host)])
+
+
+async def test_dns_rebinding_cannot_reach_a_refused_address(http_server: McpTestServer) -> None:
+    # The request is checked while "localhost" answers with a public address; by the time the
+    # transport connects it answers 127.0.0.1 (as the system resolver does). The connection
+    # goes only to an address it checked itself, so it is refused and the server sees nothing.
+    answers = iter([["93.184.216.34"]])
+
+    def rebinding(host: str) -> list[str]:
+        return next(answers, ["127.0.0.1"])
+
+    url = f"http://localhost:{http_server.port}/mcp"
+    assert check_url(url, resolver=rebinding) is None  # the request's check passes
+    session = McpSession(McpServer(label="rebind", url=url), timeout_s=5.0, guard=AddressGuard(resolver=rebinding))
+    try:
+        with pytest.raises(McpError) as caught:
+            await session.list_tools()
+        assert "localhost resolves to 127.0.0.1, a loopback address" in caught.value.message
+    finally:
+        await session.close()
+    assert http_server.stats()["methods"] == {}, "no MCP request reached the loopback server"
+
+
+async def test_the_connection_goes_to_the_checked_address_under_the_host_name() -> None:
+    import httpx2
+
+    with serve_app(_host_echo()) as base:
+        port = base.rsplit(":", 1)[1]
+        pinned = AddressGuard(allow_private=True, resolver={"echo.example": ["127.0.0.1"]}.get)
+        async with httpx2.AsyncClient(transport=pinned_transport(pinned)) as http:
+            # echo.example exists only in this resolver: the socket went to the checked 127.0.0.1,
+            # while the Host header (and TLS SNI, for https) keep the name.
+            answer = await http.get(f"http://echo.example:{port}/host")
+        assert answer.text == f"echo.example:{port}"
+        strict = AddressGuard(resolver={"echo.example": ["127.0.0.1"]}.get)
+        async with httpx2.AsyncClient(transport=pinned_transport(strict)) as http:
+            with pytest.raises(httpx2.ConnectError, match="loopback"):
+                await http.get(f"http://echo.example:{port}/host")
 
 
 # -- on Ray ------------------------------------------------------------------------------
@@ -247,6 +325,27 @@ async def test_ray_client_shares_one_connection_actor(ray_settings: RuntimeSetti
         assert ray.get_actor(name, namespace=ray_settings.namespace) is not None
     finally:
         kill_actors(first, second)
+
+
+async def test_ray_refused_connection_is_reported_before_the_actor_is_up(ray_settings: RuntimeSettings) -> None:
+    import time
+
+    # A fresh connection actor needs a Ray worker's start-up (seconds on a busy machine)
+    # before it can try the server; a refused connection must not wait for it.
+    ray_client = RayMcpClient(ray_settings)
+    down = resolve_mcp_tool({"server_label": "down", "server_url": f"http://127.0.0.1:{free_port()}/mcp"},
+                            ray_settings)
+    try:
+        started = time.monotonic()
+        with pytest.raises(McpError) as caught:
+            await ray_client.list_tools(down)
+        elapsed = time.monotonic() - started
+        assert "'down': could not connect" in caught.value.message
+        # The contract: a refusal is reported within the configured timeout (the start-up of a
+        # worker alone may take seconds; a loaded CI machine is no place for a tighter bound).
+        assert elapsed < ray_settings.mcp_timeout_s, f"took {elapsed:.2f} s"
+    finally:
+        kill_actors(ray_client)
 
 
 async def test_ray_actor_reconnects_after_restart(ray_settings: RuntimeSettings,

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import ipaddress
 import pickle
 
 import pytest
 
 from troupe.actors.mcp_policy import (
     ALLOWED_URLS_ENV,
+    AddressGuard,
+    AddressRefused,
     actor_name,
     check_server,
     check_url,
+    connect_guard,
     connection_key,
     resolve_mcp_tool,
 )
 from troupe.actors.settings import McpServerSpec, RuntimeSettings
-from troupe.agentloop.mcp import McpServer
+from troupe.agentloop.mcp import McpError, McpServer, listing_failed
 from troupe.protocol import InvalidRequest, ServerError
+from troupe.protocol.errors import ExternalConnectorError
 
 DNS = {
     "mcp.example.com": ["93.184.216.34"],
@@ -91,6 +96,181 @@ def test_non_public_hosts_are_refused(url: str, reason: str) -> None:
 def test_bad_urls_are_refused(url: str, reason: str) -> None:
     answer = why(url)
     assert answer is not None and reason in answer
+
+
+# Every IANA special-purpose block, just inside (refused, with the reason's key word) and,
+# where it has a public neighbour, just outside (allowed). ipaddress's own flags miss some of
+# these (100.64.0.0/10, 192.88.99.0/24, fec0::/10, the embedded IPv4 of NAT64 and 6to4).
+REFUSED = [
+    ("0.0.0.0", "unspecified"),
+    ("0.1.2.3", "this network"),
+    ("10.0.0.1", "private"),
+    ("10.255.255.255", "private"),
+    ("100.64.0.1", "carrier-grade NAT"),
+    ("100.127.255.254", "carrier-grade NAT"),
+    ("127.0.0.1", "loopback"),
+    ("127.255.255.254", "loopback"),
+    ("169.254.1.1", "link-local"),
+    ("172.16.0.1", "private"),
+    ("172.31.255.254", "private"),
+    ("192.0.0.1", "IETF protocol assignment"),
+    ("192.0.0.9", "IETF protocol assignment"),
+    ("192.0.2.10", "documentation"),
+    ("192.88.99.1", "6to4 relay"),
+    ("192.168.1.1", "private"),
+    ("198.18.0.1", "benchmarking"),
+    ("198.19.255.254", "benchmarking"),
+    ("198.51.100.7", "documentation"),
+    ("203.0.113.7", "documentation"),
+    ("224.0.0.1", "multicast"),
+    ("239.255.255.250", "multicast"),
+    ("240.0.0.1", "reserved"),
+    ("255.255.255.255", "broadcast"),
+    ("::", "unspecified"),
+    ("::1", "loopback"),
+    ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped: the embedded address decides
+    ("::ffff:10.1.2.3", "private"),
+    ("::ffff:100.64.0.1", "carrier-grade NAT"),
+    ("64:ff9b::7f00:1", "loopback"),  # NAT64 of 127.0.0.1
+    ("64:ff9b::a9fe:101", "link-local"),  # NAT64 of 169.254.1.1
+    ("64:ff9b:1::c0a8:101", "private"),  # local-use NAT64 of 192.168.1.1
+    ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+    ("2002:a00:1::1", "private"),  # 6to4 of 10.0.0.1
+    ("100::1", "discard-only"),
+    ("2001::1", "IETF protocol assignment"),  # Teredo
+    ("2001:2::1", "IETF protocol assignment"),  # benchmarking
+    ("2001:10::1", "IETF protocol assignment"),  # ORCHID (deprecated)
+    ("2001:db8::1", "documentation"),
+    ("3fff::1", "documentation"),
+    ("5f00::1", "segment-routing"),
+    ("fc00::1", "private"),
+    ("fdff:ffff::1", "private"),
+    ("fe80::1", "link-local"),
+    ("febf::1", "link-local"),
+    ("fec0::1", "site-local"),
+    ("ff02::1", "multicast"),
+    ("::127.0.0.1", "not a global unicast"),  # IPv4-compatible (deprecated)
+    ("4000::1", "not a global unicast"),  # unallocated, outside 2000::/3
+    ("169.254.169.254", "metadata"),
+    ("::ffff:169.254.169.254", "metadata"),
+    ("64:ff9b::a9fe:a9fe", "metadata"),
+]
+ALLOWED = [
+    "1.1.1.1",
+    "9.255.255.255",  # just below 10/8
+    "11.0.0.1",
+    "100.63.255.255",  # just below 100.64/10
+    "100.128.0.1",  # just above it
+    "126.255.255.255",
+    "128.0.0.1",
+    "169.253.255.255",
+    "172.15.255.255",
+    "172.32.0.1",
+    "192.0.1.1",
+    "192.31.196.1",  # AS112: special-purpose but globally reachable
+    "192.88.98.255",
+    "192.167.255.255",
+    "192.169.0.1",
+    "198.17.255.255",
+    "198.20.0.1",
+    "223.255.255.255",
+    "2606:4700:4700::1111",
+    "2001:4860:4860::8888",
+    "2001:1::1",  # PCP anycast: inside 2001::/23, globally reachable
+    "2001:3::1",  # AMT
+    "2001:4:112::1",  # AS112-v6
+    "2001:20::1",  # ORCHIDv2
+    "2001:200::1",  # just above 2001::/23
+    "::ffff:8.8.8.8",  # IPv4-mapped public
+    "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
+]
+
+
+@pytest.mark.parametrize(("address", "reason"), REFUSED)
+def test_every_special_purpose_range_is_refused(address: str, reason: str) -> None:
+    literal = f"[{address}]" if ":" in address else address
+    answer = why(f"http://{literal}/mcp")
+    assert answer is not None and reason in answer, answer
+    # The same address behind a host name, which is how a rebinding attacker would serve it.
+    resolved = check_url("https://name.example/mcp", resolver=lambda host: [address])
+    assert resolved is not None and reason in resolved, resolved
+    assert reason == "metadata" or f"resolves to {ipaddress.ip_address(address)}," in resolved, resolved
+
+
+@pytest.mark.parametrize("address", ALLOWED)
+def test_public_addresses_are_allowed(address: str) -> None:
+    literal = f"[{address}]" if ":" in address else address
+    assert why(f"https://{literal}/mcp") is None
+    assert check_url("https://name.example/mcp", resolver=lambda host: [address]) is None
+
+
+@pytest.mark.parametrize(("address", "reason"), REFUSED)
+def test_allowlisted_urls_may_reach_private_addresses_but_never_metadata(address: str, reason: str) -> None:
+    guard = AddressGuard(allow_private=True, resolver=lambda host: [address])
+    if reason == "metadata":
+        with pytest.raises(AddressRefused, match="metadata"):
+            guard.addresses("name.example")
+    else:
+        assert guard.addresses("name.example") == [address]
+
+
+# -- the guard at connect time -----------------------------------------------------------
+
+
+def test_guard_checks_every_address_it_will_connect_to() -> None:
+    guard = AddressGuard(resolver=fake_resolver)
+    assert guard.addresses("mcp.example.com") == ["93.184.216.34"]
+    assert guard.addresses("93.184.216.34") == ["93.184.216.34"]  # a literal is not resolved
+    assert guard.addresses("[2606:4700:4700::1111]") == ["2606:4700:4700::1111"]
+    with pytest.raises(AddressRefused, match=r"rebind.example.com resolves to 192.168.1.10, a private address"):
+        guard.addresses("rebind.example.com")  # one refused answer refuses the host
+    with pytest.raises(AddressRefused, match="loopback"):
+        guard.addresses("127.0.0.1")
+    with pytest.raises(AddressRefused, match="could not be resolved"):
+        guard.addresses("nowhere.invalid")
+    assert isinstance(AddressRefused("x"), __import__("httpcore2").ConnectError)  # "nothing was sent"
+
+
+def test_connect_guard_follows_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    public = McpServer(label="p", url="https://mcp.example.com/mcp")
+    local = McpServer(label="l", url="http://127.0.0.1:9000/mcp")
+    assert connect_guard(public, RuntimeSettings()) == AddressGuard(allow_private=False)
+    allowing = RuntimeSettings(mcp_allowed_urls=("http://127.0.0.1:*",))
+    assert connect_guard(local, allowing) == AddressGuard(allow_private=True)
+    monkeypatch.setenv(ALLOWED_URLS_ENV, "http://127.0.0.1:9000/*")
+    assert connect_guard(local, RuntimeSettings()) == AddressGuard(allow_private=True)
+    configured = RuntimeSettings(mcp_servers=(McpServerSpec(label="l", url="http://127.0.0.1:9000/mcp"),
+                                              McpServerSpec(label="s", command=("mcp-files",))))
+    assert connect_guard(local, configured) is None  # configured servers are trusted
+    assert connect_guard(McpServer(label="s", command=("mcp-files",)), configured) is None
+    guard = connect_guard(public, RuntimeSettings())
+    assert pickle.loads(pickle.dumps(guard)) == guard  # it travels to the connection actor
+
+
+# -- a request's server that cannot be listed: OpenAI's 424 ------------------------------
+
+
+def test_listing_failure_is_openais_424() -> None:
+    server = resolve_mcp_tool({"server_label": "wiki", "server_url": "https://x.example/mcp"}, RuntimeSettings(), 2)
+    assert (server.from_request, server.param) == (True, "tools[2]")
+    err = listing_failed(server, McpError("MCP server 'wiki' answered HTTP 401", kind="http", code=401))
+    assert (err.status, err.type, err.code, err.param) == (424, "external_connector_error", "external_connector_error",
+                                                         "tools[2]")
+    assert err.message == "Error retrieving tool list from MCP server: 'wiki'. Http status code: 401 (Unauthorized)"
+    refused = listing_failed(server, McpError("MCP server 'wiki': could not connect (All connection attempts failed)"))
+    assert refused.message == ("Error retrieving tool list from MCP server: 'wiki'. "
+                               "Could not connect (All connection attempts failed)")
+    assert err.to_body() == {"error": {"message": err.message, "type": "external_connector_error",
+                                       "param": "tools[2]", "code": "external_connector_error"}}
+    again = pickle.loads(pickle.dumps(err))  # it crosses the host actor's boundary
+    assert isinstance(again, ExternalConnectorError) and repr(again) == repr(err)
+
+
+def test_configured_servers_are_not_request_scoped() -> None:
+    settings = RuntimeSettings(mcp_servers=(McpServerSpec(label="wiki", url="https://x.example/mcp"),))
+    server = resolve_mcp_tool({"type": "mcp", "server_label": "wiki"}, settings, 1)
+    assert (server.from_request, server.param) == (False, "tools[1]")
 
 
 # -- the allowlist -----------------------------------------------------------------------

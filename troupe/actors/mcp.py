@@ -8,8 +8,15 @@ Both implement :class:`~troupe.agentloop.mcp.McpClient`:
 * :class:`LocalMcpClient` keeps the same :class:`~troupe.actors.mcp_connection.McpSession`
   objects in-process (``Runtime.local``, tests without Ray).
 
-``check_server`` applies the URL policy of :mod:`troupe.actors.mcp_policy`;
+``check_server`` applies the URL policy of :mod:`troupe.actors.mcp_policy` when the
+request arrives, and every session connects through that policy's
+:func:`~troupe.actors.mcp_policy.connect_guard` (checked again at connect time);
 :func:`resolve_mcp_tool` turns a request's ``mcp`` tool into an ``McpServer``.
+
+A new connection actor takes a Ray worker's start-up (seconds on a busy machine) before
+it can even try the server. So the first listing through a fresh actor races a plain TCP
+connect from the caller, through the same guard: a server that refuses connections (or
+an address the policy refuses) is reported at once rather than after the actor is up.
 
 Example::
 
@@ -32,7 +39,16 @@ from typing import Any, TypeVar
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
 from .mcp_connection import McpSession, tool_output
-from .mcp_policy import actor_name, check_server, connection_key, resolve_mcp_tool
+from .mcp_policy import (
+    AddressGuard,
+    AddressRefused,
+    actor_name,
+    check_server,
+    connect_guard,
+    connection_key,
+    resolve_mcp_tool,
+    try_connect,
+)
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -64,11 +80,12 @@ class McpConnection:
         list_ttl_s: ``tools/list`` cache lifetime.
         idle_exit_s: On Ray, exit after this long without a call (None: never); the
             client creates the actor again on the next call.
+        guard: Which addresses the session may connect to (None: a trusted server).
     """
 
     def __init__(self, server: McpServer, timeout_s: float = 30.0, list_ttl_s: float = 300.0,
-                 idle_exit_s: float | None = None) -> None:
-        self._new_session = lambda: McpSession(server, timeout_s=timeout_s, list_ttl_s=list_ttl_s)
+                 idle_exit_s: float | None = None, guard: AddressGuard | None = None) -> None:
+        self._new_session = lambda: McpSession(server, timeout_s=timeout_s, list_ttl_s=list_ttl_s, guard=guard)
         self._session = self._new_session()
         self._label = server.label
         self._idle_exit_s = idle_exit_s
@@ -146,7 +163,8 @@ class LocalMcpClient:
         key = connection_key(server)
         session = self._sessions.get(key)
         if session is None:
-            session = McpSession(server, timeout_s=self.settings.mcp_timeout_s, list_ttl_s=self.settings.mcp_list_ttl_s)
+            session = McpSession(server, timeout_s=self.settings.mcp_timeout_s, list_ttl_s=self.settings.mcp_list_ttl_s,
+                                 guard=connect_guard(server, self.settings))
             self._sessions[key] = session
             while len(self._sessions) > _MAX_SESSIONS:
                 _, oldest = self._sessions.popitem(last=False)
@@ -220,7 +238,7 @@ class RayMcpClient:
                 max_concurrency=self.max_concurrency,
                 max_restarts=-1,
                 max_task_retries=0,
-            ).remote(server, s.mcp_timeout_s, s.mcp_list_ttl_s, s.idle_timeout_s)
+            ).remote(server, s.mcp_timeout_s, s.mcp_list_ttl_s, s.idle_timeout_s, connect_guard(server, s))
             self._handles[key] = handle
             while len(self._handles) > 10_000:
                 self._handles.popitem(last=False)
@@ -229,7 +247,25 @@ class RayMcpClient:
 
     async def list_tools(self, server: McpServer, refresh: bool = False) -> list[McpTool]:
         """See :meth:`LocalMcpClient.list_tools`."""
-        return await self._call(server, "list_tools", refresh)
+        guard = connect_guard(server, self.settings)
+        if guard is None or connection_key(server) in self._handles:
+            return await self._call(server, "list_tools", refresh)
+        # A fresh actor: race its start-up with a plain connect (see the module docstring).
+        # Only for a listing, which may run anyway: the probe never decides a tool call.
+        listing = asyncio.ensure_future(self._call(server, "list_tools", refresh))
+        probe = asyncio.ensure_future(_probe(server, guard, self.settings.mcp_timeout_s))
+        try:
+            await asyncio.wait({listing, probe}, return_when=asyncio.FIRST_COMPLETED)
+            failure = None if listing.done() else await probe
+            if failure is not None:
+                listing.cancel()  # the actor's own attempt fails the same way; nobody waits for it
+                raise failure
+            return await listing
+        finally:
+            probe.cancel()
+            if not listing.done():
+                listing.cancel()
+            listing.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
 
     async def call_tool(self, server: McpServer, name: str, arguments: dict[str, Any]) -> str:
         """See :meth:`LocalMcpClient.call_tool`."""
@@ -266,3 +302,22 @@ class RayMcpClient:
                     continue
                 raise McpError(f"MCP server {server.label!r}: the connection actor died") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _probe(server: McpServer, guard: AddressGuard, timeout_s: float) -> McpError | None:
+    """The error if ``server`` refuses a plain TCP connection (through ``guard``), else None.
+
+    None also when the probe cannot tell (a timeout: the server may be slow rather than
+    gone; the session's own timeout decides then).
+    """
+    import httpcore2
+
+    try:
+        await try_connect(server.url or "", guard, timeout_s)
+    except AddressRefused as exc:
+        return McpError(f"MCP server {server.label!r}: {exc.reason}")
+    except httpcore2.ConnectError as exc:
+        return McpError(f"MCP server {server.label!r}: could not connect ({exc or type(exc).__name__})")
+    except Exception:  # noqa: BLE001 - a timeout or anything else: no verdict, the actor's answer stands
+        return None
+    return None

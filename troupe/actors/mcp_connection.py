@@ -2,7 +2,11 @@
 
 :class:`McpSession` keeps a session to one server open across calls: streamable HTTP
 (falling back to the legacy SSE transport when the server answers the streamable
-handshake with a 4xx), or stdio for a configured command. The ``mcp`` SDK's transports
+handshake with 400, 404 or 405, as the MCP spec's backwards-compatibility section
+describes; never on 401/403, an auth failure is not an old transport), or stdio for a
+configured command. With an :class:`~troupe.actors.mcp_policy.AddressGuard` every HTTP
+connection goes through :func:`~troupe.actors.mcp_policy.pinned_transport`: only to
+addresses the URL policy allows, checked when connecting. The ``mcp`` SDK's transports
 are anyio context managers that must be entered and exited by one task, so each session
 has an *owner task* that opens them, publishes the connected client and then waits to be
 told to close; calls from any task share the client (JSON-RPC ids keep them apart).
@@ -29,6 +33,8 @@ from typing import Any, TypeVar
 
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
+from .mcp_policy import AddressGuard, AddressRefused, pinned_transport
+
 __all__ = ["McpSession", "tool_output"]
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,9 @@ _HTTP_STAND_INS = {"Server returned an error response", "Not Found"}
 _STALE_SESSION = "Session terminated"
 _MAX_PAGES = 100
 _MAX_TIMEOUTS = 3  # consecutive timed-out requests after which a session is presumed wedged
+# The streamable POST statuses that mean "an older server: try its SSE endpoint" (MCP's
+# backwards-compatibility rule names 404 and 405; some older servers answer 400).
+_SSE_FALLBACK_STATUSES = frozenset({400, 404, 405})
 
 
 @dataclass(eq=False)
@@ -51,7 +60,7 @@ class _Live:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     client: Any = None
-    http_status: int | None = None  # the last HTTP error status (the transport hides it behind a stand-in)
+    http_status: int | None = None  # the last POST's status if an error (the transport hides it behind a stand-in)
     broken: bool = False
     session_lost: bool = False  # a request got 404: the server dropped the session and ran nothing
     end: BaseException | None = None  # what ended the owner task, if it ended on its own
@@ -82,6 +91,15 @@ def _cause(exc: BaseException) -> BaseException:
     return next((e for e in leaves if isinstance(e, MCPError)), None) or next(
         (e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0]
     )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (httpx re-raises httpcore's errors ``from`` them)."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return seen
 
 
 def _refused(exc: BaseException | None) -> bool:
@@ -129,16 +147,19 @@ class McpSession:
         list_ttl_s: How long a ``tools/list`` answer is reused.
         mode: The SDK's protocol negotiation: ``auto`` (try the 2026 ``server/discover``,
             fall back to the ``initialize`` handshake) or ``legacy`` (handshake only).
+        guard: Which addresses HTTP connections may go to (see
+            :func:`~troupe.actors.mcp_policy.connect_guard`); None: any (a trusted server).
 
     Every method must be awaited on the event loop that first used the session.
     """
 
     def __init__(self, server: McpServer, *, timeout_s: float = 30.0, list_ttl_s: float = 300.0,
-                 mode: str = "auto") -> None:
+                 mode: str = "auto", guard: AddressGuard | None = None) -> None:
         self.server = server
         self.timeout_s = timeout_s
         self.list_ttl_s = list_ttl_s
         self.mode = mode
+        self.guard = guard
         self.stats = {"sessions_opened": 0, "reconnects": 0, "calls": 0, "list_calls": 0, "server_lists": 0}
         self._live: _Live | None = None
         self._use_sse = False
@@ -253,6 +274,8 @@ class McpSession:
             return True
         cause = _cause(exc)
         if isinstance(cause, MCPError):
+            if cause.message in _HTTP_STAND_INS and live.http_status in (401, 403):
+                return False  # refused for want of credentials: a new session would be refused alike
             return cause.code == CONNECTION_CLOSED or cause.message in _HTTP_STAND_INS | {_STALE_SESSION}
         return True
 
@@ -265,16 +288,23 @@ class McpSession:
         label = self.server.label
         cause = _cause(exc)
         status = cause.response.status_code if isinstance(cause, httpx2.HTTPStatusError) else None
-        if isinstance(cause, MCPError) and cause.message in _HTTP_STAND_INS and live is not None:
-            status = live.http_status  # the streamable transport's stand-in for an HTTP error status
+        if isinstance(cause, MCPError) and live is not None and status is None:
+            if cause.message in _HTTP_STAND_INS:
+                status = live.http_status  # the streamable transport's stand-in for an HTTP error status
+            elif live.http_status in (401, 403):
+                status = live.http_status  # a JSON-RPC error sent with an auth failure: the status says more
         if isinstance(cause, McpError):
             return cause
         if status:
             return McpError(f"MCP server {label!r} answered HTTP {status}", kind="http", code=status)
         if isinstance(cause, MCPError):
             return McpError(f"MCP server {label!r}: {cause.message}", code=cause.code)
+        refused = next((e for e in _chain(cause) if isinstance(e, AddressRefused)), None)
+        if refused is not None:
+            return McpError(f"MCP server {label!r}: {refused.reason}")
         if isinstance(cause, httpx2.ConnectError | ConnectionError):
-            return McpError(f"MCP server {label!r}: could not connect ({type(cause).__name__})")
+            why = str(cause) or type(cause).__name__
+            return McpError(f"MCP server {label!r}: could not connect ({why})")
         if isinstance(cause, httpx2.TimeoutException | TimeoutError):
             return McpError(f"MCP server {label!r}: the connection timed out")
         if isinstance(cause, ValidationError):
@@ -338,14 +368,16 @@ class McpSession:
                 return await self._connect_http(stack, live)
             except Exception as exc:
                 status = live.http_status
-                # The MCP spec's backwards-compatibility rule: a 4xx to the streamable POST
-                # means an older server; try its SSE endpoint. Auth failures stay failures.
-                if status is None or not 400 <= status < 500 or status in (401, 403, 407, 429):
+                # The MCP spec's backwards-compatibility rule: the streamable POST refused as
+                # not found / not allowed means an older server; try its SSE endpoint. Any
+                # other status (401 and 403 above all) is the answer, and is reported as such.
+                if status not in _SSE_FALLBACK_STATUSES:
                     raise
                 await stack.aclose()
                 try:
                     client = await self._connect_sse(stack)
                 except Exception:
+                    live.http_status = status  # the streamable attempt's status, not the fallback's
                     raise exc from None  # the streamable error says more than the SSE one
                 self._use_sse = True
                 return client
@@ -356,13 +388,16 @@ class McpSession:
         from mcp.client.streamable_http import streamable_http_client
 
         async def record(response: Any) -> None:
-            if response.status_code >= 400:
-                live.http_status = response.status_code
+            # Only the POSTs carry requests: the GET event stream (retried, and answered 405
+            # by servers without one) and the closing DELETE must not overwrite their status.
+            if response.request.method != "POST":
+                return
+            live.http_status = response.status_code if response.status_code >= 400 else None
             if response.status_code == 404 and "mcp-session-id" in response.request.headers:
                 # The server no longer knows the session (it restarted); the spec says start a new one.
                 live.session_lost = True
 
-        http = await stack.enter_async_context(httpx2.AsyncClient(
+        http = await stack.enter_async_context(self._http_client(
             headers=self.server.headers,
             timeout=httpx2.Timeout(self.timeout_s, read=_SSE_READ_TIMEOUT_S),
             event_hooks={"response": [record]},
@@ -372,9 +407,20 @@ class McpSession:
     async def _connect_sse(self, stack: AsyncExitStack) -> Any:
         from mcp.client.sse import sse_client
 
+        def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
+            return self._http_client(headers=headers, timeout=timeout, auth=auth)
+
         return await stack.enter_async_context(self._client(sse_client(
             self.server.url or "", headers=dict(self.server.headers), timeout=self.timeout_s,
-            sse_read_timeout=_SSE_READ_TIMEOUT_S)))
+            sse_read_timeout=_SSE_READ_TIMEOUT_S, httpx_client_factory=factory)))
+
+    def _http_client(self, **options: Any) -> Any:
+        """An httpx client for this server: through the pinned transport when there is a guard."""
+        import httpx2
+
+        if self.guard is not None:
+            options["transport"] = pinned_transport(self.guard)
+        return httpx2.AsyncClient(**{k: v for k, v in options.items() if v is not None})
 
     def _client(self, transport: Any) -> Any:
         from mcp import Client

@@ -269,6 +269,9 @@ class _Run:
         )
 
     async def run(self) -> AsyncIterator[ev.LoopEvent]:
+        if self.mcp is not None:
+            # Before the first event: a request's MCP server that cannot be listed is an HTTP 424.
+            await self.mcp.prefetch()
         yield ev.ResponseStarted()
         if self.mcp is not None:
             async for event in self._list_mcp_tools():
@@ -310,9 +313,7 @@ class _Run:
         for server, item_id in zip(servers, item_ids, strict=True):
             yield ev.McpListStarted(item_id=item_id, server_label=server.label)
         # All servers are listed at once; their items finish in order.
-        results = await asyncio.gather(
-            *(self.mcp.client.list_tools(server) for server in servers), return_exceptions=True
-        )
+        results = await asyncio.gather(*(self.mcp.listing(server) for server in servers), return_exceptions=True)
         for server, item_id, result in zip(servers, item_ids, results, strict=True):
             if isinstance(result, BaseException):
                 # The loop goes on without this server's tools.

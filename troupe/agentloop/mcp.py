@@ -15,14 +15,24 @@ Errors::
                            (``protocol``: the server or the connection failed;
                             ``tool``: the tool ran and reported an error;
                             ``http``: the server answered with an HTTP error)
+
+A server the request itself names (``server_url``) that cannot be listed fails the whole
+request, as at OpenAI: :meth:`McpToolset.prefetch` raises
+:class:`~troupe.protocol.errors.ExternalConnectorError` (HTTP 424) before the response
+starts (:func:`listing_failed` words it). A configured server that cannot be listed, and
+any failing call, are reported on their item instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["McpServer", "McpTool", "McpClient", "McpError", "McpToolset", "ApprovalPolicy"]
+from troupe.protocol.errors import ExternalConnectorError
+
+__all__ = ["McpServer", "McpTool", "McpClient", "McpError", "McpToolset", "ApprovalPolicy", "listing_failed"]
 
 ApprovalPolicy = Literal["always", "never"] | dict[str, Any]
 
@@ -44,6 +54,11 @@ class McpServer:
     require_approval: ApprovalPolicy = "always"
     """``always``, ``never``, or ``{"always": {"tool_names": [...]}, "never": {"tool_names": [...]}}``."""
     description: str | None = None
+    from_request: bool = False
+    """The request gave ``server_url`` (it did not name a configured server): if the server
+    cannot be listed, the request fails with a 424 rather than going on without it."""
+    param: str | None = None
+    """Where the request names this server (``tools[2]``), for errors; None: ``tools``."""
 
     def needs_approval(self, tool: str) -> bool:
         """Whether a call to ``tool`` waits for the client's approval (OpenAI's default: yes)."""
@@ -105,6 +120,26 @@ class McpError(Exception):
         return self.message
 
 
+def listing_failed(server: McpServer, error: BaseException) -> ExternalConnectorError:
+    """The 424 for a request's server that could not be listed, worded as OpenAI words it.
+
+    ``param`` is the server's ``tools[i]`` (``tools`` when unknown); an HTTP error status
+    is named with its phrase, e.g. ``Http status code: 401 (Unauthorized)``.
+    """
+    if isinstance(error, McpError) and error.kind == "http" and error.code:
+        try:
+            phrase = f" ({HTTPStatus(error.code).phrase})"
+        except ValueError:
+            phrase = ""
+        detail = f"Http status code: {error.code}{phrase}"
+    else:
+        detail = str(error).removeprefix(f"MCP server {server.label!r}: ") or type(error).__name__
+        detail = detail[:1].upper() + detail[1:]
+    return ExternalConnectorError(
+        f"Error retrieving tool list from MCP server: {server.label!r}. {detail}", param=server.param or "tools"
+    )
+
+
 @runtime_checkable
 class McpClient(Protocol):
     """Lists and calls tools on MCP servers."""
@@ -148,8 +183,9 @@ class McpToolset:
 
     Built per response from the request's servers and the thread's history: a server
     whose tools an ``mcp_list_tools`` item in the history already lists is not listed
-    again (dedupe keyed on ``server_label``); the others are listed by the driver at
-    the start of the response (:meth:`to_list`, :meth:`record_listing`).
+    again (dedupe keyed on ``server_label``); the others are listed before the response
+    starts (:meth:`prefetch`) and shown by the driver as it starts (:meth:`to_list`,
+    :meth:`listing`, :meth:`record_listing`).
 
     Args:
         client: how to reach the servers.
@@ -165,11 +201,42 @@ class McpToolset:
             if item.get("type") == "mcp_list_tools" and item.get("server_label") in self.servers and not item.get("error"):
                 self._tools[item["server_label"]] = [_tool_from_item(t) for t in item.get("tools") or []]
         self._route: dict[str, str] = {}  # tool name -> server label
+        self._prefetched: dict[str, list[McpTool] | BaseException] = {}  # label -> answer, until shown
         self._rebuild_routes()
 
     def to_list(self) -> list[McpServer]:
         """Servers with no listing in this thread yet."""
         return [s for label, s in self.servers.items() if label not in self._tools]
+
+    async def prefetch(self) -> None:
+        """List every server :meth:`to_list` names, all at once, and keep the answers for :meth:`listing`.
+
+        Run before the response's first event, so that a request naming a server that cannot
+        be listed fails as an HTTP error rather than as a stream.
+
+        Raises:
+            ExternalConnectorError: a server from the request's ``server_url`` could not be
+                listed (the first such in ``tools`` order); configured servers' failures are kept.
+        """
+        servers = self.to_list()
+        results = await asyncio.gather(*(self.client.list_tools(s) for s in servers), return_exceptions=True)
+        self._prefetched = {s.label: r for s, r in zip(servers, results, strict=True)}
+        for server, result in zip(servers, results, strict=True):
+            if isinstance(result, Exception) and server.from_request:
+                raise listing_failed(server, result) from result
+
+    async def listing(self, server: McpServer) -> list[McpTool]:
+        """``server``'s tools: the answer :meth:`prefetch` kept (used once), else a listing now.
+
+        Raises:
+            McpError: the server could not be listed.
+        """
+        kept = self._prefetched.pop(server.label, None)
+        if kept is None:
+            return await self.client.list_tools(server)
+        if isinstance(kept, BaseException):
+            raise kept
+        return kept
 
     def record_listing(self, label: str, tools: list[McpTool]) -> list[McpTool]:
         """Keep a fresh listing; returns the tools the item shows (``allowed_tools`` applied)."""
