@@ -77,11 +77,13 @@ class ServerSettings:
     """The largest request body; a larger one answers 413 ``request_too_large``."""
     max_json_depth: int = 64
     """The deepest nesting of objects and arrays in a body; deeper answers 400 ``nesting_too_deep``."""
-    max_active_responses: int = 256
-    """Responses (``POST /v1/responses``) running at once in one ingress replica."""
-    max_waiting_responses: int = 1024
+    max_active_responses: int = 64
+    """Writes (``POST /v1/…``: responses, streams included; conversations) running at once in one
+    ingress replica. The default is what a 2-core machine serves before latency collapses
+    (README "Limits"); raise it with the cores."""
+    max_waiting_responses: int = 256
     """Requests that may wait for a running slot; beyond this, 429 at once."""
-    max_wait_s: float = 10.0
+    max_wait_s: float = 2.0
     """The longest a request waits for a running slot before it answers 429."""
     tenant_requests_per_minute: int = 0
     """Responses one tenant may create per minute, per replica; 0: no limit."""

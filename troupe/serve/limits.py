@@ -4,11 +4,11 @@ Three limits, each answered with OpenAI's ``rate_limit_exceeded`` error body and
 ``Retry-After`` header (the ``openai`` SDK waits that long and retries by itself):
 
 * **Admission per ingress replica** (:class:`Admission`, on by default): at most
-  ``max_active`` responses run at once in one replica; up to ``max_waiting`` more wait for
+  ``max_active`` writes run at once in one replica; up to ``max_waiting`` more wait for
   a slot for at most ``max_wait_s``; anything beyond is refused at once. Queues stay
   bounded, so an admitted request's latency does too. It is an ASGI middleware around
-  ``POST /v1/responses`` (the whole response, its stream included): the reads are cheap
-  and are never refused.
+  every ``POST`` under ``/v1/`` (a response, its stream included; a conversation or its
+  items): the reads are cheap and are never refused.
 * **Requests per minute per tenant** (:class:`TenantLimits`, off by default): a token
   bucket per tenant, refilled continuously.
 * **Concurrent streams per tenant** (:class:`TenantLimits`, off by default).
@@ -18,7 +18,7 @@ times its limit. The defaults and how they were measured are in the README's "Li
 
 Example::
 
-    admission = Admission(max_active=128, max_waiting=512, max_wait_s=5.0)
+    admission = Admission(max_active=64, max_waiting=256, max_wait_s=2.0)
     app.add_middleware(AdmissionMiddleware, admission=admission)
 """
 
@@ -115,7 +115,7 @@ class Admission:
 
 
 class AdmissionMiddleware:
-    """Runs every ``POST /v1/responses`` (its whole body, streams included) inside an admission slot."""
+    """Runs every ``POST /v1/…`` (its whole body, streams included) inside an admission slot."""
 
     def __init__(self, app: ASGIApp, *, admission: Admission, render: Callable[[ProtocolError], ASGIApp]) -> None:
         self.app = app
@@ -123,7 +123,7 @@ class AdmissionMiddleware:
         self.render = render
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != "/v1/responses":
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         try:
