@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from troupe.storage import DuckDBStore, StepTrace, StorageError
+from troupe.storage import DuckDBStore, GroupCommitWriter, ResponseRecord, StepTrace, StorageError
 from troupe.storage import duckdb_store
 
 from .test_store_contract import T0, conversation, make_record, message
@@ -196,5 +198,80 @@ def test_large_batches_write_every_table_in_one_transaction(path) -> None:
         items = store.conversation_items("acme", "conv_1")
         assert _ids(items[:4]) == ["msg_resp_0001_in", "msg_resp_0001_out", "msg_resp_0003_in", "msg_resp_0003_out"]
         assert _seqs(store) == [r.id for r in records]
+    finally:
+        store.close()
+
+
+def _trace(rid: str, **kw) -> StepTrace:
+    return StepTrace(response_id=rid, seq=0, kind="model", name="gpt-test", started_at=T0, duration_s=0.5, **kw)
+
+
+async def test_bad_records_of_a_group_commit_fail_alone_and_leave_no_gap(path) -> None:
+    """A batch failing at every stage of the write: the good records commit with contiguous seqs and positions.
+
+    Each bad record fails at another point of the transaction, after more or
+    fewer of the tables were appended to; every failure rolls back, and neither
+    the counters nor the kept appenders may carry anything of it into the
+    retries of the rest of the batch.
+    """
+    store = DuckDBStore(path)
+    try:
+        for cid in ("conv_1", "conv_2"):
+            store.create_conversation("acme", conversation(cid), [message(f"msg_{cid}_seed", "user", "seed")])
+        store.write_responses([make_record("resp_old")])
+        nan = make_record("resp_nan", conversation="conv_1", traces=[_trace("resp_nan")])  # refused while encoding
+        nan.response["temperature"] = float("inf")
+        bad = [
+            nan,
+            make_record("resp_old", conversation="conv_2"),  # the responses append (duplicate key)
+            make_record(  # the response_items append: DuckDB's JSON refuses a lone surrogate escape
+                "resp_json", conversation="conv_1", inputs=[message("msg_json", "user", "half a pair: \ud800")]
+            ),
+            make_record("resp_utf8", conversation="conv_2", model="gpt-\udfff"),  # not UTF-8: buffering the row
+            make_record("resp_trace", conversation="conv_1", traces=[_trace("resp_trace", call_id=object())]),
+        ]
+        good = [
+            make_record(f"resp_{i:02d}", conversation=("conv_1", "conv_2", None)[i % 3], traces=[_trace(f"resp_{i:02d}")])
+            for i in range(40)
+        ]
+        records = list(good)
+        for position, record in zip((0, 9, 18, 27, 44), bad, strict=True):
+            records.insert(position, record)
+        batches: list[int] = []
+
+        def write(batch: list[ResponseRecord]) -> None:
+            batches.append(len(batch))
+            store.write_responses(batch)
+
+        writer = GroupCommitWriter(write, max_batch=len(records), max_delay_s=3600)
+        async with asyncio.timeout(30):
+            results = await asyncio.gather(*(writer.submit(r) for r in records), return_exceptions=True)
+        await writer.close()
+        assert batches[0] == len(records)  # one batch, which failed whole and was written again in parts
+        failed = [r.id for r, result in zip(records, results, strict=True) if result is not None]
+        assert failed == [r.id for r in bad]
+        assert all(isinstance(result, StorageError) for result in results if result is not None)
+
+        expected = ["resp_old", *(r.id for r in good)]
+        assert _seqs(store) == expected
+        assert [seq for _, seq in store.query("SELECT id, seq FROM responses ORDER BY seq")[1]] == list(
+            range(len(expected))
+        ), "a failed write moved the response counter"
+        for cid in ("conv_1", "conv_2"):
+            appended = [f"msg_{r.id}_{role}" for r in good if r.response["conversation"] == {"id": cid}
+                        for role in ("in", "out")]  # fmt: skip
+            assert _conversation_ids_by_seq(store, "acme", cid) == [f"msg_{cid}_seed", *appended]
+            rows = store.query("SELECT seq FROM conversation_items WHERE conversation_id = ? ORDER BY seq", [cid])[1]
+            assert [seq for (seq,) in rows] == list(range(1 + len(appended))), "a failed write moved a position"
+        traced = store.query("SELECT response_id FROM step_traces ORDER BY response_id")[1]
+        assert [rid for (rid,) in traced] == sorted(r.id for r in good)
+        assert store.query("SELECT count(*) FROM response_items")[1] == [(2 * len(expected),)]
+
+        # Later writes continue right after: no appender kept a row of a rolled-back attempt.
+        store.write_responses([make_record("resp_next", conversation="conv_1")])
+        assert store.query("SELECT seq FROM responses WHERE id = 'resp_next'")[1] == [(len(expected),)]
+        assert _conversation_ids_by_seq(store, "acme", "conv_1")[-2:] == ["msg_resp_next_in", "msg_resp_next_out"]
+        assert store.query("SELECT count(*) FROM response_items")[1] == [(2 * len(expected) + 2,)]
+        assert store.query("SELECT count(*) FROM step_traces")[1] == [(len(good),)]
     finally:
         store.close()

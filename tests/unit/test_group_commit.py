@@ -1,4 +1,4 @@
-"""GroupCommitWriter: batching, durability before return, failures per batch, flush on close.
+"""GroupCommitWriter: batching, durability before return, failures per record, flush on close.
 
 Deterministic: the recording ``write`` blocks on a threading.Event the test
 releases, and the test waits for "a write has started" on a semaphore, never on
@@ -20,15 +20,22 @@ WAIT_S = 10  # a generous bound for "this happens", never a pause
 
 
 class RecordingWrite:
-    """A ``write`` that records its batches and blocks until released."""
+    """A ``write`` that records its batches and blocks until released.
 
-    def __init__(self, *, fail_calls: dict[int, Exception] | None = None) -> None:
+    Like a store, it is all or nothing: a batch holding one of the ``bad`` ids
+    (records the store refuses) fails whole, as does every call while ``broken``
+    is set (a store that refuses everything) and the calls numbered in ``fail_calls``.
+    """
+
+    def __init__(self, *, fail_calls: dict[int, Exception] | None = None, bad: set[str] = frozenset()) -> None:
         self.release = threading.Event()
         self.entered = threading.Semaphore(0)
         self.calls: list[list[str]] = []
         self.committed: list[str] = []
         self.threads: set[int] = set()
         self.fail_calls = fail_calls or {}
+        self.bad = bad
+        self.broken: StorageError | None = None
 
     def __call__(self, records: list[ResponseRecord]) -> None:
         index = len(self.calls)
@@ -38,6 +45,11 @@ class RecordingWrite:
         assert self.release.wait(WAIT_S), "the test never released the write"
         if index in self.fail_calls:
             raise self.fail_calls[index]
+        if self.broken is not None:
+            raise self.broken
+        refused = [r.id for r in records if r.id in self.bad]
+        if refused:
+            raise StorageError(f"cannot store {refused[0]}")
         self.committed.extend(r.id for r in records)
 
     async def started(self) -> None:
@@ -90,20 +102,71 @@ async def test_batches_are_capped_at_max_batch() -> None:
     await writer.close()
 
 
-async def test_a_failed_batch_fails_each_of_its_submitters_and_the_next_batch_works() -> None:
-    boom = StorageError("disk full")
-    write = RecordingWrite(fail_calls={1: boom})
+async def _one_batch_of(writer: GroupCommitWriter, write: RecordingWrite, ids: list[str]) -> list[object]:
+    """Submit ``ids`` so that they form one batch (behind a first record being written); the outcomes."""
+    first = asyncio.create_task(writer.submit(make_record("resp_first")))
+    await write.started()
+    tasks = [asyncio.create_task(writer.submit(make_record(rid))) for rid in ids]
+    await until(lambda: writer.pending == len(ids))
+    write.release.set()
+    await first
+    async with asyncio.timeout(WAIT_S):
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize("bad", [{"resp_037"}, {"resp_000", "resp_099"}, {"resp_010", "resp_011", "resp_012"}])
+async def test_a_bad_record_fails_alone_and_every_good_one_of_its_batch_commits(bad: set[str]) -> None:
+    ids = [f"resp_{i:03d}" for i in range(100)]
+    write = RecordingWrite(bad=bad)
+    writer = GroupCommitWriter(write, max_delay_s=0)
+    results = await _one_batch_of(writer, write, ids)
+    assert write.calls[1] == ids  # they were one batch, and that batch failed whole
+    for rid, result in zip(ids, results, strict=True):
+        if rid in bad:
+            assert isinstance(result, StorageError) and rid in str(result)
+        else:
+            assert result is None, f"{rid} failed: {result}"
+    # Every good record committed, once, in submission order: nothing dropped, nothing doubled.
+    assert write.committed == ["resp_first", *(rid for rid in ids if rid not in bad)]
+    # Found by halving: far fewer writes than one per record.
+    assert writer.write_calls <= 2 + len(bad) * 2 * 7
+    await submit_and_check(writer, write, "resp_next")  # and the writer goes on
+    await writer.close()
+
+
+async def test_a_store_that_refuses_everything_fails_every_submitter_then_recovers() -> None:
+    write = RecordingWrite()
+    write.broken = StorageError("disk full")
+    writer = GroupCommitWriter(write, max_delay_s=0)
+    ids = [f"resp_{i}" for i in range(1, 9)]
+    first = asyncio.create_task(writer.submit(make_record("resp_0")))
+    await write.started()
+    tasks = [asyncio.create_task(writer.submit(make_record(rid))) for rid in ids]
+    await until(lambda: writer.pending == len(ids))
+    write.release.set()
+    results = await asyncio.gather(first, *tasks, return_exceptions=True)
+    assert all(r is write.broken for r in results)
+    assert write.committed == []
+    assert writer.write_calls == 1 + (2 * len(ids) - 1)  # every part tried once, down to single records
+    write.broken = None
+    await submit_and_check(writer, write, "resp_9")
+    assert write.committed == ["resp_9"]
+    await writer.close()
+
+
+async def test_a_cancelled_submitter_of_a_split_batch_still_gets_its_record_written() -> None:
+    write = RecordingWrite(bad={"resp_2"})
     writer = GroupCommitWriter(write, max_delay_s=0)
     first = asyncio.create_task(writer.submit(make_record("resp_0")))
     await write.started()
-    doomed = [asyncio.create_task(writer.submit(make_record(f"resp_{i}"))) for i in range(1, 4)]
+    tasks = [asyncio.create_task(writer.submit(make_record(f"resp_{i}"))) for i in (1, 2, 3)]
     await until(lambda: writer.pending == 3)
+    tasks[0].cancel()
     write.release.set()
-    await first
-    results = await asyncio.gather(*doomed, return_exceptions=True)
-    assert all(r is boom for r in results)
-    await submit_and_check(writer, write, "resp_4")
-    assert write.committed == ["resp_0", "resp_4"]
+    results = await asyncio.gather(first, *tasks, return_exceptions=True)
+    assert isinstance(results[1], asyncio.CancelledError) and isinstance(results[2], StorageError)
+    assert results[3] is None
+    assert write.committed == ["resp_0", "resp_1", "resp_3"]
     await writer.close()
 
 
@@ -186,12 +249,12 @@ async def test_with_a_real_store(tmp_path) -> None:
     assert writer.write_calls < len(records)
     page = await writer.run_sync(lambda: store.list_responses("acme", limit=100, order="asc"))
     assert [r["id"] for r in page.data] == [r.id for r in records]
-    # A duplicate fails its whole batch, atomically.
+    # A duplicate fails alone; the record batched with it is stored.
     results = await asyncio.gather(
         writer.submit(make_record("resp_new")), writer.submit(make_record("resp_00")), return_exceptions=True
     )
-    assert all(isinstance(r, StorageError) for r in results)
-    assert await writer.run_sync(store.get_response, "acme", "resp_new") is None
+    assert results[0] is None and isinstance(results[1], StorageError)
+    assert await writer.run_sync(store.get_response, "acme", "resp_new") is not None
     await writer.close()
     store.close()
 

@@ -6,6 +6,7 @@ DuckDB and group-commit tests.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
     EvalRunRecord,
+    GroupCommitWriter,
     InMemoryStore,
     Page,
     ResponseRecord,
@@ -453,6 +455,47 @@ def test_a_failing_batch_writes_nothing(store: Store) -> None:
     assert store.conversation_items("acme", "conv_1") == []
     store.write_responses([make_record("resp_2")])  # the store still works
     assert store.get_response("acme", "resp_2") is not None
+
+
+async def test_group_commit_fails_only_the_bad_records_of_a_batch(store: Store) -> None:
+    """One bad write in a batch of many good ones: the good ones all commit, the bad one alone fails, nothing is dropped."""
+    store.create_conversation("acme", conversation("conv_1"), [message("msg_seed", "user", "seed")])
+    store.write_responses([make_record("resp_old")])
+    nan = make_record("resp_nan", conversation="conv_1")
+    nan.response["temperature"] = float("nan")
+    not_json = make_record("resp_obj", conversation="conv_1", inputs=[{"type": "message", "id": "m", "content": object()}])
+    duplicate = make_record("resp_old", conversation="conv_1")
+    records = [make_record(f"resp_{i:02d}", conversation="conv_1" if i % 3 else None) for i in range(60)]
+    for position, bad in ((0, nan), (31, duplicate), (62, not_json)):
+        records.insert(position, bad)
+    batches: list[list[str]] = []
+
+    def write(batch: list[ResponseRecord]) -> None:
+        batches.append([r.id for r in batch])
+        store.write_responses(batch)
+
+    # A batch fills up to max_batch before it is written: all 63 records go in one.
+    writer = GroupCommitWriter(write, max_batch=len(records), max_delay_s=3600)
+    async with asyncio.timeout(30):
+        results = await asyncio.gather(*(writer.submit(r) for r in records), return_exceptions=True)
+    await writer.close()
+    assert batches[0] == [r.id for r in records]
+    outcome = {id(r): result for r, result in zip(records, results, strict=True)}
+    for bad in (nan, duplicate, not_json):
+        assert isinstance(outcome.pop(id(bad)), StorageError)
+    assert list(outcome.values()) == [None] * 60
+    good = [r for r in records if r not in (nan, duplicate, not_json)]
+    # Every good record is stored, in submission order, with its items appended in order; the bad ones are not.
+    assert ids(store.list_responses("acme", order="asc", limit=100).data) == ["resp_old", *(r.id for r in good)]
+    assert store.get_response("acme", "resp_old")["conversation"] is None  # the first one, not the duplicate
+    for rid in ("resp_nan", "resp_obj"):
+        assert store.get_response("acme", rid) is None
+    appended = [f"msg_{r.id}_{role}" for r in good if r.response["conversation"] for role in ("in", "out")]
+    assert ids(store.conversation_items("acme", "conv_1")) == ["msg_seed", *appended]
+    # And the store goes on from there.
+    store.write_responses([make_record("resp_after", conversation="conv_1")])
+    assert ids(store.conversation_items("acme", "conv_1"))[-3:] == [appended[-1], "msg_resp_after_in", "msg_resp_after_out"]
+    assert ids(store.list_responses("acme", limit=1).data) == ["resp_after"]
 
 
 def test_values_that_are_not_json_are_refused(store: Store) -> None:

@@ -73,7 +73,8 @@ class StoreClient:
         """Store a finished response; returns once it is committed.
 
         Raises:
-            StorageError: the batch it was in failed; nothing of it was written.
+            StorageError: this record could not be stored; nothing of it was
+                written (the records group-committed with it are not affected).
         """
         await self._write(record)
 

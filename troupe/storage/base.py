@@ -203,6 +203,9 @@ class Store(abc.ABC):
         step traces and, for a conversation response, appends input then output
         items to the conversation (in that order, after its existing items).
 
+        All or none is what lets the group commit writer isolate a record the
+        store refuses: it writes the rest of a failed batch again, in parts.
+
         Raises:
             StorageError: nothing was written.
         """

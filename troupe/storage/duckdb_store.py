@@ -12,7 +12,21 @@ where a multi-row ``INSERT … VALUES`` grows with its bound parameters (and
 (``responses.seq``) and the next append position of recently used
 conversations live in memory, read from the database when the store opens or
 first needs them: the store must be the only writer of its file (DuckDB allows
-one writing process; in the runtime the storage actor owns the file).
+one writing process; in the runtime the storage actor owns the file). They move
+only once a transaction has committed, and a failed transaction leaves no row in
+an appender, so a batch that fails (and is retried in parts by the group commit
+writer) leaves no trace.
+
+Memory: DuckDB allocates through its own allocator (jemalloc), which by default
+keeps freed pages until later DuckDB work happens to purge them. Storing a
+response with 10 MB of input (echoed as output) left the storage actor about
+60 MB larger per request, for good (8 such requests: +540 MB). The store turns
+on the allocator's background threads, which give freed pages back to the OS
+within about a second. DuckDB's ``memory_limit`` stays at its default on
+purpose: a checkpoint rewrites the table's last row group with all its large
+values, so a limit below what those add up to makes an automatic checkpoint
+fail with a FATAL error that invalidates the database until it is reopened
+(measured: 128 MB, after about 60 responses with 1 MB items).
 
 Read-only SQL (:meth:`DuckDBStore.query`) is guarded twice: the statement must
 pass :func:`~troupe.storage.schema.check_read_only`, and it runs inside a
@@ -26,7 +40,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -77,6 +91,7 @@ class DuckDBStore(Store):
         except duckdb.Error as exc:
             raise StorageError(f"cannot open DuckDB database {self.path!r}: {exc}") from exc
         try:
+            self._release_freed_memory()
             self._migrate()
             # The next responses.seq: read once, then counted here (under the lock).
             self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
@@ -85,6 +100,19 @@ class DuckDBStore(Store):
             raise
 
     # -- plumbing ------------------------------------------------------------------
+
+    def _release_freed_memory(self) -> None:
+        """Turn on the allocator's background threads: freed memory goes back to the OS (module docstring).
+
+        A SET rather than a ``connect`` option: DuckDB refuses to open a file that is already
+        open in this process with other options. Where the allocator has no such threads
+        (a build without jemalloc) the setting does nothing; if DuckDB refuses it, the store
+        works as before.
+        """
+        try:
+            self._conn.execute("SET allocator_background_threads = true")
+        except duckdb.Error:
+            pass
 
     def _migrate(self) -> None:
         with self._transaction() as conn:
@@ -117,8 +145,14 @@ class DuckDBStore(Store):
                 raise StorageError(f"DuckDB: {exc}") from exc
 
     @contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Like :meth:`_locked`, inside BEGIN … COMMIT; any error rolls back and becomes a StorageError."""
+    def _transaction(
+        self, on_commit: list[Callable[[], None]] | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Like :meth:`_locked`, inside BEGIN … COMMIT; any error rolls back and becomes a StorageError.
+
+        ``on_commit``: callbacks the body appends to, run (still under the lock) once COMMIT
+        succeeded, and only then: what moves the in-memory counters.
+        """
         with self._locked() as conn:
             conn.execute("BEGIN TRANSACTION")
             try:
@@ -129,10 +163,26 @@ class DuckDBStore(Store):
                     conn.execute("ROLLBACK")
                 except duckdb.Error:
                     pass  # a failed COMMIT has already ended the transaction
+                self._clear_appenders()
                 if isinstance(exc, Exception) and not isinstance(exc, StorageError | duckdb.Error):
                     # e.g. a malformed record (no id, an item that is not a dict)
                     raise StorageError(f"{type(exc).__name__}: {exc}") from exc
                 raise
+            for callback in on_commit or ():
+                callback()
+
+    def _clear_appenders(self) -> None:
+        """Drop any row still buffered in a kept appender (after a failed transaction).
+
+        :meth:`_append` already clears the appender it was using when it fails; this makes
+        sure no appender carries rows of a rolled-back transaction into the next one (an
+        appender also flushes what it holds when it is closed or garbage collected).
+        """
+        for appender in self._appenders.values():
+            try:
+                appender.clear()
+            except duckdb.Error:
+                pass  # an invalidated database: every later call fails anyway
 
     def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with self._locked() as conn:
@@ -201,9 +251,8 @@ class DuckDBStore(Store):
     def _remember_conversation_seq(self, key: tuple[str, str], next_seq: int) -> None:
         """Cache the next append position of an existing conversation (under the lock).
 
-        Only call this at the end of a transaction that found the conversation. If
-        its COMMIT then fails, the cached position is ahead of the stored items: a
-        gap, which keeps the order.
+        Only call this once a transaction that found the conversation has committed
+        (from its ``on_commit`` callbacks).
         """
         cache = self._conversation_seqs
         cache.pop(key, None)  # re-inserted last: the oldest entry is the least recently used
@@ -234,7 +283,8 @@ class DuckDBStore(Store):
         """See :meth:`Store.write_responses`. One transaction for the whole batch."""
         if not records:
             return
-        with self._transaction() as conn:
+        on_commit: list[Callable[[], None]] = []
+        with self._transaction(on_commit) as conn:
             seq = self._next_response_seq
             responses, items, traces, appended = [], [], [], []
             next_seq: dict[tuple[str, str], int | None] = {}
@@ -269,11 +319,14 @@ class DuckDBStore(Store):
             self._append(conn, "response_items", schema.ITEM_COLUMNS, items)
             self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
-            # Only a batch that got this far moves the counters. A failed COMMIT leaves gaps, which keep the order.
-            self._next_response_seq = seq + len(records)
-            for key, start in next_seq.items():
-                if start is not None:
-                    self._remember_conversation_seq(key, start)
+            on_commit.append(lambda: self._advance(seq + len(records), next_seq))
+
+    def _advance(self, next_response_seq: int, conversation_seqs: dict[tuple[str, str], int | None]) -> None:
+        """Move the counters past a committed batch of responses (under the lock)."""
+        self._next_response_seq = next_response_seq
+        for key, start in conversation_seqs.items():
+            if start is not None:
+                self._remember_conversation_seq(key, start)
 
     def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_response`."""
@@ -435,13 +488,14 @@ class DuckDBStore(Store):
         """See :meth:`Store.add_conversation_items`."""
         encoded = [(item.get("id"), schema.dump_json(item)) for item in items]
         key = (tenant, conversation_id)
-        with self._transaction() as conn:
+        on_commit: list[Callable[[], None]] = []
+        with self._transaction(on_commit) as conn:
             start = self._next_conversation_seq(conn, key)
             if start is None:
                 return False
             rows = [(*key, start + i, item_id, text) for i, (item_id, text) in enumerate(encoded)]
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, rows)
-            self._remember_conversation_seq(key, start + len(rows))
+            on_commit.append(lambda: self._remember_conversation_seq(key, start + len(rows)))
         return True
 
     def _conversation_exists(self, tenant: str, conversation_id: str) -> bool:

@@ -7,6 +7,14 @@ queues records and commits them in batches: while one batch is being written
 An idle writer holds a lone record back for at most ``max_delay_s``, in case
 company arrives.
 
+A record the store refuses (a value it cannot hold, a duplicate id) fails only
+its own submitter: a batch whose ``write`` fails wrote nothing (the store's
+all-or-none contract), so the writer splits it in two and writes each half on
+its own, again and again, until every failing record is alone. The good records
+of the batch are all committed, in submission order, and none is dropped. One
+bad record in a batch of ``n`` costs about ``2 * log2(n)`` extra writes; a store
+that refuses everything (closed, disk full) costs ``2 * n - 1``, each failing fast.
+
 All store access goes through one executor thread (DuckDB takes one writer, and
 the store is not built for concurrency); :meth:`GroupCommitWriter.run_sync`
 gives reads the same thread, so a read issued after ``submit`` returned sees
@@ -40,8 +48,10 @@ class GroupCommitWriter:
     """Batches :class:`ResponseRecord` writes; bound to the event loop of its first ``submit``.
 
     Args:
-        write: stores a batch atomically, raising StorageError on failure
-            (e.g. ``store.write_responses``); called on the executor thread.
+        write: stores a batch atomically (all or nothing), raising StorageError
+            on failure (e.g. ``store.write_responses``); called on the executor
+            thread. A failed batch is written again in parts (see the module
+            docstring), so ``write`` must leave nothing behind when it fails.
         max_batch: the most records per ``write`` call.
         max_delay_s: the most an idle writer waits for more records before
             writing (0: write at once; batches still form while a write runs).
@@ -77,12 +87,12 @@ class GroupCommitWriter:
 
     @property
     def pending(self) -> int:
-        """Records queued and not yet handed to ``write``."""
+        """Records queued and not yet handed to ``write`` (a batch being written, or split, is not counted)."""
         return len(self._queue)
 
     @property
     def write_calls(self) -> int:
-        """How many times ``write`` has been called (successfully or not)."""
+        """How many times ``write`` has been called (successfully or not; retried parts of a failed batch count)."""
         return self._writes
 
     async def submit(self, record: ResponseRecord) -> None:
@@ -91,8 +101,9 @@ class GroupCommitWriter:
         Cancelling the caller does not withdraw the record: it is written anyway.
 
         Raises:
-            StorageError: the batch failed (nothing of it was written), or the
-                writer is closed.
+            StorageError: this record could not be stored (nothing of it was
+                written; the other records of its batch are not affected), or
+                the writer is closed.
         """
         if self._closing:
             raise StorageError("the group commit writer is closed")
@@ -159,23 +170,35 @@ class GroupCommitWriter:
             pass
 
     async def _write_batch(self) -> None:
+        """Write the next batch; on failure, split it until each failing record is alone."""
         self._inflight, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
-        records = [record for record, _ in self._inflight]
+        parts = [self._inflight]  # a stack: the next part to write is last
+        while parts:
+            part = parts.pop()
+            error = await self._try_write([record for record, _ in part])
+            if error is not None and len(part) > 1:
+                # Nothing of the part was written: write each half on its own, the first half first.
+                middle = len(part) // 2
+                parts += [part[middle:], part[:middle]]
+                continue
+            for _, future in part:
+                if future.done():
+                    continue  # its submitter was cancelled; the record was written (or failed) anyway
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+        self._inflight = []
+
+    async def _try_write(self, records: list[ResponseRecord]) -> StorageError | None:
+        """One ``write`` call on the executor thread; the error it raised, as a StorageError, or None."""
         self._writes += 1
-        error: StorageError | None = None
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._write, records)
         except Exception as exc:
             if isinstance(exc, StorageError):
-                error = exc
-            else:
-                error = StorageError(f"{type(exc).__name__}: {exc}")
-                error.__cause__ = exc
-        batch, self._inflight = self._inflight, []
-        for _, future in batch:
-            if future.done():
-                continue  # its submitter was cancelled; the record was written (or failed) anyway
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+                return exc
+            error = StorageError(f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return error
+        return None
