@@ -98,8 +98,11 @@ class RuntimeSettings:
     """Pooled placement: how many conversation hosts."""
     idle_timeout_s: float = 300.0
     """Dedicated placement: a conversation actor exits after this long without a turn."""
-    cache_size: int = 10_000
-    """Conversations whose message cache a host keeps (least recently used are dropped)."""
+    cache_size: int = 1_000
+    """Conversations whose message cache a host keeps (least recently used are dropped; a
+    dropped one is read back from storage on its next turn). With the default 4 hosts,
+    4,000 warm conversations: enough that a 30-minute soak fills it during warm-up and then
+    stays flat; at 10,000 each host still grew after half an hour. Raise it with memory."""
     storage_path: str = "troupe.duckdb"
     """The DuckDB file; ``:memory:`` keeps history in memory only."""
     client_tool_status: Literal["completed", "requires_action"] = "completed"

@@ -95,6 +95,12 @@ def app_builder(args: dict[str, str]) -> serve.Application:
     return build_app(server, runtime)
 
 
+LOCAL_RAY_SYSTEM_CONFIG = {"task_events_max_num_task_in_gcs": 10_000}
+"""Ray settings of the local instance ``troupe serve`` starts. Ray's GCS keeps a record of
+every past task, and each host call and tool call is one: at its default of 100,000 records
+it grew by hundreds of MB over a 30-minute soak. A cluster Troupe joins keeps its own settings."""
+
+
 def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bool = True) -> None:
     """Start Ray (or join ``server.ray_address``), Serve, and the Troupe application.
 
@@ -111,12 +117,13 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
         run_server(ServerSettings(port=8000), RuntimeSettings())   # http://127.0.0.1:8000/v1
     """
     started_ray = False
+    local = server.ray_address is None
     if not ray.is_initialized():
         # "local" forces a fresh instance: plain ray.init() would silently join any Ray
         # cluster already running on this machine, and tearing down would then hit it.
-        ray.init(address=server.ray_address or "local", namespace=runtime.namespace)
+        extra = {"_system_config": LOCAL_RAY_SYSTEM_CONFIG} if local else {}
+        ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
         started_ray = True
-    local = server.ray_address is None
     serve.start(http_options={"host": server.host, "port": server.port})
     serve.run(build_app(server, runtime), name=APP_NAME, route_prefix="/")
     logger.info("Troupe is serving on http://%s:%d/v1", server.host, server.port)
