@@ -186,3 +186,10 @@ def test_text_and_calls_of_one_turn_share_an_assistant_message():
     messages = transcript.to_chat_messages()
     assert messages[1]["content"] == "let me check" and [c["id"] for c in messages[1]["tool_calls"]] == ["call_1"]
     assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": "r1"}
+
+
+def test_a_replayed_mcp_call_error_with_free_form_content_is_text_not_a_crash():
+    history = [user("go", "msg_1"), {"type": "mcp_call", "id": "m", "server_label": "s", "name": "n", "arguments": "",
+                                     "error": {"type": "mcp_tool_execution_error", "content": [None, 1, {"text": "x"}]}}]
+    transcript, _ = build_transcript(history, [])
+    assert transcript.to_chat_messages()[-1] == {"role": "tool", "tool_call_id": "m", "content": "Error: x"}

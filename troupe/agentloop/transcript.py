@@ -135,7 +135,9 @@ def _chat_message(item: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def _part_text(part: dict[str, Any]) -> str:
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):  # e.g. a replayed mcp_call's error content, which is free-form
+        return ""
     for key in ("text", "refusal"):
         if isinstance(part.get(key), str):
             return part[key]
