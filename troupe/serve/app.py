@@ -59,6 +59,7 @@ from troupe.protocol.ids import CONVERSATION, RESPONSE
 
 from .config import ServerSettings
 from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
+from .openapi import install_openapi
 
 __all__ = ["create_app", "error_response"]
 
@@ -102,6 +103,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     keys = dict(settings.api_keys)
     created = int(time.time())
     _install_error_handlers(app)
+    install_openapi(app)
     admission = Admission(
         max_active=settings.max_active_responses,
         max_waiting=settings.max_waiting_responses,

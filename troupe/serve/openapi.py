@@ -1,0 +1,412 @@
+"""The app's OpenAPI description: request bodies and OpenAI error answers FastAPI cannot see.
+
+The POST handlers of :mod:`.app` read the raw request (to answer OpenAI's 400s rather
+than FastAPI's 422s), so FastAPI describes no request body for them. :func:`install_openapi`
+wraps ``app.openapi()`` to add them, built from the validators the server itself uses:
+
+- ``POST /v1/responses``: :class:`~troupe.protocol.request.CreateResponseRequest`, with its
+  free-form nested fields narrowed to the ``openai`` SDK types the request validates them
+  against (input items, tools, ``tool_choice``, ``text``, ``reasoning``…);
+- the three conversation bodies (``{items?, metadata?}``, ``{metadata}``, ``{items}``),
+  with the limits :mod:`.app` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
+  values ≤ 512 characters).
+
+Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
+code}}`` body, CONTRACT §7: 400, 401, 404, 413 where there is a body, 429; and 424/500 for a
+create whose run failed) in place of FastAPI's 422, which the server never sends; the
+create's 200 is JSON or, with ``"stream": true``, Server-Sent Events. OpenAPI links say which
+answer names the object other operations address (a created response, conversation, item).
+
+The result is OpenAPI 3.1 (JSON Schema 2020-12); pydantic's ``$defs`` live under
+``components/schemas``. It is built once, on the first ``GET /openapi.json``, and
+tests/e2e/test_fuzz_openapi.py fuzzes the server from it.
+
+Example::
+
+    app = create_app(get_runtime, settings)   # calls install_openapi(app)
+    app.openapi()["paths"]["/v1/responses"]["post"]["requestBody"]
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import textwrap
+from typing import Any
+
+from fastapi import FastAPI
+from openai.types.responses import response_create_params as create_params
+from openai.types.responses.tool_param import ToolParam
+from pydantic import TypeAdapter
+
+from troupe.protocol import items as _items
+from troupe.protocol import request as _request
+from troupe.protocol.request import CreateResponseRequest
+
+__all__ = ["install_openapi"]
+
+_REF = "#/components/schemas/{model}"
+_JSON = "application/json"
+
+# (status, component name, description) of the error answers; each is OpenAI's error body.
+_ERRORS: tuple[tuple[str, str, str], ...] = (
+    ("400", "BadRequest", "Invalid request: malformed JSON or an invalid parameter (named by `error.param`)."),
+    ("401", "Unauthorized", "Missing or unknown API key (only when the server is configured with API keys)."),
+    ("404", "NotFound", "The addressed response, conversation, item or model does not exist."),
+    ("413", "PayloadTooLarge", "The request body is too large (`request_too_large`)."),
+    ("424", "ExternalConnectorError", "An MCP server the request names could not be used."),
+    ("429", "RateLimited", "Too many requests (`rate_limit_exceeded`): retry after `Retry-After` seconds."),
+    ("500", "ServerError", "The run failed on the server's side (`x-should-retry: false`)."),
+)
+_ALL_ERRORS = ("400", "401", "404", "413", "429")  # 413 only where there is a body
+_CREATE_ERRORS = ("424", "500")  # POST /v1/responses: a run that failed
+
+_RESPONSE = {"response_id": "$response.body#/id"}
+_CONVERSATION = {"conversation_id": "$response.body#/id"}
+_ITEM = {"conversation_id": "$request.path.conversation_id", "item_id": "$response.body#/data/0/id"}
+# OpenAPI links: which operation's answer names the object other operations address.
+_LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
+    ("post", "/v1/responses"): {
+        "GetResponse": ("get", "/v1/responses/{response_id}", _RESPONSE),
+        "DeleteResponse": ("delete", "/v1/responses/{response_id}", _RESPONSE),
+        "ListInputItems": ("get", "/v1/responses/{response_id}/input_items", _RESPONSE),
+        "GetStepTraces": ("get", "/v1/responses/{response_id}/step_traces", _RESPONSE),
+    },
+    ("post", "/v1/conversations"): {
+        "GetConversation": ("get", "/v1/conversations/{conversation_id}", _CONVERSATION),
+        "UpdateConversation": ("post", "/v1/conversations/{conversation_id}", _CONVERSATION),
+        "DeleteConversation": ("delete", "/v1/conversations/{conversation_id}", _CONVERSATION),
+        "AddItems": ("post", "/v1/conversations/{conversation_id}/items", _CONVERSATION),
+        "ListItems": ("get", "/v1/conversations/{conversation_id}/items", _CONVERSATION),
+    },
+    ("post", "/v1/conversations/{conversation_id}/items"): {
+        "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
+        "DeleteItem": ("delete", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
+    },
+}
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Make ``app.openapi()`` describe the JSON request bodies and the error answers.
+
+    Call it once, after the routes' error handlers are installed (the routes themselves
+    may be added later: the description is built lazily, on first use, and cached).
+    """
+    generate = app.openapi  # FastAPI's own: builds and caches app.openapi_schema
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = copy.deepcopy(generate())
+            _describe(schema)
+            app.openapi_schema = _strip_private_names(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+# -- the patch ---------------------------------------------------------------------------
+
+
+def _describe(schema: dict[str, Any]) -> None:
+    components = schema.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    bodies = _body_schemas(schemas)
+    schemas.update(_error_schemas())
+    headers = {
+        "x-should-retry": {"$ref": "#/components/headers/XShouldRetry"},
+        "retry-after": {"$ref": "#/components/headers/RetryAfter"},
+    }
+    components["responses"] = {
+        name: {
+            "description": description,
+            "headers": {k: v for k, v in headers.items() if (k == "retry-after") == (status == "429")},
+            "content": {_JSON: {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+        }
+        for status, name, description in _ERRORS
+    }
+    components["headers"] = {
+        "XShouldRetry": {
+            "description": "`false` on every error but 429/503: the `openai` SDK then does not retry "
+            "(a non-idempotent agent loop must not be re-run).",
+            "schema": {"type": "string", "enum": ["false"]},
+        },
+        "RetryAfter": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}},
+    }
+    components["securitySchemes"] = {
+        "bearerAuth": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key, when the server is configured with `api_keys`; otherwise none is needed.",
+        }
+    }
+
+    error_names = {status: name for status, name, _ in _ERRORS}
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            if not path.startswith("/v1/"):
+                continue
+            operation["security"] = [{"bearerAuth": []}, {}]
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)  # the server answers 400, never FastAPI's 422
+            body = bodies.get((method, path))
+            statuses = [s for s in _ALL_ERRORS if s != "413" or body is not None]
+            if (method, path) == ("post", "/v1/responses"):
+                statuses += _CREATE_ERRORS
+            for status in sorted(statuses):
+                responses[status] = {"$ref": f"#/components/responses/{error_names[status]}"}
+            if body is not None:
+                operation["requestBody"] = body
+    _describe_create_success(schema["paths"]["/v1/responses"]["post"])
+    _add_links(schema["paths"])
+
+    # FastAPI's 422 bodies are gone; so are their schemas, unless something else uses them.
+    if "#/components/schemas/HTTPValidationError'" not in repr(schema["paths"]):
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+
+
+def _add_links(paths: dict[str, Any]) -> None:
+    for (method, path), links in _LINKS.items():
+        ok = paths[path][method]["responses"]["200"]
+        ok["links"] = {
+            name: {"operationId": paths[target_path][target_method]["operationId"], "parameters": parameters}
+            for name, (target_method, target_path, parameters) in links.items()
+        }
+
+
+def _describe_create_success(operation: dict[str, Any]) -> None:
+    ok = operation["responses"]["200"]
+    ok["description"] = (
+        "The Response object; with `\"stream\": true`, Server-Sent Events (one `response.*` event "
+        "per frame, then `data: [DONE]`)."
+    )
+    ok["content"] = {
+        _JSON: {"schema": {"type": "object", "additionalProperties": True, "title": "Response"}},
+        # OpenAPI 3.1 has no itemSchema: `schema` describes each event of the stream.
+        "text/event-stream": {
+            "schema": {
+                "type": "object",
+                "title": "ServerSentEvent",
+                "required": ["data"],
+                "properties": {
+                    "event": {"type": "string", "description": "The event's `type`, e.g. `response.completed`."},
+                    "data": {"type": "string", "description": "The event as JSON; the last frame is `[DONE]`."},
+                },
+            }
+        },
+    }
+
+
+# -- request bodies ----------------------------------------------------------------------
+
+
+def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The request bodies by (method, path); their component schemas go into ``schemas``."""
+    from .app import _MAX_ITEMS, _METADATA_MAX_KEY, _METADATA_MAX_KEYS, _METADATA_MAX_VALUE  # app imports us
+
+    found, nested = _sdk_schemas()
+    for name in found:
+        if name in schemas:
+            raise RuntimeError(f"OpenAPI component {name!r} is defined twice")
+    schemas.update(found)
+
+    def ref(name: str) -> dict[str, str]:
+        return {"$ref": _REF.format(model=name)}
+
+    def nullable(value: dict[str, Any]) -> dict[str, Any]:
+        return {"anyOf": [value, {"type": "null"}]}
+
+    schemas["Metadata"] = {
+        "type": "object",
+        "description": f"Up to {_METADATA_MAX_KEYS} string pairs: keys of at most {_METADATA_MAX_KEY} "
+        f"characters, values of at most {_METADATA_MAX_VALUE}.",
+        "maxProperties": _METADATA_MAX_KEYS,
+        "propertyNames": {"type": "string", "maxLength": _METADATA_MAX_KEY},
+        "additionalProperties": {"type": "string", "maxLength": _METADATA_MAX_VALUE},
+    }
+    items = {
+        "type": "array",
+        "maxItems": _MAX_ITEMS,
+        "items": ref("InputItem"),
+        "description": f"Up to {_MAX_ITEMS} input items, stored in order.",
+    }
+    schemas["ConversationCreateRequest"] = {
+        "type": "object",
+        "title": "ConversationCreateRequest",
+        "additionalProperties": False,
+        "properties": {"items": nullable(items), "metadata": nullable(ref("Metadata"))},
+    }
+    schemas["ConversationUpdateRequest"] = {
+        "type": "object",
+        "title": "ConversationUpdateRequest",
+        "additionalProperties": False,
+        "required": ["metadata"],
+        "properties": {"metadata": nullable(ref("Metadata"))},
+    }
+    schemas["ConversationItemsCreateRequest"] = {
+        "type": "object",
+        "title": "ConversationItemsCreateRequest",
+        "additionalProperties": False,
+        "required": ["items"],
+        "properties": {"items": items},
+    }
+    _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
+
+    def body(name: str, *, required: bool = True) -> dict[str, Any]:
+        return {"required": required, "content": {_JSON: {"schema": ref(name)}}}
+
+    return {
+        ("post", "/v1/responses"): body("CreateResponseRequest"),
+        ("post", "/v1/conversations"): body("ConversationCreateRequest", required=False),  # empty body: {}
+        ("post", "/v1/conversations/{conversation_id}"): body("ConversationUpdateRequest"),
+        ("post", "/v1/conversations/{conversation_id}/items"): body("ConversationItemsCreateRequest"),
+    }
+
+
+def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Component schemas from the validators: the create request, the SDK types it checks nested
+    fields against, every input item kind and content part; plus the unions ``InputItem``,
+    ``ContentPart``, ``Tool`` and ``ToolChoice``. Also the schema (a ``$ref``) of each nested
+    create parameter, by name."""
+    item_adapters = _items._item_adapters()
+    inputs: list[tuple[tuple[str, str], Any, TypeAdapter[Any]]] = [
+        (("request", "CreateResponseRequest"), "validation", TypeAdapter(CreateResponseRequest)),
+        (("union", "Tool"), "validation", TypeAdapter(ToolParam)),
+        (("union", "ToolChoice"), "validation", TypeAdapter(create_params.ToolChoice)),
+    ]
+    inputs += [(("nested", name), "validation", adapter) for name, adapter in _request._NESTED.items()]
+    inputs += [(("item", kind), "validation", adapter) for kind, adapter in item_adapters.items()]
+    inputs += [(("part", kind), "validation", adapter) for kind, adapter in _items._PART_ADAPTERS.items()]
+    top, defs = TypeAdapter.json_schemas(inputs, ref_template=_REF)
+    top = {key: value for (key, _mode), value in top.items()}
+    schemas: dict[str, Any] = dict(defs.get("$defs", {}))
+
+    def name_of(key: tuple[str, str]) -> str:
+        return top[key]["$ref"].rsplit("/", 1)[1]
+
+    # Nested parameters: each gets a component under the field's own name (e.g. `TextParam`).
+    for name in _request._NESTED:
+        value = top[("nested", name)]
+        if "$ref" not in value:
+            schemas[_camel(name) + "Param"] = value
+            top[("nested", name)] = {"$ref": _REF.format(model=_camel(name) + "Param")}
+    for union in ("Tool", "ToolChoice"):
+        schemas[union] = top[("union", union)]
+    schemas["InputItem"] = {
+        "anyOf": [top[("item", kind)] for kind in item_adapters],
+        "description": "An input item, dispatched on `type`; a message may omit it (`type: \"message\"`).",
+    }
+    schemas["ContentPart"] = {"anyOf": [top[("part", kind)] for kind in _items._PART_ADAPTERS]}
+
+    # Where the server is more lenient or stricter than the SDK type (see items.py, request.py).
+    message = schemas[name_of(("item", "message"))]
+    message["properties"]["content"] = {
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": _REF.format(model="ContentPart")}}],
+        "title": "Content",
+    }
+    function_tool = schemas["FunctionToolParam"]
+    function_tool["required"] = [f for f in function_tool.get("required", []) if f not in ("parameters", "strict")]
+    output = schemas[name_of(("item", "function_call_output"))]
+    output["required"] = sorted({*output.get("required", []), "call_id"})
+
+    return schemas, {name: top[("nested", name)] for name in _request._NESTED}
+
+
+def _narrow_create_request(create: dict[str, Any], nested: dict[str, Any], ref: Any, nullable: Any) -> None:
+    """Narrow the free-form fields of the create request to the SDK types they are validated against."""
+    props = create["properties"]
+    docs = _field_docs(CreateResponseRequest)
+    narrowed: dict[str, dict[str, Any]] = {
+        "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": ref("InputItem")}]},
+        "tools": {"type": "array", "items": ref("Tool")},
+        "tool_choice": ref("ToolChoice"),
+        "metadata": nullable(ref("Metadata")),
+        "conversation": {"anyOf": [{"type": "string"}, nested["conversation"], {"type": "null"}]},
+    }
+    for name, value in nested.items():
+        narrowed.setdefault(name, nullable(value))
+    for name, value in narrowed.items():
+        keep = {k: props[name][k] for k in ("title", "default") if k in props[name]}
+        props[name] = {**value, **keep}
+    for name, doc in docs.items():
+        if name in props:
+            props[name]["description"] = doc
+    create["description"] = "The body of `POST /v1/responses` (CONTRACT §6)."
+
+
+def _error_schemas() -> dict[str, Any]:
+    nullable_string = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    return {
+        "Error": {
+            "type": "object",
+            "title": "Error",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string", "description": "Human-readable; shown as is."},
+                "type": {"type": "string", "description": "`invalid_request_error`, `server_error`…"},
+                "param": {**nullable_string, "description": "The offending parameter, e.g. `input[2].call_id`."},
+                "code": {**nullable_string, "description": "`invalid_value`, `not_found`…"},
+            },
+        },
+        "ErrorResponse": {
+            "type": "object",
+            "title": "ErrorResponse",
+            "required": ["error"],
+            "properties": {"error": {"$ref": _REF.format(model="Error")}},
+        },
+    }
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _strip_private_names(document: dict[str, Any]) -> dict[str, Any]:
+    """Rename components of private TypedDicts (``_MessageItem`` → ``MessageItem``), refs included."""
+    schemas = document["components"]["schemas"]
+    renames = {
+        _REF.format(model=name): _REF.format(model=name.lstrip("_"))
+        for name in schemas
+        if name.startswith("_") and name.lstrip("_") not in schemas
+    }
+
+    def rewrite(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: (renames.get(v, v) if k == "$ref" else rewrite(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rewrite(v) for v in value]
+        return value
+
+    document = rewrite(document)
+    renamed = {}
+    for name, value in document["components"]["schemas"].items():
+        if _REF.format(model=name) in renames:
+            name = name.lstrip("_")
+            value = {**value, "title": name} if str(value.get("title", "")).startswith("_") else value
+        renamed[name] = value
+    document["components"]["schemas"] = renamed
+    return document
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a class (the string right after each annotated field)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):  # no source (e.g. a frozen build): no descriptions
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
