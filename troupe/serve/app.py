@@ -447,7 +447,9 @@ class EventStreamResponse(StreamingResponse):
         timeout = self._stall_timeout_s
 
         async def guarded(message: Message) -> None:
-            await asyncio.wait_for(send(message), timeout)
+            # asyncio.timeout, not wait_for: no task per write on the streaming hot path.
+            async with asyncio.timeout(timeout):
+                await send(message)
 
         return guarded
 
