@@ -2,7 +2,10 @@
 
 Both placements are deployed side by side in the shared Ray session, each as its
 own Serve application under its own route prefix, with its own Ray namespace
-and DuckDB file; tests get ``base_url`` for each and drive it with real clients.
+and DuckDB file. The session runs Serve with direct ingress, as ``troupe serve``
+does: tests get the root URL of each app's own replica server and drive it with
+real clients. Serve's proxy (``serve_port``) reaches the same apps, for the tests
+of that path.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.servers import served_local, wait_for
+from tests.servers import direct_ingress_root, served_local, wait_for
 from tests.mcp_servers import REPO_ROOT
 from troupe.actors.settings import McpServerSpec, RuntimeSettings
 from troupe.serve.config import ServerSettings
@@ -67,7 +70,7 @@ def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
             mcp_servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
         )
         serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
-        root = f"http://127.0.0.1:{serve_port}/{placement}"
+        root = direct_ingress_root(placement)
         wait_for(lambda root=root: _healthy(root), what=f"{root}/health")
         urls[placement] = root
     return urls

@@ -11,6 +11,7 @@ import ray
 from openai import OpenAI
 
 from tests.servers import wait_for
+from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 
 PLACEMENTS = ("pooled", "dedicated")
 
@@ -56,8 +57,8 @@ def test_killed_host_is_a_clear_500_and_the_next_turn_continues(root):
 
 
 def _running_hosts() -> list:
-    storage = {a._actor_id for a in named_actors("troupe-storage")}
-    hosts = [h for h in named_actors("troupe-") if h._actor_id not in storage]
+    others = {a._actor_id for prefix in ("troupe-storage", TOOL_RUNNER_PREFIX) for a in named_actors(prefix)}
+    hosts = [h for h in named_actors("troupe-") if h._actor_id not in others]
     return [h for h, running in zip(hosts, ray.get([h.ping.remote() for h in hosts]), strict=True) if running]
 
 

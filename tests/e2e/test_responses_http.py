@@ -392,7 +392,8 @@ def test_an_upstream_400_ends_a_stream_with_its_code(client):
 def test_raw_sse_framing(url):
     body = {"model": "sim", "input": "[[think hmm]] [[say framed text]]", "stream": True}
     # The Agents SDK sends Accept: application/json with "stream": true; the body decides.
-    with httpx.stream("POST", f"{url}/v1/responses", json=body, headers={"Accept": "application/json"}) as r:
+    with httpx.stream("POST", f"{url}/v1/responses", json=body, headers={"Accept": "application/json"},
+                      timeout=30) as r:  # a dedicated conversation starts a process first
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         assert r.headers["cache-control"] == "no-cache"

@@ -48,6 +48,8 @@ def test_every_section(write):
         ray_address = "10.0.0.5:6379"
         num_replicas = 3
         max_ongoing_requests = 500
+        ingress = "proxy"
+        dashboard = true
 
         [auth]
         keys = { "sk-a" = "alice", "sk-b" = "bob" }
@@ -58,6 +60,7 @@ def test_every_section(write):
         idle_timeout_s = 30
         storage_path = "/tmp/h.duckdb"
         client_tool_status = "requires_action"
+        tool_runner = "task"
         tool_num_cpus = 0.5
         tool_timeout_s = 5
         cache_size = 10
@@ -87,12 +90,13 @@ def test_every_section(write):
     server, runtime = load_config(path, env={})
     assert server == ServerSettings(
         host="0.0.0.0", port=9001, ray_address="10.0.0.5:6379", num_replicas=3, max_ongoing_requests=500,
-        api_keys={"sk-a": "alice", "sk-b": "bob"},
+        ingress="proxy", dashboard=True, api_keys={"sk-a": "alice", "sk-b": "bob"},
     )
     assert (runtime.placement, runtime.pool_size, runtime.idle_timeout_s) == ("dedicated", 8, 30.0)
     assert isinstance(runtime.idle_timeout_s, float), "TOML integers become floats for float options"
     assert (runtime.storage_path, runtime.client_tool_status) == ("/tmp/h.duckdb", "requires_action")
-    assert (runtime.tool_num_cpus, runtime.tool_timeout_s, runtime.cache_size) == (0.5, 5.0, 10)
+    assert (runtime.tool_runner, runtime.tool_num_cpus, runtime.tool_timeout_s) == ("task", 0.5, 5.0)
+    assert runtime.cache_size == 10
     assert runtime.namespace == "t2"
     assert runtime.models == (
         ModelSpec(name="sim", kind="sim"),
@@ -178,9 +182,11 @@ def test_environment_overrides_the_file(write):
         "TROUPE_POOL_SIZE": "16",
         "TROUPE_API_KEYS": "sk-env=e",
         "TROUPE_RAY_ADDRESS": "ray://head:10001",
+        "TROUPE_INGRESS": "proxy",
     }
     server, runtime = load_config(path, env=env)
     assert (server.host, server.port, server.ray_address) == ("127.0.0.2", 9002, "ray://head:10001")
+    assert server.ingress == "proxy"
     assert dict(server.api_keys) == {"sk-env": "e"}, "the environment's keys replace the file's"
     assert (runtime.storage_path, runtime.placement, runtime.pool_size) == (":memory:", "dedicated", 16)
 
@@ -219,6 +225,8 @@ def test_unknown_keys_are_named(write, text, named):
         ("[server]\nport = 70000\n", "server.port: not a TCP port"),
         ("[runtime]\npool_size = 0\n", "runtime.pool_size: must be greater than 0"),
         ('[runtime]\nplacement = "random"\n', "runtime.placement: expected one of 'pooled', 'dedicated'"),
+        ('[server]\ningress = "haproxy"\n', "server.ingress: expected one of 'direct', 'proxy'"),
+        ('[runtime]\ntool_runner = "thread"\n', "runtime.tool_runner: expected one of 'actor', 'task'"),
         ("[runtime]\nexample_tools = 1\n", "runtime.example_tools: expected a boolean"),
         ("[runtime]\ntool_num_cpus = -1\n", "must not be negative"),
         ('[[models]]\nname = "m"\n', "models[0].base_url is required"),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
-from troupe.actors._tool_runner import load_tool, run_tool
+from troupe.actors._tool_runner import ToolRunner, load_tool, run_tool
 from troupe.actors.settings import DEFAULT_TOOLS, ToolSpec
 from troupe.actors.tool_tasks import local_executor, tool_definition, tool_schema
 from troupe.agentloop.model import ToolCall
@@ -49,3 +52,25 @@ async def test_the_example_tools_run_in_process():
     assert await executor.execute(ToolCall(call_id="c", name="calculator", arguments='{"expression": "(1 + 2) * 14"}')) == "42"
     with pytest.raises(ValueError, match="unsupported expression"):
         await executor.execute(ToolCall(call_id="c", name="calculator", arguments='{"expression": "__import__(\\"os\\")"}'))
+
+
+def blocking_until(event_name: str, count: int) -> str:
+    """A sync tool that returns only once ``count`` calls are inside it at the same time."""
+    barrier = _BARRIERS.setdefault(event_name, threading.Barrier(count, timeout=10))
+    barrier.wait()
+    return "together"
+
+
+_BARRIERS: dict = {}
+
+
+async def test_the_tool_runner_runs_sync_tools_side_by_side_and_async_tools_on_its_loop():
+    runner = ToolRunner(max_threads=4)
+    # Four sync calls that can only finish once all four are running at once: on threads.
+    target = "tests.unit.test_tool_tasks:blocking_until"
+    results = await asyncio.gather(*(runner.run(target, {"event_name": "four", "count": 4}) for _ in range(4)))
+    assert results == ["together"] * 4
+    assert await runner.run("troupe.actors.example_tools:sleep", {"ms": 1}) == "slept 1 ms"
+    assert await runner.run("troupe.actors.example_tools:calculator", {"expression": "6 * 7"}) == "42"
+    with pytest.raises(ValueError, match="ms must be between"):
+        await runner.run("troupe.actors.example_tools:sleep", {"ms": -1})

@@ -4,7 +4,7 @@ The driver (``troupe eval run``) starts :class:`EvalWorker` actors, one per node
 (pinned there; a worker whose node goes away is replaced by one elsewhere). Each worker
 *is* a conversation host (it extends the pooled host actor): it runs a case's turn
 in-process through :class:`~troupe.actors.host.ConversationHost` (tool calls fan
-out as Ray tasks, the response and its step traces go to the storage actor),
+out to its node's tool runner or as Ray tasks, the response and its step traces go to the storage actor),
 grades the final response (:mod:`troupe.eval.graders`; the LLM judge calls a
 configured model from the worker) and returns an
 :class:`~troupe.storage.EvalResultRecord` stamped with its node id.

@@ -53,6 +53,10 @@ class Placement(Protocol):
         """Drop any cached route for ``thread_id`` (its host died)."""
         ...
 
+    async def warm(self) -> None:
+        """Return once the hosts that exist up front are up (the first request must not wait)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -77,6 +81,9 @@ class LocalPlacement:
     def forget(self, thread_id: str) -> None:
         """A local host cannot die on its own."""
 
+    async def warm(self) -> None:
+        """The host is in this process already."""
+
     async def close(self) -> None:
         await self.host.close()
 
@@ -88,11 +95,19 @@ class HostActor(ConversationHost):
     """The host as it runs inside a Ray actor: storage and tools over Ray."""
 
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
+        import ray
+
         from .mcp import RayMcpClient
         from .storage_actor import RayStoreClient
-        from .tool_tasks import RayToolExecutor
+        from .tool_tasks import RayToolExecutor, tool_runner
 
-        executor = RayToolExecutor(settings.tools, num_cpus=settings.tool_num_cpus, timeout_s=settings.tool_timeout_s)
+        node_id = ray.get_runtime_context().get_node_id()
+        executor = RayToolExecutor(
+            settings.tools,
+            num_cpus=settings.tool_num_cpus,
+            timeout_s=settings.tool_timeout_s,
+            runner=(lambda: tool_runner(settings.namespace, node_id)) if settings.tool_runner == "actor" else None,
+        )
         super().__init__(
             settings, store=RayStoreClient.by_name(settings), executors=[executor], mcp_client=RayMcpClient(settings)
         )
@@ -200,6 +215,9 @@ class PooledPlacement:
     def forget(self, thread_id: str) -> None:
         """Pooled hosts restart in place; the handle stays valid."""
 
+    async def warm(self) -> None:
+        await asyncio.gather(*(handle.ping.remote() for handle in self.handles))
+
     async def close(self) -> None:
         """The hosts serve every replica; they end with the Ray namespace."""
 
@@ -232,6 +250,9 @@ class DedicatedPlacement:
 
     def forget(self, thread_id: str) -> None:
         self._handles.pop(thread_id, None)
+
+    async def warm(self) -> None:
+        """A conversation's actor starts with its first turn."""
 
     async def close(self) -> None:
         self._handles.clear()

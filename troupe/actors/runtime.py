@@ -51,6 +51,23 @@ _START_ATTEMPTS = 5
 EventBatches = AsyncIterator[list[dict[str, Any]]]
 
 
+async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
+    """One tool runner per live node, if any tool runs in one; their handles, once they are up.
+
+    Ray ends an actor that is not detached when the last handle to it goes away: the runtime
+    keeps these for as long as it lives.
+    """
+    if settings.tool_runner != "actor" or all(t.num_cpus is not None for t in settings.tools):
+        return []
+    import ray
+
+    from .tool_tasks import tool_runner
+
+    runners = [tool_runner(settings.namespace, n["NodeID"]) for n in ray.nodes() if n["Alive"]]
+    await asyncio.gather(*(runner.ready.remote() for runner in runners))
+    return runners
+
+
 class Runtime:
     """What the HTTP layer talks to. Build it with :meth:`local` or :meth:`on_ray`."""
 
@@ -58,6 +75,8 @@ class Runtime:
         self.settings = settings
         self.store = store
         self.placement = placement
+        self._tool_runners: list[Any] = []
+        """On Ray: the tool runner actors, held so that they live as long as the runtime."""
 
     # -- construction ------------------------------------------------------------
 
@@ -71,12 +90,20 @@ class Runtime:
 
     @classmethod
     async def on_ray(cls, settings: RuntimeSettings = RuntimeSettings()) -> Runtime:
-        """The Ray runtime; Ray must be initialized (``ray.init`` or inside Serve)."""
+        """The Ray runtime; Ray must be initialized (``ray.init`` or inside Serve).
+
+        Returns once every process the first request would otherwise wait for is up: the
+        storage actor, the pooled hosts, and a tool runner on every node.
+        """
         from .placement import ray_placement
         from .storage_actor import RayStoreClient
 
         store = await RayStoreClient.connect(settings)
-        return cls(settings, store=store, placement=ray_placement(settings))
+        placement = ray_placement(settings)
+        _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))
+        runtime = cls(settings, store=store, placement=placement)
+        runtime._tool_runners = runners
+        return runtime
 
     async def close(self) -> None:
         await self.placement.close()

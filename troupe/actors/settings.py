@@ -45,10 +45,10 @@ class ToolSpec:
     parameters: dict[str, Any] | None = None
     """JSON schema of the arguments; None derives it from the function's type hints."""
     num_cpus: float | None = None
-    """CPUs each call's Ray task reserves; None: the runtime's ``tool_num_cpus``. Less lets
-    more calls run at once, but every running call occupies a Ray worker process: on a
-    small machine, 0 for the example ``sleep`` tool made the agent-loop benchmark slower
-    (more worker processes started than calls saved from queueing)."""
+    """None (the default): calls run in the node's tool runner (``RuntimeSettings.tool_runner``).
+    A number: each call is a Ray task of its own reserving this many CPUs, for CPU-bound
+    tools that should run in parallel processes, anywhere in the cluster. Every running task
+    occupies a Ray worker process, which Ray may have to start first."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,8 +89,13 @@ class RuntimeSettings:
 
     models: tuple[ModelSpec, ...] = (ModelSpec(name="sim", kind="sim"),)
     tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
+    tool_runner: Literal["actor", "task"] = "actor"
+    """Where calls of tools whose ToolSpec sets no ``num_cpus`` run. ``"actor"``: in the node's
+    long-lived tool runner (async tools on its event loop, sync tools on its threads), so no
+    call waits for a process to start. ``"task"``: each call is a Ray task reserving
+    ``tool_num_cpus``; a burst after an idle second waits for Ray to start worker processes."""
     tool_num_cpus: float = 0.25
-    """CPUs each tool task reserves unless its ToolSpec says otherwise (0.25 lets 4 run per core)."""
+    """CPUs each tool *task* reserves unless its ToolSpec says otherwise (0.25 lets 4 run per core)."""
     tool_timeout_s: float = 60.0
     """A tool call taking longer fails with a timeout error (fed back to the model)."""
     placement: Literal["pooled", "dedicated"] = "pooled"

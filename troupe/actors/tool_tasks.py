@@ -1,15 +1,19 @@
 """Registered Python tools: loading ``module:function``, their schemas, and running them.
 
-:class:`RayToolExecutor` runs each call as a Ray task, so the calls of one turn
-run in parallel across the cluster's workers; :func:`local_executor` runs the
-same tools in-process (the Ray-free runtime). Both present the tools to the
-model as function tools, with a JSON schema either configured or derived from
-the function's type hints.
+:class:`RayToolExecutor` runs each call on Ray, so the calls of one turn run in
+parallel: in the node's long-lived :class:`~._tool_runner.ToolRunner` actor (the
+default), or as a Ray task of its own when the tool reserves CPUs. The runner is
+warm by construction; a task may wait for Ray to start a worker process, which
+Ray ends again after about a second idle. :func:`local_executor` runs the same
+tools in-process (the Ray-free runtime). All present the tools to the model as
+function tools, with a JSON schema either configured or derived from the
+function's type hints.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,10 +23,21 @@ import pydantic
 from troupe.agentloop.model import ToolCall
 from troupe.agentloop.tools import LocalFunctionExecutor, parse_arguments
 
-from ._tool_runner import load_tool, run_tool
+from ._tool_runner import ToolRunner, load_tool, run_tool
 from .settings import ToolSpec
 
-__all__ = ["load_tool", "tool_schema", "tool_definition", "RayToolExecutor", "local_executor"]
+__all__ = [
+    "load_tool",
+    "tool_schema",
+    "tool_definition",
+    "RayToolExecutor",
+    "local_executor",
+    "tool_runner",
+    "TOOL_RUNNER_PREFIX",
+]
+
+TOOL_RUNNER_PREFIX = "troupe-tools-"
+"""Named actors ``troupe-tools-<node id>``: one tool runner per node, in the runtime's namespace."""
 
 
 def tool_schema(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -54,15 +69,25 @@ def tool_definition(spec: ToolSpec) -> dict[str, Any]:
 
 
 class RayToolExecutor:
-    """Runs registered tools as Ray tasks (one task per call).
+    """Runs registered tools on Ray: in a tool runner actor, or one Ray task per call.
 
     Args:
         specs: the registered tools.
         num_cpus: CPUs each task reserves, for tools whose spec does not say.
-        timeout_s: a call running longer fails (and the task is cancelled).
+        timeout_s: a call running longer fails (and is cancelled).
+        runner: a function returning the tool runner actor to use (called again after the
+            runner died). Tools whose spec sets no ``num_cpus`` run there. None: every call
+            is a Ray task.
     """
 
-    def __init__(self, specs: Sequence[ToolSpec], *, num_cpus: float = 0.25, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        specs: Sequence[ToolSpec],
+        *,
+        num_cpus: float = 0.25,
+        timeout_s: float = 60.0,
+        runner: Callable[[], Any] | None = None,
+    ) -> None:
         import ray
 
         self._specs = {s.name: s for s in specs}
@@ -70,6 +95,8 @@ class RayToolExecutor:
         self._task = ray.remote(run_tool)
         self._num_cpus = num_cpus
         self._timeout_s = timeout_s
+        self._runner_factory = runner
+        self._runner: Any = None
 
     def definitions(self) -> list[dict[str, Any]]:
         return self._definitions
@@ -81,13 +108,22 @@ class RayToolExecutor:
         import ray
 
         spec = self._specs[call.name]
-        num_cpus = self._num_cpus if spec.num_cpus is None else spec.num_cpus
-        options = {"num_cpus": num_cpus, "max_retries": 0, "name": f"tool:{call.name}"}
-        ref = self._task.options(**options).remote(spec.target, parse_arguments(call.arguments))
+        arguments = parse_arguments(call.arguments)
+        in_runner = spec.num_cpus is None and self._runner_factory is not None
+        if in_runner:
+            if self._runner is None:
+                self._runner = self._runner_factory()
+            ref = self._runner.run.options(name=f"tool:{call.name}").remote(spec.target, arguments)
+        else:
+            num_cpus = self._num_cpus if spec.num_cpus is None else spec.num_cpus
+            options = {"num_cpus": num_cpus, "max_retries": 0, "name": f"tool:{call.name}"}
+            ref = self._task.options(**options).remote(spec.target, arguments)
         try:
             return await asyncio.wait_for(ref, timeout=self._timeout_s)
         except TimeoutError:
-            ray.cancel(ref, force=True)
+            # A task's process is killed; in the runner, an async tool is cancelled at its
+            # next await (a sync one finishes on its thread, and its result is dropped).
+            ray.cancel(ref, force=not in_runner)  # Ray cannot force-cancel an actor's task
             raise TimeoutError(f"tool '{call.name}' timed out after {self._timeout_s:g} s") from None
         except ray.exceptions.RayTaskError as exc:
             # Show the model the tool's own error, not Ray's wrapper and traceback.
@@ -95,6 +131,36 @@ class RayToolExecutor:
             if cause is not None:
                 raise cause from None
             raise
+        except ray.exceptions.RayActorError:
+            self._runner = None  # the next call looks the runner up again (or starts a new one)
+            raise RuntimeError(f"tool '{call.name}': the tool runner process died during the call") from None
+
+
+def tool_runner(namespace: str, node_id: str) -> Any:
+    """The tool runner actor of ``node_id`` in ``namespace``, started if there is none yet.
+
+    The runtime starts one per node before it serves (so no request pays for it); a host
+    on a node that joined later starts its node's own on first use.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return _runner_class().options(
+        name=f"{TOOL_RUNNER_PREFIX}{node_id}",
+        namespace=namespace,
+        get_if_exists=True,
+        num_cpus=0,
+        max_concurrency=10_000,
+        max_restarts=-1,
+        max_task_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote()
+
+
+@functools.cache
+def _runner_class() -> Any:
+    import ray
+
+    return ray.remote(ToolRunner)
 
 
 def local_executor(specs: Sequence[ToolSpec]) -> LocalFunctionExecutor:

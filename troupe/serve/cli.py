@@ -107,6 +107,12 @@ def _add_serve(subcommands: Any) -> None:
     parser.add_argument(
         "--address", metavar="RAY_ADDRESS", help="join this Ray cluster instead of starting a local one"
     )
+    parser.add_argument(
+        "--ingress",
+        choices=["direct", "proxy"],
+        help="direct (default): the ingress replica serves --port itself; "
+        "proxy: Serve's HTTP proxy serves --port and forwards over Ray",
+    )
     parser.set_defaults(handler=_run_serve)
 
 
@@ -118,12 +124,23 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"troupe serve: {exc}", file=sys.stderr)
         return 2
-    flags = {"host": args.host, "port": args.port, "ray_address": args.address}
+    flags = {"host": args.host, "port": args.port, "ray_address": args.address, "ingress": args.ingress}
     server = dataclasses.replace(server, **{k: v for k, v in flags.items() if v is not None})
 
-    from troupe.serve.deployment import run_server
+    import logging
 
-    run_server(server, runtime)
+    from troupe.serve.deployment import PortInUse, run_server
+
+    # Troupe's own start-up lines ("serving on ...") go to stderr beside Ray's.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("troupe: %(message)s"))
+    logging.getLogger("troupe").addHandler(handler)
+    logging.getLogger("troupe").setLevel(logging.INFO)
+    try:
+        run_server(server, runtime)
+    except PortInUse as exc:
+        print(f"troupe serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -12,7 +12,7 @@ Precedence, lowest first: embedded defaults → the TOML file → the environmen
 
 Sections::
 
-    [server]    host, port, ray_address, num_replicas, max_ongoing_requests
+    [server]    host, port, ray_address, num_replicas, max_ongoing_requests, ingress, dashboard
     [auth]      keys = {"sk-..." = "tenant-a"}   (or a list of bare keys)
     [limits]    max_body_bytes, max_json_depth, max_active_responses, max_waiting_responses,
                 max_wait_s, tenant_requests_per_minute, tenant_max_streams, stream_stall_timeout_s
@@ -22,7 +22,7 @@ Sections::
     [[tools]]   name, target, description, parameters, num_cpus
 
 Environment: ``TROUPE_CONFIG`` (the file, when no path is given), ``TROUPE_HOST``,
-``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``, ``TROUPE_STORAGE_PATH``,
+``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``, ``TROUPE_INGRESS``, ``TROUPE_STORAGE_PATH``,
 ``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_MCP_ALLOWED_URLS``, ``TROUPE_API_KEYS`` (comma-separated
 ``key=tenant`` pairs or bare keys). An empty variable counts as unset.
 
@@ -71,6 +71,15 @@ class ServerSettings:
     max_ongoing_requests: int = 1000
     """Concurrent requests per replica. Streams are long-lived and I/O-bound, so this is far
     above Serve's default of 5, which would queue the sixth concurrent stream."""
+    ingress: Literal["direct", "proxy"] = "direct"
+    """How HTTP reaches the ingress replicas. ``"direct"``: each replica serves HTTP on its own
+    port, ``port`` for the first, ``port + 1`` for the next, with no Serve proxy in the path
+    (Serve's direct ingress). ``"proxy"``: Serve's HTTP proxy listens on ``port`` and forwards
+    every request to a replica over Ray, one more hop per streamed batch. A cluster Troupe joins
+    (``ray_address``) decides for itself, through its own environment (README "Running on a
+    Ray cluster")."""
+    dashboard: bool = False
+    """Start Ray's dashboard with a local Ray instance (it costs about 0.2 cores at rest)."""
 
     # [limits]: what one request may be, and how much load a replica admits (README "Limits").
     max_body_bytes: int = 16 * 1024 * 1024
@@ -95,7 +104,7 @@ class ServerSettings:
 
 # -- the TOML schema -------------------------------------------------------------
 
-_SERVER_KEYS = ("host", "port", "ray_address", "num_replicas", "max_ongoing_requests")
+_SERVER_KEYS = ("host", "port", "ray_address", "num_replicas", "max_ongoing_requests", "ingress", "dashboard")
 _LIMIT_KEYS = (
     "max_body_bytes", "max_json_depth", "max_active_responses", "max_waiting_responses", "max_wait_s",
     "tenant_requests_per_minute", "tenant_max_streams", "stream_stall_timeout_s",
@@ -322,7 +331,12 @@ def _spec(cls: type, entry: Any, source: str, label: str) -> Any:
 def _apply_env(
     server: ServerSettings, runtime: RuntimeSettings, env: Mapping[str, str]
 ) -> tuple[ServerSettings, RuntimeSettings]:
-    server_vars = {"TROUPE_HOST": "host", "TROUPE_PORT": "port", "TROUPE_RAY_ADDRESS": "ray_address"}
+    server_vars = {
+        "TROUPE_HOST": "host",
+        "TROUPE_PORT": "port",
+        "TROUPE_RAY_ADDRESS": "ray_address",
+        "TROUPE_INGRESS": "ingress",
+    }
     runtime_vars = {
         "TROUPE_STORAGE_PATH": "storage_path",
         "TROUPE_PLACEMENT": "placement",

@@ -19,7 +19,9 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -32,7 +34,7 @@ from troupe.actors.settings import RuntimeSettings
 from .app import create_app
 from .config import ServerSettings
 
-__all__ = ["TroupeIngress", "build_app", "app_builder", "run_server", "APP_NAME"]
+__all__ = ["TroupeIngress", "build_app", "app_builder", "run_server", "direct_ingress_env", "PortInUse", "APP_NAME"]
 
 APP_NAME = "troupe"
 
@@ -87,8 +89,6 @@ def app_builder(args: dict[str, str]) -> serve.Application:
             import_path: troupe.serve.deployment:app_builder
             args: {config: /etc/troupe/troupe.toml}
     """
-    import os
-
     from .config import load_config
 
     server, runtime = load_config(args.get("config"), env=os.environ)
@@ -101,8 +101,37 @@ every past task, and each host call and tool call is one: at its default of 100,
 it grew by hundreds of MB over a 30-minute soak. A cluster Troupe joins keeps its own settings."""
 
 
+def direct_ingress_env(first_port: int, num_ports: int) -> dict[str, str]:
+    """The environment under which Serve runs ingress replicas with their own HTTP servers.
+
+    Serve reads these variables when its controller and replicas start, so they must be in
+    the environment of the Ray instance (set before ``ray.init`` starts one, or on every
+    ``ray start`` of a cluster). Replicas take ports from ``first_port`` up, one each. The
+    draining period, which Serve keeps so that an external load balancer notices a replica
+    going away, defaults to none here; set ``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``
+    yourself when a balancer sits in front.
+
+    Example::
+
+        os.environ.update(direct_ingress_env(8000, 1))   # then ray.init(), serve.run(...)
+    """
+    return {
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(first_port),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(first_port + num_ports),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": os.environ.get(
+            "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "0"
+        ),
+    }
+
+
 def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bool = True) -> None:
     """Start Ray (or join ``server.ray_address``), Serve, and the Troupe application.
+
+    With ``server.ingress == "direct"`` (the default) and a local Ray instance, the replicas
+    serve HTTP on ``server.port`` (and up, one port per replica) themselves; Serve's proxy,
+    which Serve always starts, listens on a free loopback-side port nobody needs to use.
+    With ``"proxy"``, the proxy serves ``server.port``.
 
     Args:
         server: where to listen; ``ray_address`` joins an existing cluster.
@@ -112,21 +141,39 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
             ``troupe`` application is deleted and the driver disconnects. With False,
             return once the application is up (the caller shuts down).
 
+    Raises:
+        PortInUse: a port the API needs is taken by another process.
+
     Example::
 
         run_server(ServerSettings(port=8000), RuntimeSettings())   # http://127.0.0.1:8000/v1
     """
     started_ray = False
     local = server.ray_address is None
+    direct = local and server.ingress == "direct"
+    ports = range(server.port, server.port + (server.num_replicas if direct else 1))
+    if local:
+        _check_free(server.host, ports)
     if not ray.is_initialized():
+        if direct:
+            # Inherited by the processes Ray starts: the Serve controller and the replicas.
+            os.environ.update(direct_ingress_env(server.port, server.num_replicas))
         # "local" forces a fresh instance: plain ray.init() would silently join any Ray
         # cluster already running on this machine, and tearing down would then hit it.
-        extra = {"_system_config": LOCAL_RAY_SYSTEM_CONFIG} if local else {}
+        extra = (
+            {"_system_config": LOCAL_RAY_SYSTEM_CONFIG, "include_dashboard": server.dashboard} if local else {}
+        )
         ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
         started_ray = True
-    serve.start(http_options={"host": server.host, "port": server.port})
+    proxy_port = _free_port(server.host) if direct else server.port
+    serve.start(http_options={"host": server.host, "port": proxy_port})
     serve.run(build_app(server, runtime), name=APP_NAME, route_prefix="/")
-    logger.info("Troupe is serving on http://%s:%d/v1", server.host, server.port)
+    if direct:
+        where = ", ".join(str(p) for p in ports)
+        logger.info("Serve's proxy (not in the path) is on port %d", proxy_port)
+        logger.info("Troupe is serving on http://%s:%s/v1 (direct ingress)", server.host, where)
+    else:
+        logger.info("Troupe is serving on http://%s:%d/v1 (through Serve's proxy)", server.host, server.port)
     if not blocking:
         return
     try:
@@ -138,6 +185,27 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
             serve.delete(APP_NAME)
         if started_ray:
             ray.shutdown()
+
+
+class PortInUse(OSError):
+    """A port ``troupe serve`` must listen on is taken; the message names it."""
+
+
+def _check_free(host: str, ports: range) -> None:
+    # A replica that cannot bind its port would be restarted by Serve forever; say so at once.
+    for port in ports:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def _wait_for_stop_signal() -> None:
