@@ -9,7 +9,7 @@ import pytest
 
 from troupe.actors import RuntimeSettings
 from troupe.actors.host import ConversationHost, TurnJob, coalesce
-from troupe.actors.store_client import LocalStoreClient
+from troupe.actors.store_client import AsyncStore
 from troupe.protocol import parse_create_request
 
 
@@ -92,7 +92,7 @@ async def test_closing_the_consumer_cancels_and_closes_the_source():
 
 @pytest.fixture
 async def host():
-    store = LocalStoreClient.open(":memory:")
+    store = AsyncStore.open(":memory:")
     yield ConversationHost(RuntimeSettings(storage_path=":memory:"), store=store)
     await store.close()
 

@@ -43,6 +43,34 @@ def test_bad_prefix(prefix: str) -> None:
         new_id(prefix)
 
 
+@pytest.mark.parametrize("kind", ["thread", "conv"])
+def test_a_response_id_names_its_thread_and_still_sorts_by_creation(kind: str) -> None:
+    thread = new_id(kind)
+    first, second = ids.new_response_id(thread), ids.new_response_id(thread)
+    assert re.fullmatch(r"resp_[0-9a-hjkmnp-tv-z]{26}[tc][0-9a-hjkmnp-tv-z]{26}", first), first
+    assert ids.thread_of_response(first) == ids.thread_of_response(second) == thread
+    assert first < second < ids.new_response_id(new_id(kind)), "time-ordered, whatever the thread"
+
+
+@pytest.mark.parametrize(
+    "response_id",
+    [
+        new_id("resp"),  # the plain shape: an older response, or one made outside a thread
+        "resp_" + "0" * 26 + "x" + "0" * 26,  # an unknown thread kind
+        "resp_" + "0" * 26 + "t" + "0" * 25 + "U",  # outside the alphabet
+        "msg_" + "0" * 53,
+        "resp_short",
+    ],
+)
+def test_ids_that_name_no_thread(response_id: str) -> None:
+    assert ids.thread_of_response(response_id) is None
+
+
+def test_a_thread_id_of_another_shape_gives_a_plain_response_id() -> None:
+    rid = ids.new_response_id("conv_made-elsewhere")
+    assert re.fullmatch(r"resp_[0-9a-hjkmnp-tv-z]{26}", rid) and ids.thread_of_response(rid) is None
+
+
 def test_rapid_ids_are_unique_and_sorted() -> None:
     # 20k ids take a few ms: many share a millisecond, so the counter is exercised.
     made = [new_id("msg") for _ in range(20_000)]

@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from troupe.actors import Runtime, RuntimeSettings
+from troupe.actors.placement import LocalPlacement
+from troupe.actors.store_client import AsyncStore
 from troupe.protocol import InvalidRequest, NotFound, parse_create_request
 
 
@@ -146,3 +148,57 @@ async def test_restart_on_the_same_file_serves_old_responses(tmp_path):
         assert follow["output"][-1]["content"][0]["text"] == "remember | [[history]]"
     finally:
         await second.close()
+
+
+READS = {"get_thread_id", "get_conversation", "chain_items", "conversation_items"}
+
+
+class RecordingStore(AsyncStore):
+    """The in-process store, noting the name of each store call it runs."""
+
+    calls: list[str] = []
+
+    async def _run(self, fn, *args, **kwargs):
+        self.calls.append(fn.__name__)
+        return await super()._run(fn, *args, **kwargs)
+
+
+def recording_runtime(settings: RuntimeSettings) -> Runtime:
+    store = RecordingStore.open(settings.storage_path)
+    return Runtime(settings, store=store, placement=LocalPlacement(settings, store))
+
+
+async def test_a_warm_thread_continues_without_reading_storage(tmp_path):
+    """The thread is resolved where the turn runs, from the message cache when it is warm."""
+    settings = RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"))
+    calls = RecordingStore.calls
+    calls.clear()
+    runtime = recording_runtime(settings)
+    try:
+        first = await runtime.respond("", req(input="uno"))
+        second = await runtime.respond("", req(input="[[history]]", previous_response_id=first["id"]))
+        assert second["output"][-1]["content"][0]["text"] == "uno | [[history]]"
+        conversation = await runtime.create_conversation("")
+        await runtime.respond("", req(input="a", conversation=conversation["id"]))
+        assert [c for c in calls if c in READS] == ["conversation_items"], "only the cold conversation is read"
+        calls.clear()
+        await runtime.respond("", req(input="b", conversation=conversation["id"]))
+        await runtime.respond("", req(input="[[history]]", previous_response_id=second["id"]))
+        assert [c for c in calls if c in READS] == []
+    finally:
+        await runtime.close()
+    # A fresh runtime (a restart): the chain is read once, by the host; no lookup routes it.
+    calls.clear()
+    runtime = recording_runtime(settings)
+    try:
+        third = await runtime.respond("", req(input="[[history]]", previous_response_id=second["id"]))
+        assert third["output"][-1]["content"][0]["text"] == "uno | [[history]] | [[history]]"
+        assert [c for c in calls if c in READS] == ["chain_items"]
+        with pytest.raises(NotFound) as missing:  # another tenant's (or an unknown) conversation
+            await runtime.respond("other", req(input="x", conversation=conversation["id"]))
+        assert missing.value.param == "conversation"
+        with pytest.raises(InvalidRequest) as unknown:
+            await runtime.respond("other", req(input="x", previous_response_id=second["id"]))
+        assert unknown.value.code == "previous_response_not_found"
+    finally:
+        await runtime.close()

@@ -49,6 +49,7 @@ from .mcp_policy import (
     resolve_mcp_tool,
     try_connect,
 )
+from .raycall import ray_result
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -286,12 +287,10 @@ class RayMcpClient:
             handle = self.handle(server)
             try:
                 async with asyncio.timeout(self.settings.mcp_timeout_s + _RAY_GRACE_S):
-                    return await getattr(handle, method).remote(*args)
+                    return await ray_result(getattr(handle, method).remote(*args), own=McpError)
             except TimeoutError as exc:
                 raise McpError(f"MCP server {server.label!r}: the connection actor did not answer") from exc
             except ray.exceptions.RayTaskError as exc:
-                if isinstance(exc.cause, McpError):
-                    raise exc.cause from None
                 raise McpError(f"MCP server {server.label!r}: the connection failed "
                                f"({type(exc.cause).__name__})") from None
             except ray.exceptions.RayActorError as exc:

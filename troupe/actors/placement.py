@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from troupe.protocol import ProtocolError, ServerError
 
 from .host import ConversationHost, HostClient, TurnJob
+from .raycall import ray_result
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 from .tool_tasks import local_executor
@@ -57,6 +58,10 @@ class Placement(Protocol):
         """Return once the hosts that exist up front are up (the first request must not wait)."""
         ...
 
+    def would_start_process(self, thread_id: str) -> bool:
+        """Whether routing a turn of ``thread_id`` now would start a new host process."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -79,10 +84,13 @@ class LocalPlacement:
         return self.host
 
     def forget(self, thread_id: str) -> None:
-        """A local host cannot die on its own."""
+        """A host in this process cannot die on its own."""
 
     async def warm(self) -> None:
         """The host is in this process already."""
+
+    def would_start_process(self, thread_id: str) -> bool:
+        return False
 
     async def close(self) -> None:
         await self.host.close()
@@ -159,7 +167,8 @@ class RayHostClient:
         done = False
         try:
             async for ref in refs:
-                yield await _call(ref)
+                # A bad request, raised by the host before streaming, arrives as itself.
+                yield await ray_result(ref, own=ProtocolError)
             done = True
         except ray.exceptions.RayActorError as exc:
             raise HostFailed(
@@ -171,24 +180,17 @@ class RayHostClient:
                 ray.cancel(refs)  # the client went away (or the host failed): stop the turn
 
     async def add_conversation_items(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> Any:
-        return await _call(self.handle.add_conversation_items.remote(tenant, conversation_id, items))
+        ref = self.handle.add_conversation_items.remote(tenant, conversation_id, items)
+        return await ray_result(ref, own=ProtocolError)
 
     async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
-        return await _call(self.handle.delete_conversation_item.remote(tenant, conversation_id, item_id))
+        ref = self.handle.delete_conversation_item.remote(tenant, conversation_id, item_id)
+        return await ray_result(ref, own=ProtocolError)
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
-        return await _call(self.handle.delete_conversation.remote(tenant, conversation_id))
+        ref = self.handle.delete_conversation.remote(tenant, conversation_id)
+        return await ray_result(ref, own=ProtocolError)
 
-
-async def _call(ref: Any) -> Any:
-    import ray
-
-    try:
-        return await ref
-    except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, ProtocolError):
-            raise exc.cause from None  # a bad request, raised by the host before streaming
-        raise
 
 
 class PooledPlacement:
@@ -217,6 +219,9 @@ class PooledPlacement:
 
     async def warm(self) -> None:
         await asyncio.gather(*(handle.ping.remote() for handle in self.handles))
+
+    def would_start_process(self, thread_id: str) -> bool:
+        return False
 
     async def close(self) -> None:
         """The hosts serve every replica; they end with the Ray namespace."""
@@ -253,6 +258,10 @@ class DedicatedPlacement:
 
     async def warm(self) -> None:
         """A conversation's actor starts with its first turn."""
+
+    def would_start_process(self, thread_id: str) -> bool:
+        # An actor this replica routed to before is (or was recently) alive.
+        return thread_id not in self._handles
 
     async def close(self) -> None:
         self._handles.clear()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,8 +35,10 @@ from troupe.protocol import (
     ServerError,
     conversation_not_found,
     new_id,
+    new_response_id,
     normalize_input,
     previous_response_not_found,
+    thread_of_response,
 )
 from troupe.storage import Order, Page
 
@@ -46,7 +49,9 @@ from .store_client import StoreClient
 
 __all__ = ["Runtime", "EventBatches"]
 
-_START_ATTEMPTS = 5
+_START_WAIT_S = 10.0
+"""How long a turn waits for its host to come back (a pooled host restarting after a crash,
+a dedicated actor being recreated) before the request fails with HostFailed."""
 
 EventBatches = AsyncIterator[list[dict[str, Any]]]
 
@@ -83,9 +88,9 @@ class Runtime:
     @classmethod
     def local(cls, settings: RuntimeSettings = RuntimeSettings()) -> Runtime:
         """An in-process runtime: one host, tools run in-process, the store in a thread."""
-        from .store_client import LocalStoreClient
+        from .store_client import AsyncStore
 
-        store = LocalStoreClient.open(settings.storage_path)
+        store = AsyncStore.open(settings.storage_path)
         return cls(settings, store=store, placement=LocalPlacement(settings, store))
 
     @classmethod
@@ -145,14 +150,16 @@ class Runtime:
     async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
         if self.settings.model(request.model) is None:
             raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
+        thread_id = await self._thread_of(tenant, request)
         job = TurnJob(
             tenant=tenant,
             request=request,
-            response_id=new_id("resp"),
+            response_id=new_response_id(thread_id),
             created_at=int(time.time()),
-            thread_id=await self._thread_of(tenant, request),
+            thread_id=thread_id,
         )
-        for attempt in range(_START_ATTEMPTS):
+        deadline = time.monotonic() + _START_WAIT_S
+        for attempt in itertools.count():
             host = await self.placement.host_for(job.thread_id)
             batches = host.respond(job, stream=stream)
             # Pull the first batch now so a bad request fails as an HTTP error, not mid-stream.
@@ -162,22 +169,36 @@ class Runtime:
                 # Nothing ran yet (a host that just died or exited idle): try a fresh one. Ray
                 # releases a dead actor's name asynchronously, hence the short, growing pauses.
                 self.placement.forget(job.thread_id)
-                if attempt == _START_ATTEMPTS - 1:
+                pause = min(0.05 * 2**attempt, 0.5)
+                if time.monotonic() + pause > deadline:
                     raise
-                await asyncio.sleep(0.05 * 2**attempt)
+                await asyncio.sleep(pause)
                 continue
             return _prepend(first, batches)
         raise AssertionError("unreachable")
 
     async def _thread_of(self, tenant: str, request: CreateResponseRequest) -> str:
+        """The thread a request continues, for routing it to the thread's host.
+
+        Nothing is read from storage on the way: the conversation id is the thread id, and a
+        response id names its thread (:func:`~troupe.protocol.new_response_id`). The host
+        checks that the conversation or response exists, from its message cache when the
+        thread is warm. Two exceptions read storage here: a response id of the old shape,
+        which names no thread; and a thread whose host would be a new process (dedicated
+        placement), which an id that exists nowhere must not start.
+        """
         if request.conversation_id is not None:
-            if await self.store.get_conversation(tenant, request.conversation_id) is None:
-                raise conversation_not_found(request.conversation_id)
-            return request.conversation_id
+            thread = request.conversation_id
+            if self.placement.would_start_process(thread):
+                if await self.store.get_conversation(tenant, thread) is None:
+                    raise conversation_not_found(thread)
+            return thread
         if request.previous_response_id is not None:
-            thread = await self.store.get_thread_id(tenant, request.previous_response_id)
-            if thread is None:
-                raise previous_response_not_found(request.previous_response_id)
+            thread = thread_of_response(request.previous_response_id)
+            if thread is None or self.placement.would_start_process(thread):
+                thread = await self.store.get_thread_id(tenant, request.previous_response_id)
+                if thread is None:
+                    raise previous_response_not_found(request.previous_response_id)
             return thread
         return new_id("thread")
 

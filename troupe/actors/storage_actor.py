@@ -1,44 +1,39 @@
-"""The ``StorageActor``: the single owner of the DuckDB file.
+"""The storage actor: the single owner of the DuckDB file, and :class:`RayStoreClient` to reach it.
 
 DuckDB allows one writing process, so exactly one named actor opens the file,
-pinned to the head node; hosts and the ingress reach it through
-:class:`RayStoreClient`. Writes are group-committed (many finished responses per
-transaction); reads run on the same thread, in order with the writes.
+pinned to the head node; the runtime, the hosts and evaluation reach it through
+:class:`RayStoreClient`, which has the same typed methods as the actor (the
+:class:`~troupe.actors.store_client.StoreClient` interface). Writes are
+group-committed (many finished responses per transaction); reads run on the same
+thread, in order with the writes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 
-from troupe.storage import ResponseRecord
+from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace
 
+from .raycall import ray_result
 from .settings import RuntimeSettings
-from .store_client import LocalStoreClient, StoreClient
+from .store_client import AsyncStore, open_store
 
 __all__ = ["StorageService", "RayStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 
 STORAGE_ACTOR_NAME = "troupe-storage"
 
 
-class StorageService:
-    """The storage actor's body (a plain class; wrapped by ``ray.remote`` below)."""
+class StorageService(AsyncStore):
+    """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``."""
 
     def __init__(self, path: str) -> None:
-        self._client = LocalStoreClient.open(path)
-
-    async def write_response(self, record: ResponseRecord) -> None:
-        await self._client.write_response(record)
-
-    async def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return await getattr(self._client, name)(*args, **kwargs)
+        super().__init__(open_store(path))
 
     async def ping(self) -> bool:
         return True
-
-    async def close(self) -> None:
-        await self._client.close()
 
 
 def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
@@ -59,40 +54,109 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
     )
 
 
-async def _unwrap(ref: ray.ObjectRef) -> Any:
-    try:
-        return await ref
-    except ray.exceptions.RayTaskError as exc:
-        # Our own errors (StorageError, …) travel inside Ray's; raise the original.
-        if isinstance(exc.cause, Exception):
-            raise exc.cause from None
-        raise
+class RayStoreClient:
+    """The :class:`~troupe.actors.store_client.StoreClient` interface, through the storage actor.
 
-
-class RayStoreClient(StoreClient):
-    """Store calls forwarded to the storage actor."""
+    Each method calls the actor's method of the same name; the store's own errors
+    (StorageError) arrive as themselves.
+    """
 
     def __init__(self, handle: ray.actor.ActorHandle) -> None:
         self.handle = handle
 
-        async def call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            return await _unwrap(handle.call.remote(name, args, kwargs))
-
-        async def write(record: ResponseRecord) -> None:
-            await _unwrap(handle.write_response.remote(record))
-
-        async def close() -> None:
-            """The actor outlives any one client; nothing to release here."""
-
-        super().__init__(call, write, close)
-
     @classmethod
     async def connect(cls, settings: RuntimeSettings) -> RayStoreClient:
+        """The storage actor of ``settings.namespace`` (started if need be), once it answers."""
         handle = storage_actor(settings)
-        await _unwrap(handle.ping.remote())
+        await ray_result(handle.ping.remote())
         return cls(handle)
 
     @classmethod
     def by_name(cls, settings: RuntimeSettings) -> RayStoreClient:
         """From inside another actor: the running storage actor (created by the runtime)."""
         return cls(ray.get_actor(STORAGE_ACTOR_NAME, namespace=settings.namespace))
+
+    async def write_response(self, record: ResponseRecord) -> None:
+        await ray_result(self.handle.write_response.remote(record))
+
+    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        return await ray_result(self.handle.get_response.remote(tenant, response_id))
+
+    async def get_thread_id(self, tenant: str, response_id: str) -> str | None:
+        return await ray_result(self.handle.get_thread_id.remote(tenant, response_id))
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        return await ray_result(self.handle.delete_response.remote(tenant, response_id))
+
+    async def list_responses(
+        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        return await ray_result(
+            self.handle.list_responses.remote(tenant, model=model, after=after, limit=limit, order=order)
+        )
+
+    async def list_input_items(
+        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        return await ray_result(
+            self.handle.list_input_items.remote(tenant, response_id, after=after, limit=limit, order=order)
+        )
+
+    async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        return await ray_result(self.handle.chain_items.remote(tenant, response_id))
+
+    async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
+        return await ray_result(self.handle.step_traces.remote(tenant, response_id))
+
+    async def create_conversation(
+        self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
+    ) -> None:
+        await ray_result(self.handle.create_conversation.remote(tenant, conversation, items))
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
+        return await ray_result(self.handle.get_conversation.remote(tenant, conversation_id))
+
+    async def update_conversation(
+        self, tenant: str, conversation_id: str, metadata: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        return await ray_result(self.handle.update_conversation.remote(tenant, conversation_id, metadata))
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        return await ray_result(self.handle.delete_conversation.remote(tenant, conversation_id))
+
+    async def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
+        return await ray_result(self.handle.add_conversation_items.remote(tenant, conversation_id, items))
+
+    async def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        return await ray_result(
+            self.handle.list_conversation_items.remote(tenant, conversation_id, after=after, limit=limit, order=order)
+        )
+
+    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        return await ray_result(self.handle.get_conversation_item.remote(tenant, conversation_id, item_id))
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        return await ray_result(self.handle.delete_conversation_item.remote(tenant, conversation_id, item_id))
+
+    async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
+        return await ray_result(self.handle.conversation_items.remote(tenant, conversation_id))
+
+    async def put_eval_run(self, run: EvalRunRecord) -> None:
+        await ray_result(self.handle.put_eval_run.remote(run))
+
+    async def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
+        return await ray_result(self.handle.get_eval_run.remote(run_id))
+
+    async def list_eval_runs(self) -> list[EvalRunRecord]:
+        return await ray_result(self.handle.list_eval_runs.remote())
+
+    async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
+        await ray_result(self.handle.write_eval_results.remote(results))
+
+    async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
+        return await ray_result(self.handle.eval_results.remote(run_id))
+
+    async def close(self) -> None:
+        """The actor outlives any one client; nothing to release here."""

@@ -1,24 +1,35 @@
-"""Async access to the store, in-process or through the ``StorageActor``.
+"""The store as an explicit, typed async interface: in this process, or through the storage actor.
 
-Every :class:`~troupe.storage.Store` method is available as a coroutine of the
-same name and arguments, plus :meth:`StoreClient.write_response`, which
-group-commits a finished response and returns once it is durable.
+:class:`StoreClient` is what every caller holds (the runtime, the hosts, evaluation): each
+:class:`~troupe.storage.Store` method but ``write_responses`` as a coroutine with the same
+arguments and result, plus :meth:`~StoreClient.write_response`, which group-commits one
+finished response and returns once it is durable. Two implementations:
 
-:class:`LocalStoreClient` runs the store on one dedicated thread in this
-process; ``troupe.actors.storage_actor.RayStoreClient`` forwards the same calls
-to the single storage actor that owns the DuckDB file.
+* :class:`AsyncStore` runs a store in this process: every call on one thread, in order,
+  writes group-committed. The in-process runtime uses it directly, and it is the body of
+  the storage actor (``troupe.actors.storage_actor``), the one owner of the DuckDB file.
+* ``troupe.actors.storage_actor.RayStoreClient`` calls the storage actor's methods of the
+  same names.
+
+Example::
+
+    store = AsyncStore.open(":memory:")
+    await store.get_response("", "resp_…")   # None
+    await store.close()
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from troupe.storage import ResponseRecord, Store
+from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, Store
 from troupe.storage.group_commit import GroupCommitWriter
 
-__all__ = ["StoreClient", "LocalStoreClient", "STORE_METHODS", "open_store"]
+__all__ = ["StoreClient", "AsyncStore", "open_store"]
+
+T = TypeVar("T")
 
 
 def open_store(path: str) -> Store:
@@ -27,88 +38,152 @@ def open_store(path: str) -> Store:
 
     return DuckDBStore(None if path == ":memory:" else path)
 
-# The Store methods a client forwards (everything but write_responses, which goes
-# through group commit as write_response).
-STORE_METHODS = frozenset(
-    {
-        "get_response",
-        "get_thread_id",
-        "delete_response",
-        "list_responses",
-        "list_input_items",
-        "chain_items",
-        "step_traces",
-        "create_conversation",
-        "get_conversation",
-        "update_conversation",
-        "delete_conversation",
-        "add_conversation_items",
-        "list_conversation_items",
-        "get_conversation_item",
-        "delete_conversation_item",
-        "conversation_items",
-        "put_eval_run",
-        "get_eval_run",
-        "list_eval_runs",
-        "write_eval_results",
-        "eval_results",
-    }
-)
 
-
-class StoreClient:
-    """Async store calls through ``call(method, args, kwargs)``; see the module docstring."""
-
-    def __init__(
-        self,
-        call: Callable[[str, tuple[Any, ...], dict[str, Any]], Awaitable[Any]],
-        write: Callable[[ResponseRecord], Awaitable[None]],
-        close: Callable[[], Awaitable[None]],
-    ) -> None:
-        self._call = call
-        self._write = write
-        self._close = close
+class StoreClient(Protocol):
+    """The async store interface; each method is documented on :class:`~troupe.storage.Store`."""
 
     async def write_response(self, record: ResponseRecord) -> None:
         """Store a finished response; returns once it is committed.
 
         Raises:
-            StorageError: this record could not be stored; nothing of it was
-                written (the records group-committed with it are not affected).
+            StorageError: this record could not be stored; nothing of it was written (the
+                records group-committed with it are not affected).
         """
-        await self._write(record)
+        ...
 
-    async def close(self) -> None:
-        await self._close()
+    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
+    async def get_thread_id(self, tenant: str, response_id: str) -> str | None: ...
+    async def delete_response(self, tenant: str, response_id: str) -> bool: ...
+    async def list_responses(
+        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page: ...
+    async def list_input_items(
+        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None: ...
+    async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
+    async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]: ...
+    async def create_conversation(
+        self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
+    ) -> None: ...
+    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None: ...
+    async def update_conversation(
+        self, tenant: str, conversation_id: str, metadata: dict[str, Any]
+    ) -> dict[str, Any] | None: ...
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
+    async def add_conversation_items(
+        self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]
+    ) -> bool: ...
+    async def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None: ...
+    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool: ...
+    async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None: ...
+    async def put_eval_run(self, run: EvalRunRecord) -> None: ...
+    async def get_eval_run(self, run_id: str) -> EvalRunRecord | None: ...
+    async def list_eval_runs(self) -> list[EvalRunRecord]: ...
+    async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None: ...
+    async def eval_results(self, run_id: str) -> list[EvalResultRecord]: ...
+    async def close(self) -> None: ...
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if name not in STORE_METHODS:
-            raise AttributeError(name)
 
-        async def method(*args: Any, **kwargs: Any) -> Any:
-            return await self._call(name, args, kwargs)
+class AsyncStore:
+    """A :class:`StoreClient` over a store in this process: calls run on one thread, in order.
 
-        method.__name__ = name
-        return method
-
-
-class LocalStoreClient(StoreClient):
-    """The store on a dedicated thread of this process, writes group-committed."""
+    Reads and writes share the group-commit writer's thread, so a read sees every write
+    that returned before it. :meth:`close` writes what is queued, then closes the store.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.writer = GroupCommitWriter(store.write_responses)
 
-        async def call(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            return await self.writer.run_sync(functools.partial(getattr(store, name), *args, **kwargs))
-
-        async def close() -> None:
-            await self.writer.close()
-            store.close()
-
-        super().__init__(call, self.writer.submit, close)
-
     @classmethod
-    def open(cls, path: str) -> LocalStoreClient:
-        """A client over the DuckDB file at ``path`` (``:memory:`` for a throwaway one)."""
+    def open(cls, path: str) -> AsyncStore:
+        """Over the DuckDB file at ``path`` (``:memory:`` for a throwaway one)."""
         return cls(open_store(path))
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self.writer.run_sync(functools.partial(fn, *args, **kwargs))
+
+    async def write_response(self, record: ResponseRecord) -> None:
+        await self.writer.submit(record)
+
+    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        return await self._run(self.store.get_response, tenant, response_id)
+
+    async def get_thread_id(self, tenant: str, response_id: str) -> str | None:
+        return await self._run(self.store.get_thread_id, tenant, response_id)
+
+    async def delete_response(self, tenant: str, response_id: str) -> bool:
+        return await self._run(self.store.delete_response, tenant, response_id)
+
+    async def list_responses(
+        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        return await self._run(self.store.list_responses, tenant, model=model, after=after, limit=limit, order=order)
+
+    async def list_input_items(
+        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        return await self._run(self.store.list_input_items, tenant, response_id, after=after, limit=limit, order=order)
+
+    async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        return await self._run(self.store.chain_items, tenant, response_id)
+
+    async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
+        return await self._run(self.store.step_traces, tenant, response_id)
+
+    async def create_conversation(
+        self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
+    ) -> None:
+        await self._run(self.store.create_conversation, tenant, conversation, items)
+
+    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
+        return await self._run(self.store.get_conversation, tenant, conversation_id)
+
+    async def update_conversation(
+        self, tenant: str, conversation_id: str, metadata: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        return await self._run(self.store.update_conversation, tenant, conversation_id, metadata)
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        return await self._run(self.store.delete_conversation, tenant, conversation_id)
+
+    async def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
+        return await self._run(self.store.add_conversation_items, tenant, conversation_id, items)
+
+    async def list_conversation_items(
+        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page | None:
+        return await self._run(
+            self.store.list_conversation_items, tenant, conversation_id, after=after, limit=limit, order=order
+        )
+
+    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        return await self._run(self.store.get_conversation_item, tenant, conversation_id, item_id)
+
+    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
+        return await self._run(self.store.delete_conversation_item, tenant, conversation_id, item_id)
+
+    async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
+        return await self._run(self.store.conversation_items, tenant, conversation_id)
+
+    async def put_eval_run(self, run: EvalRunRecord) -> None:
+        await self._run(self.store.put_eval_run, run)
+
+    async def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
+        return await self._run(self.store.get_eval_run, run_id)
+
+    async def list_eval_runs(self) -> list[EvalRunRecord]:
+        return await self._run(self.store.list_eval_runs)
+
+    async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
+        await self._run(self.store.write_eval_results, results)
+
+    async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
+        return await self._run(self.store.eval_results, run_id)
+
+    async def close(self) -> None:
+        await self.writer.close()
+        self.store.close()

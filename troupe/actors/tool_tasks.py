@@ -24,6 +24,7 @@ from troupe.agentloop.model import ToolCall
 from troupe.agentloop.tools import LocalFunctionExecutor, parse_arguments
 
 from ._tool_runner import ToolRunner, load_tool, run_tool
+from .raycall import ray_result
 from .settings import ToolSpec
 
 __all__ = [
@@ -119,18 +120,13 @@ class RayToolExecutor:
             options = {"num_cpus": num_cpus, "max_retries": 0, "name": f"tool:{call.name}"}
             ref = self._task.options(**options).remote(spec.target, arguments)
         try:
-            return await asyncio.wait_for(ref, timeout=self._timeout_s)
+            # The tool's own error arrives as itself: the model sees it, not Ray's wrapper.
+            return await asyncio.wait_for(ray_result(ref, own=BaseException), timeout=self._timeout_s)
         except TimeoutError:
             # A task's process is killed; in the runner, an async tool is cancelled at its
             # next await (a sync one finishes on its thread, and its result is dropped).
             ray.cancel(ref, force=not in_runner)  # Ray cannot force-cancel an actor's task
             raise TimeoutError(f"tool '{call.name}' timed out after {self._timeout_s:g} s") from None
-        except ray.exceptions.RayTaskError as exc:
-            # Show the model the tool's own error, not Ray's wrapper and traceback.
-            cause = exc.cause if isinstance(exc.cause, BaseException) else None
-            if cause is not None:
-                raise cause from None
-            raise
         except ray.exceptions.RayActorError:
             self._runner = None  # the next call looks the runner up again (or starts a new one)
             raise RuntimeError(f"tool '{call.name}': the tool runner process died during the call") from None

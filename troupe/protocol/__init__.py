@@ -30,7 +30,7 @@ from .errors import (
     invalid_request_from_errors,
     validate_as,
 )
-from .ids import ITEM_ID_PREFIXES, new_id
+from .ids import ITEM_ID_PREFIXES, new_id, new_response_id, thread_of_response
 from .items import (
     CONTENT_PART_TYPES,
     INPUT_ITEM_TYPES,
@@ -79,6 +79,8 @@ __all__ = [
     # ids
     "ITEM_ID_PREFIXES",
     "new_id",
+    "new_response_id",
+    "thread_of_response",
     # items
     "CONTENT_PART_TYPES",
     "INPUT_ITEM_TYPES",

@@ -40,6 +40,8 @@ __all__ = [
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
+    "new_response_id",
+    "thread_of_response",
 ]
 
 RESPONSE = "resp"
@@ -86,6 +88,7 @@ ITEM_ID_PREFIXES: dict[str, str] = {
 """Item ``type`` → id prefix (CONTRACT §4; a convention, clients do not check it)."""
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base 32, ASCII-ordered
+_ALPHABET_SET = frozenset(_ALPHABET)
 _TIME_CHARS = 10  # 50 bits: milliseconds until the year 10889
 _RANDOM_BITS = 80
 _RANDOM_CHARS = 16
@@ -145,3 +148,44 @@ def new_id(prefix: str) -> str:
     if not prefix or "_" in prefix:
         raise ValueError(f"id prefix must be a non-empty word without '_', got {prefix!r}")
     return f"{prefix}_{_next_suffix()}"
+
+
+# A response id carries the id of its thread (the conversation, or the
+# previous_response_id chain), so that a request continuing it is routed to the
+# thread's host without a storage read: resp_<26 time-ordered><kind><26 of the
+# thread>. The thread's host still checks that the response exists, for the
+# caller's tenant, before it continues it; the id is a routing hint, never trusted.
+_SUFFIX_CHARS = _TIME_CHARS + _RANDOM_CHARS
+_THREAD_KINDS = {"thread": "t", "conv": "c"}
+_KIND_PREFIXES = {kind: prefix for prefix, kind in _THREAD_KINDS.items()}
+
+
+def new_response_id(thread_id: str) -> str:
+    """A new response id that names its thread (see :func:`thread_of_response`).
+
+    A thread id of another shape (not ``thread_`` or ``conv_`` with a 26-character
+    suffix) is not carried: the response id is then a plain ``new_id("resp")``.
+
+    Example::
+
+        >>> thread = new_id("thread")
+        >>> thread_of_response(new_response_id(thread)) == thread
+        True
+    """
+    prefix, _, suffix = thread_id.partition("_")
+    kind = _THREAD_KINDS.get(prefix)
+    if kind is None or len(suffix) != _SUFFIX_CHARS or not set(suffix) <= _ALPHABET_SET:
+        return new_id(RESPONSE)
+    return f"{RESPONSE}_{_next_suffix()}{kind}{suffix}"
+
+
+def thread_of_response(response_id: str) -> str | None:
+    """The thread id a response id carries; None for an id that carries none (or is malformed)."""
+    prefix, _, rest = response_id.partition("_")
+    if prefix != RESPONSE or len(rest) != 2 * _SUFFIX_CHARS + 1:
+        return None
+    thread_prefix = _KIND_PREFIXES.get(rest[_SUFFIX_CHARS])
+    suffix = rest[_SUFFIX_CHARS + 1 :]
+    if thread_prefix is None or not set(suffix) <= _ALPHABET_SET:
+        return None
+    return f"{thread_prefix}_{suffix}"

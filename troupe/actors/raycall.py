@@ -1,0 +1,29 @@
+"""Awaiting Ray calls: the one place where Ray's wrapper around a callee's error comes off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ray_result"]
+
+
+async def ray_result(ref: Any, *, own: type[BaseException] | tuple[type[BaseException], ...] = Exception) -> Any:
+    """Await a Ray call (an ``ObjectRef`` or an actor call); what it returned.
+
+    An error the callee raised reaches the caller wrapped in ``RayTaskError``, with the
+    callee's traceback. When the original is one of ``own`` (our own errors: StorageError,
+    ProtocolError, …), it is raised as itself, so the caller handles it as if the call had
+    been local; anything else stays wrapped.
+
+    Example::
+
+        row = await ray_result(storage.get_response.remote(tenant, rid), own=StorageError)
+    """
+    from ray.exceptions import RayTaskError  # here: importing this module must not import Ray
+
+    try:
+        return await ref
+    except RayTaskError as exc:
+        if isinstance(exc.cause, own):
+            raise exc.cause from None
+        raise
