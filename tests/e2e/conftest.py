@@ -24,7 +24,7 @@ from tests.mcp_servers import REPO_ROOT
 from troupe.actors.settings import McpServerSpec, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
-PLACEMENTS = ("pooled", "dedicated")
+PLACEMENTS = ("replica", "pooled", "dedicated")
 
 # The stdio MCP test server, runnable from any working directory (a Ray worker's may differ).
 STDIO_MCP = (
@@ -89,7 +89,7 @@ def local_url() -> Iterator[str]:
     yield from served_local(ServerSettings())
 
 
-@pytest.fixture(params=["local", "pooled", "dedicated"])
+@pytest.fixture(params=["local", *PLACEMENTS])
 def url(request) -> str:
     """The server root of each deployment (``/v1`` is appended by the tests)."""
     if request.param == "local":

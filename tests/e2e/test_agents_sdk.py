@@ -10,7 +10,7 @@ from openai import AsyncOpenAI
 set_tracing_disabled(True)
 
 
-@pytest.fixture(params=["pooled", "dedicated"])
+@pytest.fixture(params=["replica", "pooled", "dedicated"])
 async def client(request, troupe_apps):
     client = AsyncOpenAI(base_url=f"{troupe_apps[request.param]}/v1", api_key="unused", max_retries=0)
     yield client

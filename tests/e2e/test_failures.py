@@ -13,7 +13,11 @@ from openai import OpenAI
 from tests.servers import wait_for
 from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 
-PLACEMENTS = ("pooled", "dedicated")
+from .conftest import PLACEMENTS
+
+HOST_ACTOR_PLACEMENTS = ("pooled", "dedicated")
+"""Placements whose conversation hosts are actors of their own (with "replica", the host is
+the ingress replica itself)."""
 
 
 def named_actors(prefix: str) -> list:
@@ -30,8 +34,13 @@ def root(request, troupe_apps) -> str:
     return troupe_apps[request.param]
 
 
-def test_killed_host_is_a_clear_500_and_the_next_turn_continues(root):
-    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+@pytest.fixture(params=HOST_ACTOR_PLACEMENTS)
+def actor_root(request, troupe_apps) -> str:
+    return troupe_apps[request.param]
+
+
+def test_killed_host_is_a_clear_500_and_the_next_turn_continues(actor_root):
+    client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
     first = client.responses.create(model="sim", input="keep this")
     outcome: dict = {}
 

@@ -23,11 +23,11 @@ from troupe.serve.config import ServerSettings
 DEEP_OBJECT = {"type": "object", "properties": {}}
 
 
-@pytest.fixture(params=["local", "pooled"])
+@pytest.fixture(params=["local", "replica"])
 def root(request) -> str:
     if request.param == "local":
         return request.getfixturevalue("local_url")
-    return request.getfixturevalue("troupe_apps")["pooled"]
+    return request.getfixturevalue("troupe_apps")[request.param]
 
 
 def post(root: str, path: str, raw: str | bytes) -> httpx.Response:

@@ -51,7 +51,7 @@ def _title_while_streaming(root: str) -> str:
         conn.close()
 
 
-@pytest.mark.parametrize("placement", ["pooled", "dedicated"])
+@pytest.mark.parametrize("placement", ["replica", "pooled", "dedicated"])
 def test_a_stream_is_served_by_the_ingress_replica_itself(troupe_apps, placement) -> None:
     title = _title_while_streaming(troupe_apps[placement])
     assert title.startswith(f"ray::ServeReplica:{placement}:TroupeIngress"), title
@@ -114,3 +114,24 @@ def _healthy(root: str) -> bool:
         return httpx.get(f"{root}/health", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+@pytest.mark.parametrize("placement", ["replica", "pooled", "dedicated"])
+def test_a_client_that_goes_away_cancels_its_turn(troupe_apps, placement) -> None:
+    """Through the replica's own server too: turns of a conversation run one after another, so
+    a second turn that completes in seconds shows the first, 20 s long, was cancelled."""
+    root = troupe_apps[placement]
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0, timeout=15)
+    conversation = client.conversations.create()
+    body = {"model": "sim", "input": "[[latency itl=100]] [[tokens 200]]", "stream": True,
+            "conversation": conversation.id}
+    with httpx.stream("POST", f"{root}/v1/responses", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("event: response.output_text.delta"):
+                break  # the turn is running; leaving the block closes the connection
+    follow = client.responses.create(model="sim", input="[[say next]]", conversation=conversation.id)
+    assert follow.output_text == "next"
+    # A cancelled turn stores nothing: the conversation holds only the second turn.
+    items = client.conversations.items.list(conversation.id, order="asc").data
+    assert [item.content[0].text for item in items] == ["[[say next]]", "next"]

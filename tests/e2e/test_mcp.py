@@ -23,7 +23,7 @@ def mcp_server() -> Iterator[McpTestServer]:
         yield server
 
 
-@pytest.fixture(params=["pooled", "dedicated"])
+@pytest.fixture(params=["replica", "pooled", "dedicated"])
 def client(request, troupe_apps) -> OpenAI:
     return OpenAI(base_url=f"{troupe_apps[request.param]}/v1", api_key="unused", max_retries=0)
 

@@ -191,6 +191,13 @@ def test_environment_overrides_the_file(write):
     assert (runtime.storage_path, runtime.placement, runtime.pool_size) == (":memory:", "dedicated", 16)
 
 
+def test_several_replicas_share_pooled_hosts_unless_told_otherwise(write):
+    assert load_config(None, env={})[1].placement == "replica"
+    assert load_config(write("[server]\nnum_replicas = 2\n"), env={})[1].placement == "pooled"
+    with pytest.raises(ConfigError, match="would give each replica its own copy"):
+        load_config(write("[server]\nnum_replicas = 2\n"), env={"TROUPE_PLACEMENT": "replica"})
+
+
 def test_empty_environment_variables_count_as_unset(write):
     path = write("[server]\nport = 9001\n")
     assert load_config(path, env={"TROUPE_PORT": "", "TROUPE_API_KEYS": " "})[0].port == 9001
@@ -224,8 +231,9 @@ def test_unknown_keys_are_named(write, text, named):
         ('[server]\nport = "80"\n', "server.port: expected an integer"),
         ("[server]\nport = 70000\n", "server.port: not a TCP port"),
         ("[runtime]\npool_size = 0\n", "runtime.pool_size: must be greater than 0"),
-        ('[runtime]\nplacement = "random"\n', "runtime.placement: expected one of 'pooled', 'dedicated'"),
+        ('[runtime]\nplacement = "random"\n', "runtime.placement: expected one of 'replica', 'pooled', 'dedicated'"),
         ('[server]\ningress = "haproxy"\n', "server.ingress: expected one of 'direct', 'proxy'"),
+        ('[server]\nnum_replicas = 2\n[runtime]\nplacement = "replica"\n', "would give each replica its own copy"),
         ('[runtime]\ntool_runner = "thread"\n', "runtime.tool_runner: expected one of 'actor', 'task'"),
         ("[runtime]\nexample_tools = 1\n", "runtime.example_tools: expected a boolean"),
         ("[runtime]\ntool_num_cpus = -1\n", "must not be negative"),

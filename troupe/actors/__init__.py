@@ -2,7 +2,7 @@
 
 - :mod:`.runtime` — :class:`Runtime`, what the HTTP layer calls
 - :mod:`.host` — :class:`ConversationHost`, the I/O shell around the agent loop
-- :mod:`.placement` — pooled / dedicated / local placement of conversations on hosts
+- :mod:`.placement` — replica / pooled / dedicated / local placement of conversations on hosts
 - :mod:`.tool_tasks` — registered Python tools as Ray tasks
 - :mod:`.storage_actor` — the single owner of the DuckDB file
 - :mod:`.settings` — :class:`RuntimeSettings` and the embedded defaults

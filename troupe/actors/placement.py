@@ -5,6 +5,8 @@
   conversations share a host, the way a virtual-actor system hosts grains.
 * ``dedicated``: one named actor per conversation, created on first use; it exits
   after ``idle_timeout_s`` without a turn and is recreated later from storage.
+* ``replica``: one host inside the ingress replica itself, so that a streamed event
+  reaches the HTTP response without a Ray hop (a deployment of one ingress replica).
 * ``LocalPlacement``: one in-process host, no Ray (tests, development).
 
 A host that dies mid-turn surfaces as :class:`HostFailed`; the runtime turns it
@@ -35,6 +37,7 @@ __all__ = [
     "LocalPlacement",
     "PooledPlacement",
     "DedicatedPlacement",
+    "ReplicaPlacement",
     "HostFailed",
     "ray_placement",
     "stable_hash",
@@ -71,7 +74,7 @@ def stable_hash(key: str) -> int:
 
 
 class LocalPlacement:
-    """Every thread on one in-process host."""
+    """Every thread on one host in this process (the Ray-free runtime: tools in-process too)."""
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
         from .mcp import LocalMcpClient
@@ -99,26 +102,45 @@ class LocalPlacement:
 # -- Ray ----------------------------------------------------------------------------
 
 
+def ray_tools(settings: RuntimeSettings) -> tuple[list[Any], Any]:
+    """A host's tool executors and MCP client on Ray: this node's tool runner (or tasks), MCP actors."""
+    import ray
+
+    from .mcp import RayMcpClient
+    from .tool_tasks import RayToolExecutor, tool_runner
+
+    node_id = ray.get_runtime_context().get_node_id()
+    executor = RayToolExecutor(
+        settings.tools,
+        num_cpus=settings.tool_num_cpus,
+        timeout_s=settings.tool_timeout_s,
+        runner=(lambda: tool_runner(settings.namespace, node_id)) if settings.tool_runner == "actor" else None,
+    )
+    return [executor], RayMcpClient(settings)
+
+
+class ReplicaPlacement(LocalPlacement):
+    """``placement = "replica"``: every thread on one host inside the ingress replica itself.
+
+    A streamed event goes from the loop to the HTTP response without a Ray hop; tools,
+    MCP connections and storage are on Ray as with the other placements. A deployment
+    with more than one ingress replica cannot use it: each replica would host its own
+    copy of a conversation.
+    """
+
+    def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
+        executors, mcp_client = ray_tools(settings)
+        self.host = ConversationHost(settings, store=store, executors=executors, mcp_client=mcp_client)
+
+
 class HostActor(ConversationHost):
     """The host as it runs inside a Ray actor: storage and tools over Ray."""
 
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
-        import ray
-
-        from .mcp import RayMcpClient
         from .storage_actor import RayStoreClient
-        from .tool_tasks import RayToolExecutor, tool_runner
 
-        node_id = ray.get_runtime_context().get_node_id()
-        executor = RayToolExecutor(
-            settings.tools,
-            num_cpus=settings.tool_num_cpus,
-            timeout_s=settings.tool_timeout_s,
-            runner=(lambda: tool_runner(settings.namespace, node_id)) if settings.tool_runner == "actor" else None,
-        )
-        super().__init__(
-            settings, store=RayStoreClient.by_name(settings), executors=[executor], mcp_client=RayMcpClient(settings)
-        )
+        executors, mcp_client = ray_tools(settings)
+        super().__init__(settings, store=RayStoreClient.by_name(settings), executors=executors, mcp_client=mcp_client)
         self._idle_timeout_s = idle_timeout_s
         self._watcher: asyncio.Task[None] | None = None
 
@@ -267,7 +289,10 @@ class DedicatedPlacement:
         self._handles.clear()
 
 
-def ray_placement(settings: RuntimeSettings) -> Placement:
+def ray_placement(settings: RuntimeSettings, store: StoreClient) -> Placement:
+    """The placement ``settings.placement`` names; ``store`` serves a host in this process."""
     if settings.placement == "dedicated":
         return DedicatedPlacement(settings)
+    if settings.placement == "replica":
+        return ReplicaPlacement(settings, store)
     return PooledPlacement(settings)

@@ -104,7 +104,7 @@ class Runtime:
         from .storage_actor import RayStoreClient
 
         store = await RayStoreClient.connect(settings)
-        placement = ray_placement(settings)
+        placement = ray_placement(settings, store)
         _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))
         runtime = cls(settings, store=store, placement=placement)
         runtime._tool_runners = runners

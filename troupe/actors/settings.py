@@ -3,7 +3,8 @@
 Plain frozen dataclasses, picklable, so one value travels to every actor. The
 HTTP layer (``troupe.serve.config``) builds them from the TOML file and the
 environment; the defaults here are the embedded defaults: the ``sim`` model,
-the example tools, pooled placement, ``troupe.duckdb`` in the working directory.
+the example tools, conversations hosted in the ingress replica, ``troupe.duckdb`` in the
+working directory.
 """
 
 from __future__ import annotations
@@ -98,7 +99,11 @@ class RuntimeSettings:
     """CPUs each tool *task* reserves unless its ToolSpec says otherwise (0.25 lets 4 run per core)."""
     tool_timeout_s: float = 60.0
     """A tool call taking longer fails with a timeout error (fed back to the model)."""
-    placement: Literal["pooled", "dedicated"] = "pooled"
+    placement: Literal["replica", "pooled", "dedicated"] = "replica"
+    """Which host runs a conversation's turns: ``"replica"``, the ingress replica itself (no Ray
+    hop per streamed batch; one ingress replica only: with more, the configuration loader picks
+    ``"pooled"`` unless told otherwise); ``"pooled"``, ``pool_size`` host actors shared by all
+    conversations and replicas; ``"dedicated"``, an actor per conversation."""
     pool_size: int = 4
     """Pooled placement: how many conversation hosts."""
     idle_timeout_s: float = 300.0

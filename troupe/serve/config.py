@@ -198,7 +198,18 @@ def load_config(
     _check_keys(doc, _SECTIONS, source, "")
     server = _server_settings(doc, source)
     runtime = _runtime_settings(doc, source)
-    return _apply_env(server, runtime, env)
+    server, runtime = _apply_env(server, runtime, env)
+    if runtime.placement == "replica" and server.num_replicas > 1:
+        chosen = "placement" in _table(doc, "runtime", source) or "TROUPE_PLACEMENT" in env
+        if chosen:
+            raise ConfigError(
+                f"{source}: runtime.placement = \"replica\" hosts conversations inside the one ingress "
+                f"replica; server.num_replicas = {server.num_replicas} would give each replica its own copy "
+                "of a conversation (use \"pooled\")"
+            )
+        # The default placement, with several ingress replicas: they share pooled hosts.
+        runtime = dataclasses.replace(runtime, placement="pooled")
+    return server, runtime
 
 
 # -- sections ----------------------------------------------------------------------
