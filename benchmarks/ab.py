@@ -12,7 +12,9 @@ falls on both alike, and reports each figure's median over the rounds.
 The earlier commit is checked out with ``git worktree`` into ``benchmarks/scratch/ab/<commit>``
 and started by this virtual environment with ``PYTHONPATH`` pointing at it (its own
 ``benchmarks.troupe_server``, pooled app, model ``sim`` = the sim server over HTTP), so it
-must run on the installed dependencies. Loads: scenario 1 (streaming, every concurrency) and
+must run on the installed dependencies. Each side's pooled app is reached as its server says
+(:meth:`benchmarks.targets.Lab.start_troupe`): at its replica's own port when the server prints
+its URLs (direct ingress), through Serve's proxy for a server from before that. Loads: scenario 1 (streaming, every concurrency) and
 scenario 2 (non-streaming, every concurrency, store on and off), as :mod:`benchmarks.scenarios`
 defines them. Writes ``benchmarks/results/<date>-<commit>-ab-<before>.{json,md}`` (``--quick``:
 the scratch directory).

@@ -88,7 +88,10 @@ async def _measure(url: str, calls: int) -> dict[str, Any]:
     from troupe.actors.settings import RuntimeSettings
     from troupe.agentloop.mcp import McpServer
 
-    settings = RuntimeSettings(namespace="troupe-bench-mcp", storage_path=":memory:")
+    # The bench's MCP server is on loopback, which the default URL policy refuses.
+    settings = RuntimeSettings(
+        namespace="troupe-bench-mcp", storage_path=":memory:", mcp_allowed_urls=("http://127.0.0.1:*",)
+    )
     server = McpServer(label="bench", url=url, require_approval="never")
     out: dict[str, Any] = {}
 

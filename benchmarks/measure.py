@@ -3,7 +3,7 @@ its processes (and the sim's) spent, and ratios to the physical limit.
 
 Example::
 
-    row = await measure(ctx, ctx.lab.targets["troupe-pooled"], body, Level(16, 48, 16), label="…")
+    row = await measure(ctx, ctx.lab.targets["troupe-replica"], body, Level(16, 48, 16), label="…")
     row["summary"]["ttft_ms"]["p50"], row["server_cpu_ms_per_response"]
 """
 
@@ -41,6 +41,8 @@ class Ctx:
     notes: list[str] = field(default_factory=list)
     idle_cores: dict[str, float] = field(default_factory=dict)
     """Each process tree's CPU use at rest (cores), by process name: subtracted from loads."""
+    first_tool_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Scenario 7's first request to each tool app right after Troupe was ready, by target name."""
 
     def target(self, name: str) -> Target | None:
         return self.lab.targets.get(name)
@@ -99,13 +101,24 @@ async def measure(
     return row
 
 
-def idle_cores(ctx: Ctx, seconds: float = 5.0) -> dict[str, float]:
-    """Measure every started process tree's CPU use at rest (cores) into ``ctx.idle_cores``."""
+def idle_cores(ctx: Ctx, seconds: float = 5.0) -> dict[str, Any]:
+    """Measure every started process tree's CPU use at rest (cores) into ``ctx.idle_cores``.
+
+    Returns ``{"cores": {tree: cores}, "by_process": {tree: {role: cores}}}``: the trees' totals
+    and, within each, the processes grouped by role (:func:`benchmarks.procs.role`), busiest first, those
+    using at least 0.001 cores."""
     procs = {p.name: p for p in ctx.lab.procs}
     before = {name: p.cpu_s() for name, p in procs.items()}
+    parts_before = {name: p.cpu_by_process() for name, p in procs.items()}
     time.sleep(seconds)
     ctx.idle_cores = {name: round((p.cpu_s() - before[name]) / seconds, 4) for name, p in procs.items()}
-    return ctx.idle_cores
+    by_process = {}
+    for name, proc in procs.items():
+        roles: dict[str, float] = {}
+        for pid, (role, cpu) in proc.cpu_by_process().items():
+            roles[role] = roles.get(role, 0.0) + (cpu - parts_before[name].get(pid, (role, 0.0))[1]) / seconds
+        by_process[name] = {r: round(c, 4) for r, c in sorted(roles.items(), key=lambda kv: -kv[1]) if c >= 0.001}
+    return {"cores": ctx.idle_cores, "by_process": by_process}
 
 
 async def settle(ctx: Ctx, *, margin_cores: float = 0.15, window_s: float = 0.5, most_s: float = 15.0) -> float:
@@ -128,7 +141,8 @@ def _p(row: dict[str, Any], metric: str, q: str) -> float | None:
 
 
 def add_ratios(rows: list[dict[str, Any]], *, limit: str = "sim") -> None:
-    """Give every row ``ratios`` (and ``overhead_ms``) against the ``limit`` row of its concurrency."""
+    """Give every row ``ratios`` (TTFT and E2E p50/p99, throughput, server CPU per response)
+    and ``overhead_ms`` (TTFT and E2E p50) against the ``limit`` row of its concurrency."""
     limits = {r["concurrency"]: r for r in rows if r["target"] == limit}
     for row in rows:
         base = limits.get(row["concurrency"])
@@ -139,6 +153,8 @@ def add_ratios(rows: list[dict[str, Any]], *, limit: str = "sim") -> None:
             for metric in ("ttft_ms", "e2e_ms") for q in ("p50", "p99")
         }
         row["ratios"]["throughput"] = _round(ratio(row["summary"]["throughput_rps"], base["summary"]["throughput_rps"]))
+        row["ratios"]["cpu_per_response"] = _round(ratio(row.get("server_cpu_ms_per_response"),
+                                                         base.get("server_cpu_ms_per_response")))
         row["overhead_ms"] = {
             f"{metric}_p50": _round(None if _p(row, metric, "p50") is None or _p(base, metric, "p50") is None
                                     else _p(row, metric, "p50") - _p(base, metric, "p50"))  # type: ignore[operator]

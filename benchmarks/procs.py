@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import psutil
 
-__all__ = ["Proc", "free_port", "wait_until", "http_ok"]
+__all__ = ["Proc", "free_port", "wait_until", "http_ok", "role"]
 
 
 def free_port() -> int:
@@ -54,6 +54,19 @@ def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str, al
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not ready within {timeout_s:.0f} s")
         time.sleep(0.1)
+
+
+def role(proc: psutil.Process) -> str:
+    """What a process is: Ray's title for its workers without the method running now
+    (``ray::ServeController``, not ``ray::ServeController.listen_for_change``), a Python
+    process's script or module, else the program's name."""
+    cmd = proc.cmdline()
+    if cmd and cmd[0].startswith("ray::"):
+        return cmd[0].split()[0].split(".")[0]
+    if "-m" in cmd[:-1]:
+        return cmd[cmd.index("-m") + 1]
+    script = next((os.path.basename(a) for a in cmd[1:3] if a.endswith(".py")), None)
+    return script or proc.name()
 
 
 @dataclass(eq=False)
@@ -138,6 +151,17 @@ class Proc:
                 self._gone_cpu += getattr(proc, "_last_cpu", 0.0)
                 del self._seen[pid]
         return total + self._gone_cpu
+
+    def cpu_by_process(self) -> dict[int, tuple[str, float]]:
+        """The CPU seconds (user + system) of each live process of the tree, with its role."""
+        found = {}
+        for proc in self.processes():
+            try:
+                times = proc.cpu_times()
+                found[proc.pid] = (role(proc), times.user + times.system)
+            except psutil.Error:
+                continue
+        return found
 
     def memory(self) -> dict[str, Any]:
         """Resident memory of the tree: RSS and PSS (shared pages split between sharers), MiB."""

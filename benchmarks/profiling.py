@@ -1,8 +1,11 @@
 """Profile Troupe where it is far from the limit: py-spy on its processes under load.
 
-Two loads on the pooled app, each for a fixed time, with ``py-spy record`` attached to every
-Troupe process of the roles that do the work (Serve proxy, ingress replica, conversation
-hosts, storage actor) and psutil counting their CPU:
+Two loads on the main Troupe app (:data:`benchmarks.scenarios.MAIN`, the replica placement) at
+its replica's own port (direct ingress), each for a fixed time, with ``py-spy record`` attached
+to every Troupe process of the roles that do the work and psutil counting their CPU: Serve's
+proxy (out of the path, but listed), the main app's ingress replica (with the replica placement
+the agent loop runs there too: there are no conversation host actors in its path) and the
+storage actors (every app has one; their processes cannot be told apart by title):
 
 * streaming: scenario 1's input at concurrency 16 (overhead per streamed token);
 * non-streaming with ``store`` on: scenario 2's input at concurrency 16 (store-on throughput).
@@ -27,15 +30,17 @@ from typing import Any
 from troupe.bench.loadgen import LoadSpec, run_load
 
 from .measure import Ctx, log
+from .procs import role as process_role
+from .scenarios import MAIN, MAIN_APP
 
 __all__ = ["profile_troupe"]
 
 ROLES = {
     "Serve proxy": "ProxyActor",
-    "ingress replica": "ServeReplica:pooled",
-    "conversation hosts": "HostActor",
+    "ingress replica (the loop)": f"ServeReplica:{MAIN_APP}:",
     "storage actor": "StorageService",
 }
+"""Role → what its processes' titles contain (:func:`benchmarks.procs.role`)."""
 _NATIVE = ("threading.py", "concurrent/futures/thread.py", "ray/_private/worker.py")
 
 
@@ -80,12 +85,12 @@ def _aggregate(paths: list[str], top: int = 8) -> dict[str, Any]:
 
 
 async def _one_load(ctx: Ctx, py_spy: str, name: str, body: dict[str, Any], seconds: float) -> dict[str, Any]:
-    target = ctx.target("troupe-pooled")
+    target = ctx.target(MAIN)
     assert target is not None and target.proc is not None
     by_role: dict[str, list[Any]] = {role: [] for role in ROLES}
     for proc in target.proc.processes():
         try:
-            proc_name = proc.name()
+            proc_name = process_role(proc)
         except Exception:  # noqa: BLE001 - it exited
             continue
         for role, marker in ROLES.items():
@@ -124,7 +129,7 @@ async def profile_troupe(ctx: Ctx, seconds: float = 10.0) -> dict[str, Any]:
     py_spy = _py_spy()
     if py_spy is None:
         return {"skipped": "py-spy is not installed"}
-    if ctx.target("troupe-pooled") is None:
+    if ctx.target(MAIN) is None:
         return {"skipped": "Troupe did not start"}
     loads = []
     for name, body in (
@@ -133,4 +138,4 @@ async def profile_troupe(ctx: Ctx, seconds: float = 10.0) -> dict[str, Any]:
     ):
         log(f"profile: {name}, {seconds:.0f} s under py-spy")
         loads.append(await _one_load(ctx, py_spy, name, body, seconds))
-    return {"tool": "py-spy record --rate 100 --nonblocking (no --idle)", "loads": loads}
+    return {"tool": "py-spy record --rate 100 --nonblocking (no --idle)", "target": MAIN, "loads": loads}

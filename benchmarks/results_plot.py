@@ -10,9 +10,13 @@ from troupe.bench.stats import cdf, thin
 __all__ = ["plot_results"]
 
 
-_COLORS = {"sim": "black", "troupe-pooled": "tab:blue", "troupe store=on": "tab:blue",
-           "troupe store=off": "tab:cyan", "troupe-dedicated": "tab:pink",
+_COLORS = {"sim": "black", "serve-floor": "tab:gray", "serve floor": "tab:gray",
+           "troupe-replica-proxy": "tab:purple", "troupe via proxy store=on": "tab:purple",
+           "troupe-replica": "tab:blue", "troupe store=on": "tab:blue", "troupe store=off": "tab:cyan",
+           "troupe-pooled-proxy": "tab:purple", "troupe-pooled": "tab:olive", "troupe pooled store=on": "tab:olive",
+           "troupe pooled store=off": "tab:brown", "troupe-dedicated": "tab:pink",
            "smg": "tab:orange", "llama-stack": "tab:green"}
+"""One color per target (scenario 2: per label; its ``troupe store=…`` labels are the main target's)."""
 
 
 def _color(name: str) -> str | None:
@@ -98,7 +102,7 @@ def plot_results(doc: dict[str, Any], path: str) -> str:
     e.grid(True, alpha=0.3)
     _legend(e)
     s5 = doc.get("scenarios", {}).get("5_placement") or {}
-    names = [n for n in ("pooled", "dedicated") if (s5.get(n) or {}).get("first_turn_ms")]
+    names = [n for n in ("replica", "pooled", "dedicated") if (s5.get(n) or {}).get("first_turn_ms")]
     for i, q in enumerate(("p50", "p99")):
         f.bar([x + i * 0.38 for x in range(len(names))], [s5[n]["first_turn_ms"][q] for n in names], width=0.38,
               label=q)
@@ -106,7 +110,7 @@ def plot_results(doc: dict[str, Any], path: str) -> str:
     f.set_title("5 placement: first-turn latency (ms)", fontsize="medium")
     _legend(f)
     f.grid(True, axis="y", alpha=0.3)
-    for n in ("pooled", "dedicated"):
+    for n in ("replica", "pooled", "dedicated"):
         samples = (s5.get(n) or {}).get("memory_samples") or []
         if samples:
             g.plot([m["conversations"] for m in samples], [m["pss_mib"] for m in samples], "-o", label=n)

@@ -3,16 +3,22 @@
     .venv/bin/python -m benchmarks.run            # the full run (a few minutes on 2 cores)
     .venv/bin/python -m benchmarks.run --quick    # a smoke test of the harness (about a minute)
 
-Starts everything it needs on 127.0.0.1 (the sim server, Troupe on its own local Ray instance,
-the peers SMG and Llama Stack, an MCP server), runs the scenarios of :mod:`benchmarks.scenarios`
-in order, stops everything it started, and writes the results. Scratch data (logs, DuckDB
-files, the peers' virtual environments) goes to ``benchmarks/scratch/``, which git ignores;
+Starts everything it needs on 127.0.0.1 (the sim server, Troupe's apps and the Serve floor on
+their own local Ray instance, the peers SMG and Llama Stack, an MCP server), sends scenario 7's first
+requests as soon as Troupe is ready, runs the scenarios of :mod:`benchmarks.scenarios` in
+order, stops everything it started, and writes the results. Scratch data (logs, DuckDB files,
+the peers' virtual environments) goes to ``benchmarks/scratch/``, which git ignores;
 ``--out-dir`` puts the results elsewhere (a quick run writes to the scratch directory).
 
 Before/after: the Markdown compares the run with a baseline, an earlier results JSON
 (``--baseline PATH``). By default (``--baseline auto``) a full run takes the newest full run in
 ``benchmarks/results/`` whose commit differs from the current one; a ``--quick`` run takes none
 unless given one; ``--baseline none`` turns the comparison off.
+
+"Troupe" in the results is the main target, ``troupe-replica`` (:data:`benchmarks.scenarios.MAIN`,
+the replica placement), recorded as the document's ``main_target``; ``troupe-pooled`` is
+measured beside it in scenarios 1 and 2. A baseline from before the replica placement is read
+for its own main target, ``troupe-pooled``.
 """
 
 from __future__ import annotations
@@ -34,17 +40,19 @@ from typing import Any
 from troupe.bench.loadgen import run_async
 from troupe.bench.machine import machine_info
 
-from . import profiling, scenario_http, scenario_placement
+from . import profiling, scenario_http, scenario_placement, scenario_tools
 from .measure import Ctx, idle_cores, log
 from .procs import Proc, free_port
-from .results import baseline_summary, load_results, pick_baseline, write_results
-from .scenarios import definitions
+from .results import baseline_summary, load_results, pick_baseline, target_checks, write_results
+from .scenarios import MAIN, definitions
 from .targets import ROOT, Lab
 
 __all__ = ["main"]
 
-SCENARIOS = ("0", "1", "2", "P", "3", "4", "5", "6")
-"""In run order; P profiles Troupe with py-spy."""
+SCENARIOS = ("0", "1", "2", "P", "3", "7", "4", "5", "6")
+"""In run order; P profiles the main Troupe (:data:`benchmarks.scenarios.MAIN`) with py-spy.
+Scenario 7's first requests are sent as soon as Troupe is ready, before everything else; its
+idle-gap requests run after scenario 3."""
 
 
 def _git(*args: str) -> str | None:
@@ -102,6 +110,7 @@ async def _scenarios(ctx: Ctx, chosen: set[str], scratch: str) -> dict[str, Any]
         ("2", "2_throughput", scenario_http.throughput),
         ("P", "profile", lambda c: profiling.profile_troupe(c, c.defs.profile_seconds)),
         ("3", "3_agent_loop", scenario_http.agent_loop),
+        ("7", "7_idle_tools", scenario_tools.idle_tools),
         ("4", "4_history", scenario_http.history),
         ("5", "5_placement", scenario_placement.placement),
     ]
@@ -192,14 +201,18 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "definitions": asdict(defs),
         "command": ".venv/bin/python -m benchmarks.run" + (" --quick" if args.quick else ""),
+        "main_target": MAIN,  # the Troupe of the Headline, the Targets table and the before/after
     }
     wall = time.perf_counter()
     with Lab(scratch=args.scratch, peers=not args.no_peers) as lab:
+        ctx = Ctx(lab=lab, defs=defs, progress=not args.quiet)
         log("starting the sim server")
         sim = lab.start_sim()
         if chosen - {"0", "6"}:
-            log("starting Troupe (a local Ray instance, both placements)")
+            log("starting Troupe (a local Ray instance: its apps and the Serve floor)")
             lab.start_troupe(sim.base_url)
+            if "7" in chosen:  # before anything else reaches Troupe
+                ctx.first_tool_requests = run_async(scenario_tools.first_requests(ctx))
             log("setting up and starting the peers")
             lab.start_peers(sim.base_url.removesuffix("/v1"))
             for peer, status in lab.peer_status.items():
@@ -207,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         document["peers"] = lab.peer_status
         document["targets"] = {n: {"base_url": t.base_url, "model": t.model, "kind": t.kind}
                                for n, t in lab.targets.items()}
-        ctx = Ctx(lab=lab, defs=defs, progress=not args.quiet)
         log("measuring each server's CPU use at rest")
-        document["idle_cpu_cores"] = idle_cores(ctx)
+        idle = idle_cores(ctx, defs.idle_seconds)
+        document["idle_cpu_cores"], document["idle_cpu_by_process"] = idle["cores"], idle["by_process"]
         document["machine"]["load_average_before_scenarios"] = machine_info()["load_average"]
         document["scenarios"] = run_async(_scenarios(ctx, chosen, args.scratch))
         document["notes"] = ctx.notes
     document["wall_s"] = round(time.perf_counter() - wall, 1)
+    document["target_checks"] = target_checks(document)
     if baseline_path is not None and baseline is not None:
         try:
             document["baseline"] = baseline_summary(baseline, document, _shown(baseline_path), picked)

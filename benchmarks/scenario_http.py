@@ -16,10 +16,17 @@ from troupe.bench.report import summarize_run
 from troupe.bench.stats import ratio, summarize
 
 from .measure import Ctx, add_ratios, log, measure
-from .scenarios import SLEEP_MS
+from .scenarios import MAIN, MAIN_PROXY, POOLED, SLEEP_MS
 from .targets import Target
 
-__all__ = ["client_overhead", "streaming", "throughput", "agent_loop", "history"]
+__all__ = ["client_overhead", "streaming", "throughput", "agent_loop", "history", "model_only", "breakdown"]
+
+
+COMPARED = ("sim", "serve-floor", MAIN, MAIN_PROXY, POOLED)
+"""Scenarios 1 and 2, before the peers: the bare sim (the limit), the Serve floor (the sim app
+inside one Serve replica, direct), the main Troupe (the replica placement) direct, how ``troupe
+serve`` serves, the same app through Serve's proxy, and Troupe pooled direct (host actors: a Ray
+hop per streamed batch), for comparison."""
 
 
 def _order(ctx: Ctx, *names: str) -> list[Target]:
@@ -59,24 +66,36 @@ async def streaming(ctx: Ctx) -> dict[str, Any]:
     body = {"input": ctx.defs.streaming_input, "stream": True}
     rows = []
     for level in ctx.defs.streaming_levels:
-        for target in _order(ctx, "sim", "troupe-pooled"):
+        for target in _order(ctx, *COMPARED):
             log(f"1 streaming: {target.name} c={level.concurrency}")
             rows.append(await measure(ctx, target, body, level, label=target.name))
     add_ratios(rows)
     return {"rows": rows}
 
 
+def _throughput_variants(ctx: Ctx) -> list[tuple[Target, bool | None, str]]:
+    """Scenario 2's (target, store, label) triples: the limit and the floor (stateless, no
+    store), the main Troupe direct with store on and off, through the proxy with it on, Troupe
+    pooled direct with store on and off, and the peers with it on."""
+    found: list[tuple[Target, bool | None, str]] = []
+    if (sim := ctx.target("sim")) is not None:
+        found.append((sim, None, "sim"))
+    if (floor := ctx.target("serve-floor")) is not None:
+        found.append((floor, None, "serve floor"))
+    if (troupe := ctx.target(MAIN)) is not None:
+        found += [(troupe, True, "troupe store=on"), (troupe, False, "troupe store=off")]
+    if (proxied := ctx.target(MAIN_PROXY)) is not None:
+        found.append((proxied, True, "troupe via proxy store=on"))
+    if (pooled := ctx.target(POOLED)) is not None:
+        found += [(pooled, True, "troupe pooled store=on"), (pooled, False, "troupe pooled store=off")]
+    return found + [(peer, True, f"{peer.name} store=on") for peer in ctx.peers()]
+
+
 async def throughput(ctx: Ctx) -> dict[str, Any]:
     """2. Non-streaming, zero-latency sim: responses per second and CPU per response, store on/off."""
     rows = []
     for level in ctx.defs.throughput_levels:
-        variants: list[tuple[Target, bool | None, str]] = []
-        if (sim := ctx.target("sim")) is not None:
-            variants.append((sim, None, "sim"))
-        if (troupe := ctx.target("troupe-pooled")) is not None:
-            variants += [(troupe, True, "troupe store=on"), (troupe, False, "troupe store=off")]
-        variants += [(peer, True, f"{peer.name} store=on") for peer in ctx.peers()]
-        for target, store, label in variants:
+        for target, store, label in _throughput_variants(ctx):
             body: dict[str, Any] = {"input": ctx.defs.throughput_input, "stream": False}
             if store is not None:
                 body["store"] = store
@@ -85,11 +104,6 @@ async def throughput(ctx: Ctx) -> dict[str, Any]:
             row["store"] = store
             rows.append(row)
     add_ratios(rows)
-    for row in rows:
-        limit = next((r for r in rows if r["target"] == "sim" and r["concurrency"] == row["concurrency"]), None)
-        if limit is not None and row.get("server_cpu_ms_per_response") is not None:
-            row.setdefault("ratios", {})["cpu_per_response"] = _r(
-                ratio(row["server_cpu_ms_per_response"], limit["server_cpu_ms_per_response"]))
     return {"rows": rows}
 
 
@@ -97,35 +111,39 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-async def _model_only(ctx: Ctx, sim: Target, first: dict[str, Any]) -> dict[str, Any]:
-    """The agent loop's two model turns sent straight to the bare sim: the model's share of the
-    critical path (the second turn sees the four calls and their outputs)."""
-    calls = [i for i in first.get("output", []) if i.get("type") == "function_call"]
-    second_input = [{"role": "user", "content": ctx.defs.agent_input}]
+async def model_only(ctx: Ctx, sim: Target, text: str, sleep_ms: int) -> dict[str, Any]:
+    """A tool round's two model turns sent straight to the bare sim: the model's share of the
+    critical path. Turn 1 is ``text`` (which asks for the tool calls), turn 2 sees the calls and
+    their outputs; each is sent ``agent_model_samples`` times. The p50 of each turn, the tools'
+    ``sleep_ms`` and the critical path: turn 1 + ``sleep_ms`` + turn 2."""
+    async with httpx.AsyncClient() as http:
+        probe = await send_request(http, sim.base_url, {"model": "sim", "input": text}, keep_response=True)
+    calls = [i for i in (probe.response or {}).get("output", []) if i.get("type") == "function_call"]
+    second_input = [{"role": "user", "content": text}]
     for call in calls:
         second_input.append({"type": "function_call", "call_id": call["call_id"], "name": call["name"],
                              "arguments": call["arguments"]})
-    second_input += [{"type": "function_call_output", "call_id": c["call_id"], "output": f"slept {SLEEP_MS} ms"}
+    second_input += [{"type": "function_call_output", "call_id": c["call_id"], "output": f"slept {sleep_ms} ms"}
                      for c in calls]
     turns: dict[str, list[float]] = {"turn1": [], "turn2": []}
     async with httpx.AsyncClient() as http:
         for _ in range(ctx.defs.agent_model_samples):
-            for key, body in (("turn1", {"input": ctx.defs.agent_input}),
-                              ("turn2", {"input": second_input})):
+            for key, body in (("turn1", {"input": text}), ("turn2", {"input": second_input})):
                 result = await send_request(http, sim.base_url, {**body, "model": "sim", "stream": True})
                 if result.ok and result.e2e_s is not None:
                     turns[key].append(result.e2e_s * 1000)
     out = {k: (s.p50 if (s := summarize(v)) else None) for k, v in turns.items()}
-    out["tool_ms"] = SLEEP_MS
+    out["tool_ms"] = sleep_ms
     out["critical_path_ms"] = (None if None in (out["turn1"], out["turn2"])
-                               else round(out["turn1"] + SLEEP_MS + out["turn2"], 2))  # type: ignore[operator]
+                               else round(out["turn1"] + sleep_ms + out["turn2"], 2))  # type: ignore[operator]
     return out
 
 
-async def _breakdown(target: Target, e2e_by_id: dict[str, float]) -> dict[str, Any]:
-    """Where a Troupe agent-loop response spent its time, from its stored step traces: per
-    response, the model calls, the tool window (first tool start to last tool end), the tools'
-    time beyond their 200 ms, and the rest of the client's end to end; p50 of each over up to 5."""
+async def breakdown(target: Target, e2e_by_id: dict[str, float], sleep_ms: int = SLEEP_MS) -> dict[str, Any]:
+    """Where a Troupe response with tool calls spent its time, from its stored step traces: per
+    response, the model calls, the tool window (first tool start to last tool end), the longest
+    tool's time beyond its ``sleep_ms``, and the rest of the client's end to end; p50 of each
+    over up to 5 responses."""
     parts: dict[str, list[float]] = {"model_calls_ms": [], "tool_window_ms": [], "tool_overhead_ms": [],
                                      "other_ms": []}
     async with httpx.AsyncClient() as http:
@@ -141,28 +159,26 @@ async def _breakdown(target: Target, e2e_by_id: dict[str, float]) -> dict[str, A
             window = (max(t["started_at"] + t["duration_s"] for t in tools) - min(t["started_at"] for t in tools)) * 1000
             parts["model_calls_ms"].append(model)
             parts["tool_window_ms"].append(window)
-            parts["tool_overhead_ms"].append(max(t["duration_s"] for t in tools) * 1000 - SLEEP_MS)
+            parts["tool_overhead_ms"].append(max(t["duration_s"] for t in tools) * 1000 - sleep_ms)
             parts["other_ms"].append(e2e_ms - model - window)
     return {k: (round(s.p50, 2) if (s := summarize(v)) else None) for k, v in parts.items()}
 
 
 async def agent_loop(ctx: Ctx) -> dict[str, Any]:
-    """3. Two model turns around four parallel server-side tool calls, against the critical path."""
-    troupe, sim = ctx.target("troupe-pooled"), ctx.target("sim")
+    """3. Two model turns around four parallel server-side tool calls, against the critical path,
+    on the main Troupe."""
+    troupe, sim = ctx.target(MAIN), ctx.target("sim")
     if troupe is None or sim is None:
         return {"skipped": "Troupe or the sim server did not start"}
-    async with httpx.AsyncClient() as http:
-        probe = await send_request(http, sim.base_url, {"model": "sim", "input": ctx.defs.agent_input},
-                                   keep_response=True)
-    ideal = await _model_only(ctx, sim, probe.response or {})
+    ideal = await model_only(ctx, sim, ctx.defs.agent_input, SLEEP_MS)
     rows = []
     body = {"input": ctx.defs.agent_input, "stream": True}
     for level in ctx.defs.agent_levels:
-        log(f"3 agent loop: troupe c={level.concurrency}")
-        row = await measure(ctx, troupe, body, level, label="troupe-pooled")
+        log(f"3 agent loop: {troupe.name} c={level.concurrency}")
+        row = await measure(ctx, troupe, body, level, label=troupe.name)
         e2e = (row["summary"].get("e2e_ms") or {}).get("p50")
         row["vs_critical_path"] = _r(ratio(e2e, ideal["critical_path_ms"]))
-        row["breakdown_p50"] = await _breakdown(troupe, row["response_e2e_ms"])
+        row["breakdown_p50"] = await breakdown(troupe, row["response_e2e_ms"])
         rows.append(row)
     return {"critical_path": ideal, "rows": rows,
             "peers": "not run: the peers have no server-side Python tools to run as the sleep tool"}
@@ -211,11 +227,12 @@ def _median3(turns: list[dict[str, Any]]) -> float | None:
 
 
 async def history(ctx: Ctx) -> dict[str, Any]:
-    """4. Latency per turn as history grows: a conversation and a previous_response_id chain."""
+    """4. Latency per turn as history grows: a conversation and a previous_response_id chain on
+    the main Troupe (and the peers), against the bare sim fed the whole history."""
     combos: list[tuple[Target, str]] = []
     if (sim := ctx.target("sim")) is not None:
         combos.append((sim, "stateless"))
-    if (troupe := ctx.target("troupe-pooled")) is not None:
+    if (troupe := ctx.target(MAIN)) is not None:
         combos += [(troupe, "conversation"), (troupe, "chain")]
     combos += [(peer, mode) for peer in ctx.peers() for mode in ("conversation", "chain")]
     series = []

@@ -1,7 +1,8 @@
-"""Scenario 5: pooled against dedicated placement.
+"""Scenario 5: the replica, pooled and dedicated placements.
 
 For each placement, new conversations are opened one after another (a first turn each, no
-``previous_response_id``), and each stays live: pooled, as an entry in a host's message cache;
+``previous_response_id``), and each stays live: replica, as an entry in the message cache of the
+host inside the ingress replica; pooled, as an entry in a host actor's message cache;
 dedicated, as its own Ray actor (the benchmark server's idle timeout outlasts the run). The
 scenario records
 
@@ -90,19 +91,23 @@ async def _one_placement(ctx: Ctx, name: str, cap: int) -> dict[str, Any]:
             f"{usable:.0f} MiB available at start beyond a {defs.placement_min_available_mib:.0f} MiB reserve, "
             "divided by the memory per conversation (extrapolated, not measured)" if measurable else
             f"the server grew by {grown:.1f} MiB for {live} conversations, within the {_RESOLUTION_MIB:.0f} MiB "
-            "noise of its memory: no ceiling can be extrapolated; pooled hosts keep up to cache_size threads each "
-            "and rebuild evicted ones from storage, so no process per conversation limits them"),
+            "noise of its memory: no ceiling can be extrapolated; a replica or pooled host keeps up to cache_size "
+            "threads and rebuilds evicted ones from storage, so no process per conversation limits them"),
     }
 
 
 async def placement(ctx: Ctx) -> dict[str, Any]:
-    """5. Pooled vs dedicated: first-turn latency, memory per live conversation, ceiling."""
+    """5. Replica vs pooled vs dedicated: first-turn latency, memory per live conversation, ceiling."""
     out = {}
-    for name, cap in (("pooled", ctx.defs.placement_pooled_cap), ("dedicated", ctx.defs.placement_dedicated_cap)):
+    for name, cap in (("replica", ctx.defs.placement_pooled_cap), ("pooled", ctx.defs.placement_pooled_cap),
+                      ("dedicated", ctx.defs.placement_dedicated_cap)):
         log(f"5 placement: {name}, up to {cap} new conversations")
         out[name] = await _one_placement(ctx, name, cap)
-    pooled, dedicated = out.get("pooled", {}), out.get("dedicated", {})
+    replica, pooled, dedicated = out.get("replica", {}), out.get("pooled", {}), out.get("dedicated", {})
     if dedicated.get("first_turn_ms") and pooled.get("first_turn_ms"):
         out["dedicated_over_pooled_first_turn_p50"] = round(
             dedicated["first_turn_ms"]["p50"] / pooled["first_turn_ms"]["p50"], 2)
+    if pooled.get("first_turn_ms") and replica.get("first_turn_ms"):
+        out["pooled_over_replica_first_turn_p50"] = round(
+            pooled["first_turn_ms"]["p50"] / replica["first_turn_ms"]["p50"], 2)
     return out

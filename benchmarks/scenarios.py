@@ -13,12 +13,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["Level", "Definitions", "FULL", "QUICK", "definitions", "SLEEP_MS", "TURNS"]
+__all__ = ["Level", "Definitions", "FULL", "QUICK", "definitions", "SLEEP_MS", "TURNS", "IDLE_SLEEP_MS",
+           "MAIN_APP", "MAIN", "MAIN_PROXY", "POOLED", "POOLED_PROXY"]
+
+MAIN_APP = "replica"
+"""The benchmark server's app that is *the* Troupe measured: ``placement = "replica"`` (the loop in
+the one ingress replica), what ``troupe serve`` runs by default."""
+MAIN = f"troupe-{MAIN_APP}"
+"""The main Troupe target (direct ingress): the Headline's and the Targets table's Troupe, the
+profile's, and the one app of scenarios 3 and 4."""
+MAIN_PROXY = f"{MAIN}-proxy"
+"""The main Troupe app through Serve's proxy."""
+POOLED, POOLED_PROXY = "troupe-pooled", "troupe-pooled-proxy"
+"""Troupe with pooled host actors (a Ray hop per streamed batch), measured beside the main target in
+scenarios 1 and 2; the main target of results from before the replica placement."""
 
 SLEEP_MS = 200
 """Scenario 3: each of the four parallel server-side tool calls sleeps this long."""
 TURNS = 20
 """Scenario 4: turns per conversation / chain depth."""
+IDLE_SLEEP_MS = 400
+"""Scenario 7: each of the four parallel server-side tool calls sleeps this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,7 @@ class Definitions:
     # 5. placement: new conversations, one first turn each, until a cap or a memory budget
     placement_input: str = "[[tokens 8]]"
     placement_pooled_cap: int = 200
+    """The cap of the pooled placement and of the replica placement (one host in the ingress replica)."""
     placement_dedicated_cap: int = 16
     placement_memory_budget_mib: float = 4096.0
     """Stop adding conversations once the server's memory grew by this much."""
@@ -68,6 +84,13 @@ class Definitions:
     """…or once the machine has less than this available."""
     # 6. MCP: long-lived connection actor vs a session per call
     mcp_calls: int = 60
+    # 7. tools after an idle gap: four parallel IDLE_SLEEP_MS calls in one response (zero-latency
+    #    sim), on the first request after Troupe is ready, then each idle_tools_gap_s after the last
+    idle_tools_input: str = " ".join(f'[[call sleep {{"ms": {IDLE_SLEEP_MS}}}]]' for _ in range(4))
+    idle_tools_gap_s: float = 5.0
+    idle_tools_samples: int = 5
+    # every server's CPU use at rest, measured once all are up (seconds)
+    idle_seconds: float = 10.0
 
 
 FULL = Definitions()
@@ -84,6 +107,8 @@ QUICK = replace(
     placement_dedicated_cap=4,
     mcp_calls=10,
     profile_seconds=4.0,
+    idle_tools_samples=2,
+    idle_seconds=5.0,
 )
 
 

@@ -1,11 +1,16 @@
-"""The servers under test, started on loopback: the bare sim, Troupe (both placements), peers.
+"""The servers under test, started on loopback: the bare sim, Troupe, the Serve floor, peers.
 
 :class:`Lab` starts what a run needs and stops all of it (``with Lab(...) as lab``):
 
 * ``sim``: ``troupe sim`` with no default latency (scenarios set it per request with
   ``[[latency …]]``): the physical limit, and the upstream model of everything else;
-* ``troupe``: :mod:`benchmarks.troupe_server` (pooled at ``/pooled/v1``, dedicated at
-  ``/dedicated/v1``), model ``sim`` = the sim server over HTTP;
+* ``troupe``: :mod:`benchmarks.troupe_server`, one Ray instance with Serve's direct ingress:
+  targets ``troupe-replica`` (the main Troupe, :data:`benchmarks.scenarios.MAIN`: conversations
+  hosted in the ingress replica, ``troupe serve``'s default), ``troupe-pooled``,
+  ``troupe-dedicated`` and ``troupe-pooled-task`` (pooled, tools as a Ray task per call) at their
+  replicas' own ports, the same apps through Serve's proxy as ``troupe-…-proxy``, model ``sim`` =
+  the sim server over HTTP; and ``serve-floor``, the sim app itself inside one Serve replica of
+  that instance (direct), what Serve alone costs;
 * peers: SMG (``smg launch --backend openai`` in front of the sim's ``/v1/responses``) and
   Llama Stack (``remote::vllm`` on the sim's Chat Completions), each installed by its
   ``benchmarks/peers/setup_*.sh`` into its own virtual environment. A peer that cannot be
@@ -14,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,12 +29,25 @@ from typing import Any
 import httpx
 
 from .procs import Proc, free_port, wait_until
-from .troupe_server import APPS
+from .troupe_server import FLOOR_APP
 
 __all__ = ["Target", "Lab", "ROOT"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BIN = os.path.dirname(sys.executable)
+
+
+_OLD_APPS = ("pooled", "dedicated")
+"""The apps of a benchmark server from before direct ingress, all behind Serve's proxy."""
+
+
+def _printed_urls(proc: Proc) -> dict[str, dict[str, str]]:
+    """The app URLs a benchmark server printed (its ``URLS {json}`` line); empty if none."""
+    with open(proc.log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("URLS "):
+                return json.loads(line.removeprefix("URLS "))
+    return {}
 
 
 def _responds(base_url: str, model: str) -> bool:
@@ -47,7 +66,7 @@ class Target:
     base_url: str
     model: str
     kind: str
-    """``limit`` (the bare sim), ``troupe`` or ``peer``."""
+    """``limit`` (the bare sim), ``floor`` (the sim app inside a Serve replica), ``troupe`` or ``peer``."""
     proc: Proc | None = None
     """Its own processes, for CPU and memory (None: measured elsewhere)."""
 
@@ -95,8 +114,10 @@ class Lab:
 
     def start_troupe(self, sim_url: str, *, name: str = "troupe", checkout: str = ROOT) -> None:
         """Troupe from ``checkout`` (another commit's worktree runs on this environment, its
-        own code first on ``PYTHONPATH``); its apps become targets ``<name>-pooled`` and
-        ``<name>-dedicated``."""
+        own code first on ``PYTHONPATH``). Each Troupe app becomes target ``<name>-<app>`` at its
+        direct-ingress URL and ``<name>-<app>-proxy`` through Serve's proxy; the Serve floor
+        becomes ``serve-floor`` (direct). A checkout whose server prints no URLs (from before
+        direct ingress) gives ``<name>-pooled`` and ``<name>-dedicated`` through the proxy."""
         port = free_port()
         data = os.path.join(self.scratch, f"{name}-data")
         if os.path.isdir(data):  # fresh databases every run
@@ -109,10 +130,16 @@ class Lab:
              "--data-dir", data],
             cwd=checkout, env=None if checkout == ROOT else {"PYTHONPATH": checkout},
         )
-        proc.wait_log("READY", timeout_s=180)
-        for app in APPS:
+        proc.wait_log("READY", timeout_s=300)
+        urls = _printed_urls(proc) or {app: {"proxy": f"http://127.0.0.1:{port}/{app}/v1"} for app in _OLD_APPS}
+        for app, ways in urls.items():
+            if app == FLOOR_APP:
+                self.targets[app] = Target(app, ways["direct"], "sim", "floor", proc)
+                continue
             target = f"{name}-{app}"
-            self.targets[target] = Target(target, f"http://127.0.0.1:{port}/{app}/v1", "sim", "troupe", proc)
+            self.targets[target] = Target(target, ways.get("direct", ways["proxy"]), "sim", "troupe", proc)
+            if "direct" in ways:
+                self.targets[f"{target}-proxy"] = Target(f"{target}-proxy", ways["proxy"], "sim", "troupe", proc)
 
     def start_peers(self, sim_root: str) -> None:
         """Install (if needed) and start SMG and Llama Stack; record why one is skipped."""

@@ -1,35 +1,64 @@
-"""Troupe for the benchmarks: a fresh local Ray instance serving one Serve app per placement.
+"""Troupe for the benchmarks: a fresh local Ray instance serving one Serve app per configuration.
 
     python -m benchmarks.troupe_server --port 18500 --sim-url http://127.0.0.1:18501/v1 --data-dir DIR
 
-Starts Ray (``address="local"``: never joins another session on the machine), Ray Serve on
-127.0.0.1:PORT, and the Troupe app once per placement, as in the e2e suite: ``/pooled/v1`` and
-``/dedicated/v1``, each with its own Ray namespace and DuckDB file in DATA_DIR. Both offer
+Starts Ray (``address="local"``: never joins another session on the machine) with Serve's
+direct ingress on (:func:`troupe.serve.deployment.direct_ingress_env`, on a free range of
+loopback ports), Serve's proxy on 127.0.0.1:PORT, and these Serve apps, one replica each:
+
+* ``replica``, ``pooled``, ``dedicated``: the Troupe app once per placement, each with its own
+  Ray namespace and DuckDB file in DATA_DIR. ``replica`` (conversations hosted inside the
+  ingress replica itself, no Ray hop per streamed batch; ``troupe serve``'s default) is the
+  Troupe the benchmarks measure first (:data:`benchmarks.scenarios.MAIN_APP`); ``pooled`` (K
+  host actors) and ``dedicated`` (an actor per conversation) are compared with it;
+* ``pooled-task``: pooled, but registered tools run as one Ray task per call
+  (``tool_runner="task"``, the behaviour before the per-node tool runner), one host;
+* ``serve-floor``: no Troupe at all, the sim server's FastAPI app
+  (:func:`troupe.serve.sim_app.create_sim_app`) as the ingress of one Serve deployment: what
+  Serve itself costs in front of the same answers.
+
+Every app is reachable both at its replica's own port (direct ingress, how ``troupe serve``
+serves) and through the proxy at ``/<app>``. The Troupe apps offer
 
 * ``sim``: the standalone sim server at SIM_URL through Troupe's HTTP model client, the same
   upstream the bare-sim baseline and the peers use;
 * ``sim-local``: the in-process sim (no model hop), to separate gateway cost from model I/O;
 
-and the example tools (``sleep`` for the agent-loop scenario). Prints ``READY`` on stdout when
-every app answers ``/health``; on SIGTERM or SIGINT it shuts down Serve and the Ray instance it
-started (nothing else: never ``ray stop``).
+and the example tools (``sleep`` for the tool scenarios). Once every app answers ``/health``
+both ways it prints one line ``URLS {"<app>": {"direct": …, "proxy": …}, …}`` (JSON: each
+app's API root, ``…/v1``), then ``READY``; on SIGTERM or SIGINT it shuts down Serve and the
+Ray instance it started (nothing else: never ``ray stop``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
+from typing import Any
 
 import httpx
 
-__all__ = ["main", "APPS"]
+__all__ = ["main", "APPS", "FLOOR_APP"]
 
-APPS = {"pooled": {"placement": "pooled"}, "dedicated": {"placement": "dedicated"}}
-"""Route prefix → the RuntimeSettings fields that differ from the defaults."""
+APPS: dict[str, dict[str, Any]] = {
+    "dedicated": {"placement": "dedicated"},
+    "pooled": {"placement": "pooled"},
+    "pooled-task": {"placement": "pooled", "tool_runner": "task", "pool_size": 1},
+    "replica": {"placement": "replica"},
+}
+"""Troupe's apps: route prefix → the RuntimeSettings fields set for it (the placement always, so
+that a change of the default placement changes no app). One replica each, hence one
+direct-ingress port each. Started in this order, after the Serve floor: the tool apps of scenario 7
+(``pooled-task`` and ``replica``) last, so that their first requests come soon after their own
+start, as they would after ``troupe serve`` says it is ready."""
+FLOOR_APP = "serve-floor"
+"""The Serve floor's app: the sim FastAPI app inside one Serve replica."""
 
 
 def _healthy(url: str) -> bool:
@@ -39,9 +68,106 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_range(count: int, tries: int = 100) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 right now."""
+    for _ in range(tries):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            first = sock.getsockname()[1]
+        if first + count <= 65536 and all(_bindable(p) for p in range(first, first + count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
+def direct_roots(ports: range) -> dict[str, str]:
+    """Each app's root URL on its replica's own port: every replica server in ``ports`` says
+    which app it serves at which prefix (Serve's ``/-/routes``)."""
+    roots = {}
+    for port in ports:
+        try:
+            routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=2).json()
+        except (httpx.TransportError, ValueError):
+            continue
+        for prefix, app in routes.items():
+            roots[app] = f"http://127.0.0.1:{port}{prefix.rstrip('/')}"
+    return roots
+
+
+def _sim_asgi_app() -> Any:
+    """The Serve floor's ASGI app, built on its replica: the sim server with no default latency."""
+    from troupe.agentloop.sim import SimSettings
+    from troupe.serve.sim_app import create_sim_app
+
+    return create_sim_app(SimSettings())
+
+
+class SimFloor:
+    """The Serve floor's deployment class: no code of its own, its ingress is the sim app."""
+
+
+def _serve_floor() -> Any:
+    """The Serve floor, bound: one replica of a deployment whose ingress is the sim app,
+    reserving no CPU and taking as many requests at once as Troupe's ingress does."""
+    from ray import serve
+
+    ingress = serve.ingress(_sim_asgi_app)(SimFloor)
+    return serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)(ingress).bind()
+
+
+def _run_apps(args: argparse.Namespace) -> None:
+    """``serve.run`` the Serve floor, then every Troupe app, each at ``/<name>``."""
+    from ray import serve
+
+    from troupe.actors.settings import ModelSpec, RuntimeSettings
+    from troupe.serve.config import ServerSettings
+    from troupe.serve.deployment import build_app
+
+    models = (
+        ModelSpec(name="sim", kind="openai", base_url=args.sim_url, upstream_model="sim"),
+        ModelSpec(name="sim-local", kind="sim"),
+    )
+    serve.run(_serve_floor(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
+    for name, fields in APPS.items():
+        settings = RuntimeSettings(
+            models=models,
+            **{"pool_size": args.pool_size, **fields},
+            idle_timeout_s=args.idle_timeout,
+            namespace=f"troupe-bench-{name}",
+            storage_path=os.path.join(args.data_dir, f"{name}.duckdb"),
+        )
+        serve.run(build_app(ServerSettings(port=args.port), settings), name=name, route_prefix=f"/{name}")
+
+
+def _urls(proxy_port: int, ports: range, timeout_s: float = 120.0) -> dict[str, dict[str, str]]:
+    """Every app's API roots, direct and through the proxy, once each answers ``/health`` both
+    ways. Raises TimeoutError naming what did not answer."""
+    names = [*APPS, FLOOR_APP]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        direct = direct_roots(ports)
+        roots = {n: {"direct": direct.get(n), "proxy": f"http://127.0.0.1:{proxy_port}/{n}"} for n in names}
+        waiting = [f"{root}/health" for r in roots.values() for root in r.values()
+                   if root is None or not _healthy(f"{root}/health")]
+        if not waiting:
+            return {n: {way: f"{root}/v1" for way, root in r.items()} for n, r in roots.items()}
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not answering within {timeout_s:.0f} s: {', '.join(waiting)}")
+        time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True, help="Serve's proxy")
     parser.add_argument("--sim-url", required=True, help="the sim server's API root (…/v1)")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--num-cpus", type=int, default=os.cpu_count() or 2)
@@ -53,38 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from troupe.actors.settings import ModelSpec, RuntimeSettings
-    from troupe.serve.config import ServerSettings
-    from troupe.serve.deployment import build_app
+    from troupe.serve.deployment import LOCAL_RAY_SYSTEM_CONFIG, direct_ingress_env
 
     os.makedirs(args.data_dir, exist_ok=True)
+    replicas = len(APPS) + 1  # one replica per Troupe app and the Serve floor's, a direct-ingress port each
+    first = free_port_range(replicas + 1)  # Serve's upper bound is inclusive: one port more
+    os.environ.update(direct_ingress_env(first, replicas))  # inherited by Serve's controller and replicas
     ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             namespace="troupe-bench")
+             namespace="troupe-bench", _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
-        models = (
-            ModelSpec(name="sim", kind="openai", base_url=args.sim_url, upstream_model="sim"),
-            ModelSpec(name="sim-local", kind="sim"),
-        )
-        for name, fields in APPS.items():
-            settings = RuntimeSettings(
-                models=models,
-                pool_size=args.pool_size,
-                idle_timeout_s=args.idle_timeout,
-                namespace=f"troupe-bench-{name}",
-                storage_path=os.path.join(args.data_dir, f"{name}.duckdb"),
-                **fields,
-            )
-            app = build_app(ServerSettings(port=args.port), settings)
-            serve.run(app, name=name, route_prefix=f"/{name}")
-        deadline = time.monotonic() + 120
-        for name in APPS:
-            url = f"http://127.0.0.1:{args.port}/{name}/health"
-            while not _healthy(url):
-                if time.monotonic() > deadline:
-                    print(f"{url} did not answer within 120 s", file=sys.stderr)
-                    return 1
-                time.sleep(0.1)
+        _run_apps(args)
+        try:
+            urls = _urls(args.port, range(first, first + replicas + 1))
+        except TimeoutError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print("URLS " + json.dumps(urls), flush=True)
         print("READY", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
