@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -66,41 +65,6 @@ def _healthy(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.TransportError:
         return False
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_range(count: int, tries: int = 100) -> int:
-    """The first of ``count`` consecutive ports free on 127.0.0.1 right now."""
-    for _ in range(tries):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            first = sock.getsockname()[1]
-        if first + count <= 65536 and all(_bindable(p) for p in range(first, first + count)):
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1")
-
-
-def direct_roots(ports: range) -> dict[str, str]:
-    """Each app's root URL on its replica's own port: every replica server in ``ports`` says
-    which app it serves at which prefix (Serve's ``/-/routes``)."""
-    roots = {}
-    for port in ports:
-        try:
-            routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=2).json()
-        except (httpx.TransportError, ValueError):
-            continue
-        for prefix, app in routes.items():
-            roots[app] = f"http://127.0.0.1:{port}{prefix.rstrip('/')}"
-    return roots
 
 
 def _sim_asgi_app() -> Any:
@@ -151,10 +115,12 @@ def _run_apps(args: argparse.Namespace) -> None:
 def _urls(proxy_port: int, ports: range, timeout_s: float = 120.0) -> dict[str, dict[str, str]]:
     """Every app's API roots, direct and through the proxy, once each answers ``/health`` both
     ways. Raises TimeoutError naming what did not answer."""
+    from troupe.serve.deployment import direct_ingress_roots
+
     names = [*APPS, FLOOR_APP]
     deadline = time.monotonic() + timeout_s
     while True:
-        direct = direct_roots(ports)
+        direct = direct_ingress_roots(ports)
         roots = {n: {"direct": direct.get(n), "proxy": f"http://127.0.0.1:{proxy_port}/{n}"} for n in names}
         waiting = [f"{root}/health" for r in roots.values() for root in r.values()
                    if root is None or not _healthy(f"{root}/health")]
@@ -179,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from troupe.serve.deployment import LOCAL_RAY_SYSTEM_CONFIG, direct_ingress_env
+    from troupe.serve.deployment import LOCAL_RAY_SYSTEM_CONFIG, direct_ingress_env, free_port_range
 
     os.makedirs(args.data_dir, exist_ok=True)
     replicas = len(APPS) + 1  # one replica per Troupe app and the Serve floor's, a direct-ingress port each

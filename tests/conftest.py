@@ -20,8 +20,7 @@ def ray_session() -> Iterator[None]:
         # Serve apps deployed in this session serve HTTP from their replicas, as `troupe serve`
         # runs them (direct ingress); Serve's proxy still runs, on its own port, for the tests
         # of the proxy path. Set before ray.init: the processes Ray starts inherit it.
-        from tests.servers import free_port_range
-        from troupe.serve.deployment import direct_ingress_env
+        from troupe.serve.deployment import direct_ingress_env, free_port_range
 
         os.environ.update(direct_ingress_env(free_port_range(16), 16))
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

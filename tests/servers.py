@@ -24,43 +24,17 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float = 20.0, what: st
         time.sleep(0.01)
 
 
-def free_port_range(count: int) -> int:
-    """The first of ``count`` consecutive loopback ports that are free now."""
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            first = sock.getsockname()[1]
-        if first + count <= 65536 and all(_free(port) for port in range(first, first + count)):
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports found")
+def direct_ingress_root(app_name: str) -> str:
+    """The root URL at which a Serve app's ingress replica serves HTTP itself (direct ingress),
+    found in the replica port range of this session (``RAY_SERVE_DIRECT_INGRESS_*_HTTP_PORT``)."""
+    from troupe.serve.deployment import direct_ingress_roots
 
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def direct_ingress_root(app_name: str, host: str = "127.0.0.1") -> str:
-    """The root URL at which a Serve app's ingress replica serves HTTP itself (direct ingress).
-
-    Scans the replica port range of this session (``RAY_SERVE_DIRECT_INGRESS_*_HTTP_PORT``)
-    and asks each replica server which application it serves (Serve's ``/-/routes``).
-    """
     first = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
     end = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])
-    for port in range(first, end):
-        try:
-            routes = httpx.get(f"http://{host}:{port}/-/routes", timeout=2).json()
-        except (httpx.TransportError, ValueError):
-            continue
-        for prefix, app in routes.items():
-            if app == app_name:
-                return f"http://{host}:{port}{prefix.rstrip('/')}"
-    raise LookupError(f"no replica in ports {first}-{end - 1} serves the Serve app {app_name!r}")
+    roots = direct_ingress_roots(range(first, end + 1))
+    if app_name not in roots:
+        raise LookupError(f"no replica in ports {first}-{end} serves the Serve app {app_name!r}")
+    return roots[app_name]
 
 
 def _healthy(url: str) -> bool:

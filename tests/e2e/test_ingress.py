@@ -21,7 +21,8 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from tests.servers import free_port_range, wait_for
+from tests.servers import wait_for
+from troupe.serve.deployment import free_port_range
 
 STREAM_BODY = json.dumps({"model": "sim", "input": "[[tokens 32]] [[latency itl=5]]", "stream": True})
 
