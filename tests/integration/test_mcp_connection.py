@@ -4,6 +4,7 @@ SSE and stdio, and the connection actors on Ray."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -273,12 +274,21 @@ async def test_the_connection_goes_to_the_checked_address_under_the_host_name() 
 
     with serve_app(_host_echo()) as base:
         port = base.rsplit(":", 1)[1]
-        pinned = AddressGuard(allow_private=True, resolver={"echo.example": ["127.0.0.1"]}.get)
+        resolved_on: list[threading.Thread] = []
+
+        def resolver(host: str) -> list[str] | None:
+            resolved_on.append(threading.current_thread())
+            return {"echo.example": ["127.0.0.1"]}.get(host)
+
+        pinned = AddressGuard(allow_private=True, resolver=resolver)
         async with httpx2.AsyncClient(transport=pinned_transport(pinned)) as http:
             # echo.example exists only in this resolver: the socket went to the checked 127.0.0.1,
             # while the Host header (and TLS SNI, for https) keep the name.
             answer = await http.get(f"http://echo.example:{port}/host")
         assert answer.text == f"echo.example:{port}"
+        # Resolved off the loop, but not on an anyio worker thread: those are not daemons and
+        # outlive their loop, so a connection actor's process could not exit (orphans seen).
+        assert [t.name.startswith("AnyIO worker") for t in resolved_on] == [False]
         strict = AddressGuard(resolver={"echo.example": ["127.0.0.1"]}.get)
         async with httpx2.AsyncClient(transport=pinned_transport(strict)) as http:
             with pytest.raises(httpx2.ConnectError, match="loopback"):

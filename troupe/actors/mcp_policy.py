@@ -31,6 +31,7 @@ refused too.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import hashlib
 import ipaddress
@@ -382,9 +383,10 @@ class _PinnedBackend(httpcore2.AsyncNetworkBackend):
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None, socket_options: Any = None) -> Any:
-        import anyio
-
-        addresses = await anyio.to_thread.run_sync(self.guard.addresses, host)  # getaddrinfo blocks
+        # getaddrinfo blocks: on the loop's default executor, whose threads end with the process.
+        # (anyio's worker threads are not daemons, and nothing stops them once the loop is gone:
+        # a connection actor that had resolved a name could never exit.)
+        addresses = await asyncio.to_thread(self.guard.addresses, host)
         failure: Exception | None = None
         for address in addresses:
             try:
