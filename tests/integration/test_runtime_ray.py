@@ -31,6 +31,16 @@ def hosts_of(namespace):
     ]
 
 
+def kill_namespace(namespace):
+    """Kill the named actors this test started; one that exits meanwhile (idle) is already gone."""
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == namespace:
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace=namespace))
+            except ValueError:
+                pass  # it exited between the listing and the look-up
+
+
 def text(response):
     return response["output"][-1]["content"][0]["text"]
 
@@ -56,9 +66,7 @@ async def runtime(placement, namespace, tmp_path_factory):
     rt = await Runtime.on_ray(settings)
     yield rt
     await rt.close()
-    for actor in ray.util.list_named_actors(all_namespaces=True):
-        if actor["namespace"] == namespace:
-            ray.kill(ray.get_actor(actor["name"], namespace=namespace))
+    kill_namespace(namespace)
 
 
 async def test_chain_and_conversation(runtime):
@@ -186,6 +194,4 @@ async def test_an_idle_dedicated_actor_exits_and_the_next_turn_rebuilds_from_sto
         assert text(follow) == "remember this | [[history]]"
     finally:
         await rt.close()
-        for actor in ray.util.list_named_actors(all_namespaces=True):
-            if actor["namespace"] == namespace:
-                ray.kill(ray.get_actor(actor["name"], namespace=namespace))
+        kill_namespace(namespace)
