@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -122,9 +123,11 @@ class ConversationHost:
         if thread is None:
             thread = self._threads[key] = _Thread()
         self._threads.move_to_end(key)
-        # Drop the least recently used idle threads; a running turn's thread is never dropped.
-        for old_key in list(self._threads)[: max(0, len(self._threads) - self.settings.cache_size)]:
-            if not self._threads[old_key].lock.locked():
+        excess = len(self._threads) - self.settings.cache_size
+        if excess > 0:
+            # Drop the least recently used idle threads; a running turn's thread is never dropped.
+            idle = (k for k, t in self._threads.items() if k != key and not t.lock.locked())
+            for old_key in list(itertools.islice(idle, excess)):
                 del self._threads[old_key]
         return thread
 

@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any, Literal
 
@@ -92,6 +93,17 @@ def _check_refs(schema: Any, loc: Loc) -> None:
         where = format_param(loc)
         raise _fail(loc, f"Invalid schema for '{where}': $ref {_show(bad[0])} does not resolve to a definition "
                     "in the schema.")
+
+
+@functools.cache
+def _non_null_defaults(model: type[BaseModel]) -> frozenset[str]:
+    """The optional fields of ``model`` whose default is not None (computed once per model:
+    calling a default factory is not free)."""
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if not field.is_required() and field.get_default(call_default_factory=True) is not None
+    )
 
 
 class CreateResponseRequest(BaseModel):
@@ -182,13 +194,9 @@ class CreateResponseRequest(BaseModel):
     def _null_means_default(cls, data: Any) -> Any:
         # The SDK types many parameters Optional; an explicit null for a parameter
         # with a non-null default (store, stream, tools…) means "use the default".
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or None not in data.values():
             return data
-        defaulted = {
-            name
-            for name, field in cls.model_fields.items()
-            if not field.is_required() and field.get_default(call_default_factory=True) is not None
-        }
+        defaulted = _non_null_defaults(cls)
         return {k: v for k, v in data.items() if not (v is None and k in defaulted)}
 
     @model_validator(mode="after")
