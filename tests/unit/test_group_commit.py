@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from troupe.storage import DuckDBStore, GroupCommitWriter, ResponseRecord, StorageError
+from troupe.storage.group_commit import WriterStopped
 
 from .test_store_contract import make_record
 
@@ -204,6 +205,34 @@ async def test_a_full_batch_does_not_wait_for_the_delay() -> None:
         await asyncio.gather(*(writer.submit(make_record(f"resp_{i}")) for i in range(3)))
     assert write.calls == [["resp_0", "resp_1", "resp_2"]]
     await writer.close()
+
+
+async def test_a_lingering_writer_waits_for_company_before_every_batch_until_hurried() -> None:
+    """``linger``: records that queued during a write wait for more, in one batch; ``hurry`` ends the wait."""
+    write = RecordingWrite()
+    writer = GroupCommitWriter(write, max_batch=3, linger=True, max_delay_s=3600)
+    first = [asyncio.create_task(writer.submit(make_record(f"resp_{i}"))) for i in range(3)]  # a full batch
+    await write.started()
+    later = [asyncio.create_task(writer.submit(make_record(f"resp_{i}"))) for i in (3, 4)]
+    await until(lambda: writer.pending == 2)
+    write.release.set()
+    await asyncio.gather(*first)
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert writer.pending == 2 and write.calls == [["resp_0", "resp_1", "resp_2"]]  # not written on their own
+    writer.hurry()
+    async with asyncio.timeout(WAIT_S):
+        await asyncio.gather(*later)
+    assert write.calls[1] == ["resp_3", "resp_4"]
+    await writer.close()
+
+
+async def test_a_stopped_writer_fails_with_writer_stopped() -> None:
+    write = RecordingWrite()
+    writer = GroupCommitWriter(write)
+    await writer.close()
+    with pytest.raises(WriterStopped):
+        await writer.submit(make_record("resp_late"))
 
 
 async def test_a_lone_record_waits_at_most_max_delay() -> None:

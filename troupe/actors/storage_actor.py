@@ -19,7 +19,7 @@ from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, Respons
 
 from .raycall import ray_result
 from .settings import RuntimeSettings
-from .store_client import AsyncStore, open_store
+from .store_client import AsyncStore, journal_of, open_store
 
 __all__ = ["StorageService", "RayStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 
@@ -30,7 +30,7 @@ class StorageService(AsyncStore):
     """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(open_store(path))
+        super().__init__(open_store(path), journal=journal_of(path))
 
     async def ping(self) -> bool:
         return True

@@ -26,8 +26,9 @@ from typing import Any, Protocol, TypeVar
 
 from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, Store
 from troupe.storage.group_commit import GroupCommitWriter
+from troupe.storage.journal import JournaledWriter, journal_dir
 
-__all__ = ["StoreClient", "AsyncStore", "open_store"]
+__all__ = ["StoreClient", "AsyncStore", "journal_of", "open_store"]
 
 T = TypeVar("T")
 
@@ -37,6 +38,11 @@ def open_store(path: str) -> Store:
     from troupe.storage.duckdb_store import DuckDBStore
 
     return DuckDBStore(None if path == ":memory:" else path)
+
+
+def journal_of(path: str) -> str | None:
+    """The response journal's directory of the DuckDB file at ``path``; None in memory."""
+    return None if path == ":memory:" else journal_dir(path)
 
 
 class StoreClient(Protocol):
@@ -90,18 +96,25 @@ class StoreClient(Protocol):
 class AsyncStore:
     """A :class:`StoreClient` over a store in this process: calls run on one thread, in order.
 
-    Reads and writes share the group-commit writer's thread, so a read sees every write
-    that returned before it. :meth:`close` writes what is queued, then closes the store.
+    A finished response is durable once ``write_response`` returns: in the response journal
+    beside a DuckDB file (:mod:`troupe.storage.journal`), which reaches the file behind, many
+    responses per transaction; for a store in memory, in the store itself, group-committed.
+    Every other call runs on the store's thread once what was written before it is stored,
+    so a read sees every write that returned before it. :meth:`close` stores what is
+    pending, then closes the store.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, journal: str | None = None) -> None:
+        """``journal``: the journal directory of ``store``, a ``DuckDBStore`` on a file (replayed already)."""
         self.store = store
-        self.writer = GroupCommitWriter(store.write_responses)
+        self.writer: GroupCommitWriter[ResponseRecord] | JournaledWriter = (
+            GroupCommitWriter(store.write_responses) if journal is None else JournaledWriter(store, journal)
+        )
 
     @classmethod
     def open(cls, path: str) -> AsyncStore:
-        """Over the DuckDB file at ``path`` (``:memory:`` for a throwaway one)."""
-        return cls(open_store(path))
+        """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
+        return cls(open_store(path), journal=journal_of(path))
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.writer.run_sync(functools.partial(fn, *args, **kwargs))

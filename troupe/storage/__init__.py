@@ -1,4 +1,5 @@
-"""Storage: the :class:`Store` contract, its in-memory and DuckDB implementations, and group commit.
+"""Storage: the :class:`Store` contract, its in-memory and DuckDB implementations, group commit, and
+the response journal (:mod:`troupe.storage.journal`) that makes a response durable before DuckDB has it.
 
 Example::
 

@@ -17,6 +17,11 @@ only once a transaction has committed, and a failed transaction leaves no row in
 an appender, so a batch that fails (and is retried in parts by the group commit
 writer) leaves no trace.
 
+Opening a file stores what its response journal (``<path>.journal/``, see
+:mod:`troupe.storage.journal`) holds beyond the position the file records: the responses
+that were durable when a crash stopped the writer, before they reached DuckDB. So every
+reader of the file (``troupe sql``, ``troupe eval``) sees every acknowledged response.
+
 Memory: DuckDB allocates through its own allocator (jemalloc), which by default
 keeps freed pages until later DuckDB work happens to purge them. Storing a
 response with 10 MB of input (echoed as output) left the storage actor about
@@ -46,7 +51,7 @@ from typing import Any
 
 import duckdb
 
-from . import schema
+from . import journal, schema
 from .base import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError, Store
 
 __all__ = ["DuckDBStore"]
@@ -95,6 +100,9 @@ class DuckDBStore(Store):
             self._migrate()
             # The next responses.seq: read once, then counted here (under the lock).
             self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
+            if self.path != ":memory:":
+                # Responses made durable in the journal but not yet stored here (a crash).
+                journal.replay(self, journal.journal_dir(self.path))
         except BaseException:
             self._conn.close()
             raise
@@ -279,8 +287,13 @@ class DuckDBStore(Store):
 
     # -- responses ---------------------------------------------------------------
 
-    def write_responses(self, records: Sequence[ResponseRecord]) -> None:
-        """See :meth:`Store.write_responses`. One transaction for the whole batch."""
+    def write_responses(self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None) -> None:
+        """See :meth:`Store.write_responses`. One transaction for the whole batch.
+
+        ``journal_lsn``: the records come from the response journal
+        (:mod:`troupe.storage.journal`), the last of them with this log sequence number;
+        stored as :meth:`journal_lsn` in the same transaction.
+        """
         if not records:
             return
         on_commit: list[Callable[[], None]] = []
@@ -319,7 +332,13 @@ class DuckDBStore(Store):
             self._append(conn, "response_items", schema.ITEM_COLUMNS, items)
             self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
+            if journal_lsn is not None:
+                conn.execute("UPDATE journal_position SET applied_lsn = greatest(applied_lsn, ?)", [journal_lsn])
             on_commit.append(lambda: self._advance(seq + len(records), next_seq))
+
+    def journal_lsn(self) -> int:
+        """The highest log sequence number of the response journal that this store holds (0: none)."""
+        return self._fetchone("SELECT applied_lsn FROM journal_position")[0]
 
     def _advance(self, next_response_seq: int, conversation_seqs: dict[tuple[str, str], int | None]) -> None:
         """Move the counters past a committed batch of responses (under the lock)."""

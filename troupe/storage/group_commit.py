@@ -35,17 +35,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from .base import ResponseRecord, StorageError
+from .base import StorageError
 
-__all__ = ["GroupCommitWriter"]
+__all__ = ["GroupCommitWriter", "WriterStopped"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
-class GroupCommitWriter:
-    """Batches :class:`ResponseRecord` writes; bound to the event loop of its first ``submit``.
+class WriterStopped(StorageError):
+    """The writer stopped (closed, or its task cancelled at loop teardown) before writing the record."""
+
+
+class GroupCommitWriter(Generic[R]):
+    """Batches record writes (``ResponseRecord`` s, usually); bound to the event loop of its first ``submit``.
 
     Args:
         write: stores a batch atomically (all or nothing), raising StorageError
@@ -55,16 +60,20 @@ class GroupCommitWriter:
         max_batch: the most records per ``write`` call.
         max_delay_s: the most an idle writer waits for more records before
             writing (0: write at once; batches still form while a write runs).
+        linger: wait up to ``max_delay_s`` before every batch, not only when idle:
+            fewer, bigger batches for a writer whose callers do not wait for it
+            (the response journal's). :meth:`hurry` skips the wait.
         executor: where ``write`` and :meth:`run_sync` calls run; default a
             dedicated single-thread executor, shut down by :meth:`close`.
     """
 
     def __init__(
         self,
-        write: Callable[[list[ResponseRecord]], None],
+        write: Callable[[list[R]], None],
         *,
         max_batch: int = 256,
         max_delay_s: float = 0.002,
+        linger: bool = False,
         executor: concurrent.futures.Executor | None = None,
     ) -> None:
         if max_batch < 1:
@@ -74,15 +83,17 @@ class GroupCommitWriter:
         self._write = write
         self._max_batch = max_batch
         self._max_delay_s = max_delay_s
+        self._linger = linger
         self._owns_executor = executor is None
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-store")
-        self._queue: list[tuple[ResponseRecord, asyncio.Future[None]]] = []
-        self._inflight: list[tuple[ResponseRecord, asyncio.Future[None]]] = []
+        self._queue: list[tuple[R, asyncio.Future[None]]] = []
+        self._inflight: list[tuple[R, asyncio.Future[None]]] = []
         # Set by every submit and by close: wakes an idle flusher, and lets one
         # waiting for company recheck the batch size.
         self._wakeup = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
+        self._hurry = False
         self._writes = 0
 
     @property
@@ -95,7 +106,7 @@ class GroupCommitWriter:
         """How many times ``write`` has been called (successfully or not; retried parts of a failed batch count)."""
         return self._writes
 
-    async def submit(self, record: ResponseRecord) -> None:
+    async def submit(self, record: R) -> None:
         """Queue ``record`` and return once the batch holding it is committed.
 
         Cancelling the caller does not withdraw the record: it is written anyway.
@@ -106,7 +117,7 @@ class GroupCommitWriter:
                 the writer is closed.
         """
         if self._closing:
-            raise StorageError("the group commit writer is closed")
+            raise WriterStopped("the group commit writer is closed")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((record, future))
         self._wakeup.set()
@@ -126,6 +137,11 @@ class GroupCommitWriter:
         """
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    def hurry(self) -> None:
+        """Write what is queued now, without waiting for company (someone waits for it)."""
+        self._hurry = True
+        self._wakeup.set()
+
     async def close(self) -> None:
         """Write everything queued, then stop (idempotent); later ``submit`` calls raise StorageError."""
         self._closing = True
@@ -141,9 +157,16 @@ class GroupCommitWriter:
         try:
             while True:
                 await self._wait_for_company()
-                # What queued while a batch was being written has waited already: no delay.
-                while self._queue:
+                # What queued while a batch was being written has waited already: no delay
+                # (unless lingering).
+                wrote = False
+                while self._queue and not (wrote and self._linger and not self._hurry):
                     await self._write_batch()
+                    wrote = True
+                if self._queue:
+                    continue  # lingering: wait for company again
+                if wrote:
+                    self._hurry = False  # a hurry lasts until the queue is written
                 if self._closing:
                     return
                 self._wakeup.clear()
@@ -155,15 +178,15 @@ class GroupCommitWriter:
             self._inflight, self._queue = [], []
             for _, future in stranded:
                 if not future.done():
-                    future.set_exception(StorageError("the group commit writer stopped before writing"))
+                    future.set_exception(WriterStopped("the group commit writer stopped before writing"))
 
     async def _wait_for_company(self) -> None:
-        """Give a record that found the writer idle up to ``max_delay_s`` to be joined by others."""
+        """Give a record that found the writer idle (or lingering) up to ``max_delay_s`` to be joined by others."""
         if self._max_delay_s <= 0:
             return
         try:
             async with asyncio.timeout(self._max_delay_s):
-                while len(self._queue) < self._max_batch and not self._closing:
+                while len(self._queue) < self._max_batch and not (self._closing or self._hurry):
                     self._wakeup.clear()
                     await self._wakeup.wait()
         except TimeoutError:
@@ -190,7 +213,7 @@ class GroupCommitWriter:
                     future.set_exception(error)
         self._inflight = []
 
-    async def _try_write(self, records: list[ResponseRecord]) -> StorageError | None:
+    async def _try_write(self, records: list[R]) -> StorageError | None:
         """One ``write`` call on the executor thread; the error it raised, as a StorageError, or None."""
         self._writes += 1
         try:

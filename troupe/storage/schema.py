@@ -186,7 +186,19 @@ _V2 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2]
+# Version 3: the response journal (``troupe.storage.journal``). One row: the highest log
+# sequence number of the journal whose record is stored, written with each batch of them.
+_V3 = [
+    """
+    CREATE TABLE journal_position (
+        id          INTEGER NOT NULL PRIMARY KEY CHECK (id = 0),
+        applied_lsn BIGINT  NOT NULL
+    )
+    """,
+    "INSERT INTO journal_position VALUES (0, 0)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
