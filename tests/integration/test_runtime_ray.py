@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 
 import pytest
@@ -59,7 +60,12 @@ def namespace(placement):
 async def runtime(placement, namespace, tmp_path_factory):
     path = tmp_path_factory.mktemp("ray") / "ray.duckdb"
     # sleep_task: the example sleep tool reserving CPUs, so each call is a Ray task of its own.
-    tools = (*DEFAULT_TOOLS, ToolSpec(name="sleep_task", target="troupe.actors.example_tools:sleep", num_cpus=0.25))
+    tools = (
+        *DEFAULT_TOOLS,
+        ToolSpec(name="sleep_task", target="troupe.actors.example_tools:sleep", num_cpus=0.25),
+        # A tool that can raise TimeoutError of its own: urlopen from a server that never answers.
+        ToolSpec(name="urlopen", target="urllib.request:urlopen", description="Fetch a URL."),
+    )
     settings = RuntimeSettings(
         storage_path=str(path), namespace=namespace, placement=placement, pool_size=2, tools=tools
     )
@@ -105,6 +111,16 @@ async def test_parallel_tool_calls_stay_warm_after_an_idle_gap(runtime):
         assert max(starts) - min(starts) < 0.1, f"the calls started {max(starts) - min(starts):.3f} s apart"
         # A worker process takes well over 0.25 s to start on this kind of machine.
         assert max(t["duration_s"] for t in spans) < 0.4 + 0.25, spans
+
+
+async def test_a_tools_own_timeout_error_is_not_reported_as_ours(runtime):
+    """The tool's TimeoutError reaches the model as the tool's, not as "timed out after 60 s"."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+        out = await runtime.respond("", req(input=f'[[call urlopen {{"url": "{url}", "timeout": 0.2}}]]'))
+    outputs = [item["output"] for item in out["output"] if item["type"] == "function_call_output"]
+    assert len(outputs) == 1
+    assert outputs[0].startswith("Error: TimeoutError: ") and "timed out after" not in outputs[0], outputs
 
 
 async def test_tools_that_reserve_cpus_run_as_parallel_ray_tasks(runtime):

@@ -119,10 +119,14 @@ class RayToolExecutor:
             num_cpus = self._num_cpus if spec.num_cpus is None else spec.num_cpus
             options = {"num_cpus": num_cpus, "max_retries": 0, "name": f"tool:{call.name}"}
             ref = self._task.options(**options).remote(spec.target, arguments)
+        scope = asyncio.timeout(self._timeout_s)
         try:
-            # The tool's own error arrives as itself: the model sees it, not Ray's wrapper.
-            return await asyncio.wait_for(ray_result(ref, own=BaseException), timeout=self._timeout_s)
+            async with scope:
+                # The tool's own error arrives as itself: the model sees it, not Ray's wrapper.
+                return await ray_result(ref, own=BaseException)
         except TimeoutError:
+            if not scope.expired():
+                raise  # the tool's own TimeoutError: its message, not ours
             # A task's process is killed; in the runner, an async tool is cancelled at its
             # next await (a sync one finishes on its thread, and its result is dropped).
             ray.cancel(ref, force=not in_runner)  # Ray cannot force-cancel an actor's task
