@@ -12,7 +12,7 @@ one place, and the in-process runtime uses it as it is.
 
 On a cache miss (a new host, a restart, an evicted thread) it rebuilds the
 thread from storage: the conversation's items, or the ``previous_response_id``
-chain. A finished response is written to storage (group commit) *before* its
+chain. A finished response is made durable in storage (its journal) *before* its
 terminal event is released, so a client that saw ``response.completed`` can
 always retrieve the response.
 """

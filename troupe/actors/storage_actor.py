@@ -3,9 +3,10 @@
 DuckDB allows one writing process, so exactly one named actor opens the file,
 pinned to the head node; the runtime, the hosts and evaluation reach it through
 :class:`RayStoreClient`, which has the same typed methods as the actor (the
-:class:`~troupe.actors.store_client.StoreClient` interface). Writes are
-group-committed (many finished responses per transaction); reads run on the same
-thread, in order with the writes.
+:class:`~troupe.actors.store_client.StoreClient` interface). A finished response is
+durable once it is in the response journal beside the file (``troupe.storage.journal``);
+DuckDB gets it behind, many per transaction. Reads run on the store's thread once what was
+written before them is in DuckDB.
 """
 
 from __future__ import annotations

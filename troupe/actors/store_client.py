@@ -2,11 +2,11 @@
 
 :class:`StoreClient` is what every caller holds (the runtime, the hosts, evaluation): each
 :class:`~troupe.storage.Store` method but ``write_responses`` as a coroutine with the same
-arguments and result, plus :meth:`~StoreClient.write_response`, which group-commits one
-finished response and returns once it is durable. Two implementations:
+arguments and result, plus :meth:`~StoreClient.write_response`, which stores one finished
+response and returns once it is durable. Two implementations:
 
-* :class:`AsyncStore` runs a store in this process: every call on one thread, in order,
-  writes group-committed. The in-process runtime uses it directly, and it is the body of
+* :class:`AsyncStore` runs a store in this process: every call on one thread, in order;
+  responses durable in the response journal first (group-synced), DuckDB behind. The in-process runtime uses it directly, and it is the body of
   the storage actor (``troupe.actors.storage_actor``), the one owner of the DuckDB file.
 * ``troupe.actors.storage_actor.RayStoreClient`` calls the storage actor's methods of the
   same names.
@@ -49,11 +49,11 @@ class StoreClient(Protocol):
     """The async store interface; each method is documented on :class:`~troupe.storage.Store`."""
 
     async def write_response(self, record: ResponseRecord) -> None:
-        """Store a finished response; returns once it is committed.
+        """Store a finished response; returns once it is durable (journaled, or committed).
 
         Raises:
             StorageError: this record could not be stored; nothing of it was written (the
-                records group-committed with it are not affected).
+                records written with it are not affected).
         """
         ...
 
