@@ -11,13 +11,18 @@ falls on both alike, and reports each figure's median over the rounds.
 
 The earlier commit is checked out with ``git worktree`` into ``benchmarks/scratch/ab/<commit>``
 and started by this virtual environment with ``PYTHONPATH`` pointing at it (its own
-``benchmarks.troupe_server``, pooled app, model ``sim`` = the sim server over HTTP), so it
-must run on the installed dependencies. Each side's pooled app is reached as its server says
+``benchmarks.troupe_server``, model ``sim`` = the sim server over HTTP), so it must run on the
+installed dependencies. Each side measures the app of ``troupe serve``'s default placement,
+``replica`` (conversations hosted inside the ingress replica,
+:data:`benchmarks.scenarios.MAIN_APP`), when its server offers it, else its ``pooled`` app (a
+commit from before the ``replica`` app); the report says which app each side ran, and notes when
+they differ. Each side's app is reached as its server says
 (:meth:`benchmarks.targets.Lab.start_troupe`): at its replica's own port when the server prints
-its URLs (direct ingress), through Serve's proxy for a server from before that. Loads: scenario 1 (streaming, every concurrency) and
-scenario 2 (non-streaming, every concurrency, store on and off), as :mod:`benchmarks.scenarios`
-defines them. Writes ``benchmarks/results/<date>-<commit>-ab-<before>.{json,md}`` (``--quick``:
-the scratch directory).
+its URLs (direct ingress), through Serve's proxy for a server from before that. Loads: scenario 1
+(streaming, every concurrency) and scenario 2 (non-streaming, every concurrency, store on and
+off), as :mod:`benchmarks.scenarios` defines them. Writes
+``benchmarks/results/<date>-<commit>-ab-<before>.{json,md}`` (``--quick``: the scratch directory),
+each side's ``app`` in the JSON's ``before`` and ``after``.
 """
 
 from __future__ import annotations
@@ -36,12 +41,15 @@ from typing import Any
 from troupe.bench.machine import describe_machine, machine_info
 
 from .measure import Ctx, idle_cores, log, measure
-from .scenarios import definitions
+from .scenarios import MAIN_APP, definitions
 from .targets import ROOT, Lab, Target
 
 __all__ = ["main", "summarize", "render"]
 
 _SCRATCH = os.path.join(ROOT, "benchmarks", "scratch")
+_APPS = (MAIN_APP, "pooled")
+"""The app each side runs: the first of these its server offers (``troupe serve``'s default
+placement, else pooled for a server from before the ``replica`` app)."""
 _MEASURES = (  # (key, what, unit, better)
     ("ttft_p50", "TTFT p50", "ms", "lower"),
     ("e2e_p50", "E2E p50", "ms", "lower"),
@@ -64,11 +72,17 @@ def _worktree(ref: str) -> tuple[str, str]:
     return path, commit
 
 
-def _start_troupe(lab: Lab, name: str, checkout: str, sim_url: str) -> Target:
+def _start_troupe(lab: Lab, name: str, checkout: str, sim_url: str) -> tuple[Target, str]:
+    """Start ``checkout``'s benchmark server; the target of the app measured (the first of
+    :data:`_APPS` it offers) and that app's name."""
     if not os.path.isfile(os.path.join(checkout, "benchmarks", "troupe_server.py")):
         raise SystemExit(f"{checkout} has no benchmarks/troupe_server.py: pick a commit from after the benchmarks landed")
     lab.start_troupe(sim_url, name=name, checkout=checkout)
-    return lab.targets[f"{name}-pooled"]
+    for app in _APPS:
+        if (target := lab.targets.get(f"{name}-{app}")) is not None:
+            return target, app
+    offered = sorted(t.removeprefix(f"{name}-") for t in lab.targets if t.startswith(f"{name}-"))
+    raise SystemExit(f"{checkout}'s benchmark server offers none of {', '.join(_APPS)} (only {', '.join(offered)})")
 
 
 def _figures(row: dict[str, Any]) -> dict[str, float | None]:
@@ -118,13 +132,16 @@ def render(doc: dict[str, Any]) -> str:
         good = (c < 0) == (row["better"] == "lower")
         return f"{c:+.0%}" + ("" if abs(c) < 0.005 else " (better)" if good else " (worse)")
 
+    apps = {side: doc[side].get("app", "pooled") for side in ("before", "after")}  # older files: pooled
     lines = [
         f"# Troupe before/after, {doc['date']}: `{doc['before']['commit']}` → `{doc['after']['commit']}`",
         "",
         f"- Machine: {describe_machine(doc['machine'])}; load average at the end "
         + "/".join(f"{v:g}" for v in doc["load_average_end"]) + ".",
         f"- Reproduce: `{doc['command']}` ({doc['rounds']} rounds, {doc['seconds']:.0f} s).",
-        "- Both versions ran at once, each on its own local Ray instance (pooled placement), in front of one "
+        f"- App measured: before `{apps['before']}`, after `{apps['after']}` (each side runs `{MAIN_APP}`, the "
+        "placement `troupe serve` uses by default, when its benchmark server offers it, else `pooled`).",
+        "- Both versions ran at once, each on its own local Ray instance, in front of one "
         "`troupe sim` server; each load ran on one then the other, the order alternating by round. Figures are "
         "medians over the rounds (the values of each round follow); CPU is each version's process tree net of "
         "its use at rest. Change: after ÷ before − 1.",
@@ -190,17 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     with Lab(scratch=scratch, peers=False) as lab:
         log("starting the sim server and both versions of Troupe")
         sim = lab.start_sim()
-        sides = {
+        started_sides = {
             "before": _start_troupe(lab, "troupe-before", before_path, sim.base_url),
             "after": _start_troupe(lab, "troupe-after", ROOT, sim.base_url),
         }
+        sides = {side: target for side, (target, _) in started_sides.items()}
+        apps = {side: app for side, (_, app) in started_sides.items()}
+        log(f"measuring app {apps['before']!r} before, {apps['after']!r} after")
         ctx = Ctx(lab=lab, defs=definitions(quick=args.quick), progress=not args.quiet)
         idle_cores(ctx)
         samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds))
     doc = {
         "date": time.strftime("%Y-%m-%d"),
-        "before": {"ref": args.before, "commit": before_commit},
-        "after": {"commit": after_commit},
+        "before": {"ref": args.before, "commit": before_commit, "app": apps["before"]},
+        "after": {"commit": after_commit, "app": apps["after"]},
         "rounds": args.rounds,
         "quick": args.quick,
         "machine": machine,
@@ -212,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         "rows": summarize(samples),
         "errors": errors,
     }
+    if apps["before"] != apps["after"]:
+        doc["notes"] = [f"the two sides ran different apps (before `{apps['before']}`, after `{apps['after']}`): "
+                        "the change includes that of the placement, not only of the code."]
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, f"{doc['date']}-{after_commit}-ab-{before_commit}")
     with open(stem + ".json", "w", encoding="utf-8") as f:

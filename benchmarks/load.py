@@ -5,9 +5,11 @@
     .venv/bin/python -m benchmarks.load soak                      # 30 minutes at c=32, server RSS sampled
     .venv/bin/python -m benchmarks.load soak --duration 120 --smoke   # a 2-minute smoke test of the harness
 
-Each run starts Troupe the way users do (``troupe serve``: a fresh local Ray instance, the ``sim``
-model, the example tools, pooled placement), on a free port of 127.0.0.1 and a fresh DuckDB file
-under ``benchmarks/scratch/load/``, drives it with ``aiohttp`` (bounded concurrency, bounded counts and
+Each run starts Troupe the way users do (``troupe serve`` on its embedded defaults, no placement
+passed: a fresh local Ray instance, the ``sim`` model, the example tools and the default
+``replica`` placement, conversations hosted inside the one ingress replica; ``--config FILE``
+says otherwise), on a free port of 127.0.0.1 and a fresh DuckDB file under
+``benchmarks/scratch/load/``, drives it with ``aiohttp`` (bounded concurrency, bounded counts and
 durations), stops it (SIGTERM to its process group, never ``ray stop``) and writes
 ``benchmarks/results/load/<date>-<commit>-load-<run>.{json,md}`` (the soak adds a ``.png``). A
 ``--smoke`` run writes to ``benchmarks/scratch/results/load/`` instead. ``--url`` drives a server
