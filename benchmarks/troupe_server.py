@@ -2,7 +2,8 @@
 
     python -m benchmarks.troupe_server --port 18500 --sim-url http://127.0.0.1:18501/v1 --data-dir DIR
 
-Starts Ray (``address="local"``: never joins another session on the machine) with Serve's
+Starts Ray (``address="local"``: never joins another session on the machine) with the
+environment ``troupe serve`` gives its local instance (``LOCAL_RAY_ENV``), Serve's
 direct ingress on (:func:`troupe.serve.deployment.direct_ingress_env`, on a free range of
 loopback ports), Serve's proxy on 127.0.0.1:PORT, and these Serve apps, one replica each:
 
@@ -145,12 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from troupe.serve.deployment import LOCAL_RAY_SYSTEM_CONFIG, direct_ingress_env, free_port_range
+    from troupe.serve.deployment import LOCAL_RAY_ENV, LOCAL_RAY_SYSTEM_CONFIG, direct_ingress_env, free_port_range
 
     os.makedirs(args.data_dir, exist_ok=True)
     replicas = len(APPS) + 1  # one replica per Troupe app and the Serve floor's, a direct-ingress port each
     first = free_port_range(replicas + 1)  # Serve's upper bound is inclusive: one port more
     os.environ.update(direct_ingress_env(first, replicas))  # inherited by Serve's controller and replicas
+    for name, value in LOCAL_RAY_ENV.items():  # the local instance as `troupe serve` starts it
+        os.environ.setdefault(name, value)
     ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
              namespace="troupe-bench", _system_config=LOCAL_RAY_SYSTEM_CONFIG)
     try:
