@@ -91,6 +91,21 @@ def test_missing_migrations_are_applied_in_order_and_atomically(path, monkeypatc
         store.close()
 
 
+def test_a_version_3_file_keeps_its_journal_position_as_the_storage_actors_own(path) -> None:
+    with duckdb.connect(str(path)) as conn:  # a file as Troupe at schema version 3 left it
+        conn.execute(schema.CREATE_VERSION_TABLE)
+        for version, statements in enumerate(schema.MIGRATIONS[:3], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+        conn.execute("UPDATE journal_position SET applied_lsn = 41")
+    store = DuckDBStore(path)
+    try:
+        assert (store.journal_lsn(), store.journal_lsn("w-other")) == (41, 0)
+    finally:
+        store.close()
+
+
 def test_a_file_that_is_not_a_database_is_refused(tmp_path) -> None:
     bogus = tmp_path / "notes.duckdb"
     bogus.write_text("just some notes, not a database\n" * 100)

@@ -12,7 +12,19 @@ import textwrap
 import pytest
 
 from troupe.storage import DuckDBStore, StepTrace, StorageError
-from troupe.storage.journal import REJECTED, Journal, JournaledWriter, decode_record, encode_record, journal_dir, read
+from troupe.storage.group_commit import WriterStopped
+from troupe.storage.journal import (
+    REJECTED,
+    WRITER_PREFIX,
+    Journal,
+    JournaledWriter,
+    adopt_orphans,
+    decode_record,
+    encode_record,
+    journal_dir,
+    read,
+    writer_dir,
+)
 
 from .test_store_contract import T0, make_record, message
 
@@ -210,4 +222,111 @@ def test_a_conversation_append_is_replayed_in_order(path) -> None:
         "msg_seed",
         *(iid for i in range(3) for iid in (f"msg_resp_{i}_in", f"msg_resp_{i}_out")),
     ]
+    store.close()
+
+
+# -- writer journals: a process beside the store's owner journals its own responses ----------
+
+
+class _Unreachable:
+    """The store behind a writer journal while it cannot be reached: nothing is ever stored."""
+
+    def journal_lsn(self, journal: str = "") -> int:
+        return 0
+
+    def write_responses(self, records, *, journal_lsn=None, journal=""):
+        raise AssertionError("not reached: the writer lingers")
+
+
+def _writer_dirs(path: str) -> list[str]:
+    return sorted(name for name in os.listdir(journal_dir(path)) if name.startswith(WRITER_PREFIX))
+
+
+async def test_a_writer_journal_reaches_the_store_under_its_own_position(path) -> None:
+    store = DuckDBStore(path)
+    own = JournaledWriter(store, journal_dir(path), apply_delay_s=0)
+    await own.submit(make_record("resp_own"))
+    await own.drain()
+    writer = JournaledWriter(store, journal_dir(path), name="w1", apply_delay_s=0)
+    await asyncio.gather(*(writer.submit(make_record(f"resp_{i}")) for i in range(5)))
+    await writer.drain()
+    assert sorted(_ids(store)) == ["resp_0", "resp_1", "resp_2", "resp_3", "resp_4", "resp_own"]
+    assert (store.journal_lsn(), store.journal_lsn("w1")) == (1, 5)  # each journal counts its own
+    assert _writer_dirs(path) == ["w-w1"]
+    assert adopt_orphans(store, journal_dir(path)) == 0  # its writer lives: left alone
+    assert _writer_dirs(path) == ["w-w1"]
+    await writer.close()  # stored everything: an empty journal, no longer locked
+    assert adopt_orphans(store, journal_dir(path)) == 0
+    assert _writer_dirs(path) == []
+    assert store.journal_lsn("w1") == 0  # forgotten
+    await own.close()
+    store.close()
+
+
+def test_a_killed_writers_journal_is_adopted_once_and_only_after_it_died(path) -> None:
+    """kill -9 of a process whose acknowledged responses never reached the store's owner."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        sys.path[:0] = {sys.path!r}
+        from troupe.storage.journal import JournaledWriter, journal_dir
+        from tests.unit.test_store_contract import make_record
+        from tests.unit.test_journal import _Unreachable
+
+        async def main():
+            writer = JournaledWriter(_Unreachable(), journal_dir({path!r}), name="crash", apply_delay_s=3600)
+            await asyncio.gather(*(writer.submit(make_record(f"resp_{{i:02d}}")) for i in range(10)))
+            print("ACKED", flush=True)
+            await asyncio.sleep(3600)
+
+        asyncio.run(main())
+        """
+    )
+    store = DuckDBStore(path)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=os.getcwd())
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"ACKED"
+        assert adopt_orphans(store, journal_dir(path)) == 0  # alive: its lock is held
+        assert _ids(store) == []
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert adopt_orphans(store, journal_dir(path)) == 10
+    assert sorted(_ids(store)) == [f"resp_{i:02d}" for i in range(10)]
+    assert _writer_dirs(path) == []
+    assert adopt_orphans(store, journal_dir(path)) == 0  # nothing twice
+    assert len(_ids(store)) == 10
+    store.close()
+
+
+def test_opening_the_file_adopts_the_journals_of_writers_that_are_gone(path) -> None:
+    DuckDBStore(path).close()
+    directory = writer_dir(journal_dir(path), "gone")
+    journal = Journal(directory, next_lsn=1)
+    journal.append([encode_record(make_record("resp_a")), encode_record(make_record("resp_b"))])
+    journal.close(delete=False)  # no lock held: its writer is gone
+    store = DuckDBStore(path)
+    assert sorted(_ids(store)) == ["resp_a", "resp_b"]
+    assert _writer_dirs(path) == []
+    store.close()
+
+
+class _GoneAway:
+    """The store behind a writer journal, gone for good (the server is going down)."""
+
+    def journal_lsn(self, journal: str = "") -> int:
+        return 0
+
+    def write_responses(self, records, *, journal_lsn=None, journal=""):
+        raise WriterStopped("the storage actor is gone")
+
+
+async def test_a_writer_that_cannot_ship_keeps_its_journal_for_the_next_open(path) -> None:
+    writer = JournaledWriter(_GoneAway(), journal_dir(path), name="late", apply_delay_s=0)
+    await asyncio.gather(*(writer.submit(make_record(f"resp_{i}")) for i in range(3)))
+    await writer.close()  # returns: nothing waits for a store that is gone
+    store = DuckDBStore(path)  # the next open adopts the journal
+    assert sorted(_ids(store)) == ["resp_0", "resp_1", "resp_2"]
+    assert _writer_dirs(path) == []
     store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ray_result"]
+__all__ = ["ray_result", "ray_result_sync"]
 
 
 async def ray_result(ref: Any, *, own: type[BaseException] | tuple[type[BaseException], ...] = Exception) -> Any:
@@ -23,6 +23,19 @@ async def ray_result(ref: Any, *, own: type[BaseException] | tuple[type[BaseExce
 
     try:
         return await ref
+    except RayTaskError as exc:
+        if isinstance(exc.cause, own):
+            raise exc.cause from None
+        raise
+
+
+def ray_result_sync(ref: Any, *, own: type[BaseException] | tuple[type[BaseException], ...] = Exception) -> Any:
+    """:func:`ray_result` for a thread that may block (``ray.get``); not on an event loop."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    try:
+        return ray.get(ref)
     except RayTaskError as exc:
         if isinstance(exc.cause, own):
             raise exc.cause from None

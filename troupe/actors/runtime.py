@@ -101,9 +101,12 @@ class Runtime:
         storage actor, the pooled hosts, and a tool runner on every node.
         """
         from .placement import ray_placement
-        from .storage_actor import RayStoreClient
+        from .storage_actor import JournalingStoreClient, RayStoreClient
 
-        store = await RayStoreClient.connect(settings)
+        # Hosts in this process (the replica placement): this process alone reads what it
+        # writes, so its responses may be durable in its own journal, without a round trip.
+        connect = JournalingStoreClient.connect if settings.placement == "replica" else RayStoreClient.connect
+        store = await connect(settings)
         placement = ray_placement(settings, store)
         _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))
         runtime = cls(settings, store=store, placement=placement)

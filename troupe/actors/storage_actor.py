@@ -1,4 +1,4 @@
-"""The storage actor: the single owner of the DuckDB file, and :class:`RayStoreClient` to reach it.
+"""The storage actor: the single owner of the DuckDB file, and the clients that reach it.
 
 DuckDB allows one writing process, so exactly one named actor opens the file,
 pinned to the head node; the runtime, the hosts and evaluation reach it through
@@ -7,34 +7,84 @@ pinned to the head node; the runtime, the hosts and evaluation reach it through
 durable once it is in the response journal beside the file (``troupe.storage.journal``);
 DuckDB gets it behind, many per transaction. Reads run on the store's thread once what was
 written before them is in DuckDB.
+
+:class:`JournalingStoreClient` saves the round trip to the actor on the way to the durable
+point, for a process on the actor's own node that is the only one to read what it writes
+(the ingress replica, which hosts the conversations under ``placement = "replica"``): it
+journals each finished response in a writer journal of its own, on the same disk, and ships
+the records to the actor in batches behind. Its other calls first wait until what it
+journaled is shipped, so it reads its own writes. A writer that dies leaves its journal to
+:func:`troupe.storage.journal.adopt_orphans`, which the actor runs when it opens the file and
+whenever a new writer connects.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 
-from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace
+from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError
+from troupe.storage.duckdb_store import DuckDBStore
+from troupe.storage.group_commit import WriterStopped
+from troupe.storage.journal import JournaledWriter, adopt_orphans
 
-from .raycall import ray_result
+from .raycall import ray_result, ray_result_sync
 from .settings import RuntimeSettings
 from .store_client import AsyncStore, journal_of, open_store
 
-__all__ = ["StorageService", "RayStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
+__all__ = ["StorageService", "RayStoreClient", "JournalingStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 
 STORAGE_ACTOR_NAME = "troupe-storage"
+
+logger = logging.getLogger(__name__)
 
 
 class StorageService(AsyncStore):
     """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(open_store(path), journal=journal_of(path))
+        journal = journal_of(path)
+        self._journal_dir = None if journal is None else os.path.abspath(journal)
+        super().__init__(open_store(path), journal=journal)
 
     async def ping(self) -> bool:
         return True
+
+    async def journal_home(self) -> tuple[str, str] | None:
+        """Where writer journals go: ``(node id, journal directory)``; None for a store in memory."""
+        if self._journal_dir is None:
+            return None
+        return ray.get_runtime_context().get_node_id(), self._journal_dir
+
+    async def adopt_orphans(self) -> int:
+        """Store what the journals of writers that are gone hold; how many records that was."""
+        if self._journal_dir is None:
+            return 0
+        return await self._run(adopt_orphans, self._duckdb, self._journal_dir)
+
+    async def apply_journal(self, journal: str, records: list[ResponseRecord], last_lsn: int) -> None:
+        """Store a batch of the writer journal ``journal`` ending at ``last_lsn``, once.
+
+        A batch is stored whole or not at all, with its position; a batch sent again (its
+        reply was lost) is recognised by the position and not stored twice.
+        """
+        await self._run(self._apply_journal, journal, records, last_lsn)
+
+    def _apply_journal(self, journal: str, records: list[ResponseRecord], last_lsn: int) -> None:
+        if self._duckdb.journal_lsn(journal) < last_lsn:
+            self._duckdb.write_responses(records, journal_lsn=last_lsn, journal=journal)
+
+    @property
+    def _duckdb(self) -> DuckDBStore:
+        assert isinstance(self.store, DuckDBStore)
+        return self.store
 
 
 def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
@@ -65,6 +115,10 @@ class RayStoreClient:
     def __init__(self, handle: ray.actor.ActorHandle) -> None:
         self.handle = handle
 
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """``method`` of the actor (``self.handle.<name>``), called with these arguments."""
+        return await ray_result(method.remote(*args, **kwargs))
+
     @classmethod
     async def connect(cls, settings: RuntimeSettings) -> RayStoreClient:
         """The storage actor of ``settings.namespace`` (started if need be), once it answers."""
@@ -78,86 +132,161 @@ class RayStoreClient:
         return cls(ray.get_actor(STORAGE_ACTOR_NAME, namespace=settings.namespace))
 
     async def write_response(self, record: ResponseRecord) -> None:
-        await ray_result(self.handle.write_response.remote(record))
+        await self._call(self.handle.write_response, record)
 
     async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
-        return await ray_result(self.handle.get_response.remote(tenant, response_id))
+        return await self._call(self.handle.get_response, tenant, response_id)
 
     async def get_thread_id(self, tenant: str, response_id: str) -> str | None:
-        return await ray_result(self.handle.get_thread_id.remote(tenant, response_id))
+        return await self._call(self.handle.get_thread_id, tenant, response_id)
 
     async def delete_response(self, tenant: str, response_id: str) -> bool:
-        return await ray_result(self.handle.delete_response.remote(tenant, response_id))
+        return await self._call(self.handle.delete_response, tenant, response_id)
 
     async def list_responses(
         self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page:
-        return await ray_result(
-            self.handle.list_responses.remote(tenant, model=model, after=after, limit=limit, order=order)
-        )
+        return await self._call(self.handle.list_responses, tenant, model=model, after=after, limit=limit, order=order)
 
     async def list_input_items(
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page | None:
-        return await ray_result(
-            self.handle.list_input_items.remote(tenant, response_id, after=after, limit=limit, order=order)
+        return await self._call(
+            self.handle.list_input_items, tenant, response_id, after=after, limit=limit, order=order
         )
 
     async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        return await ray_result(self.handle.chain_items.remote(tenant, response_id))
+        return await self._call(self.handle.chain_items, tenant, response_id)
 
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
-        return await ray_result(self.handle.step_traces.remote(tenant, response_id))
+        return await self._call(self.handle.step_traces, tenant, response_id)
 
     async def create_conversation(
         self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
     ) -> None:
-        await ray_result(self.handle.create_conversation.remote(tenant, conversation, items))
+        await self._call(self.handle.create_conversation, tenant, conversation, items)
 
     async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
-        return await ray_result(self.handle.get_conversation.remote(tenant, conversation_id))
+        return await self._call(self.handle.get_conversation, tenant, conversation_id)
 
     async def update_conversation(
         self, tenant: str, conversation_id: str, metadata: dict[str, Any]
     ) -> dict[str, Any] | None:
-        return await ray_result(self.handle.update_conversation.remote(tenant, conversation_id, metadata))
+        return await self._call(self.handle.update_conversation, tenant, conversation_id, metadata)
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
-        return await ray_result(self.handle.delete_conversation.remote(tenant, conversation_id))
+        return await self._call(self.handle.delete_conversation, tenant, conversation_id)
 
     async def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
-        return await ray_result(self.handle.add_conversation_items.remote(tenant, conversation_id, items))
+        return await self._call(self.handle.add_conversation_items, tenant, conversation_id, items)
 
     async def list_conversation_items(
         self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page | None:
-        return await ray_result(
-            self.handle.list_conversation_items.remote(tenant, conversation_id, after=after, limit=limit, order=order)
+        return await self._call(
+            self.handle.list_conversation_items, tenant, conversation_id, after=after, limit=limit, order=order
         )
 
     async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-        return await ray_result(self.handle.get_conversation_item.remote(tenant, conversation_id, item_id))
+        return await self._call(self.handle.get_conversation_item, tenant, conversation_id, item_id)
 
     async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
-        return await ray_result(self.handle.delete_conversation_item.remote(tenant, conversation_id, item_id))
+        return await self._call(self.handle.delete_conversation_item, tenant, conversation_id, item_id)
 
     async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
-        return await ray_result(self.handle.conversation_items.remote(tenant, conversation_id))
+        return await self._call(self.handle.conversation_items, tenant, conversation_id)
 
     async def put_eval_run(self, run: EvalRunRecord) -> None:
-        await ray_result(self.handle.put_eval_run.remote(run))
+        await self._call(self.handle.put_eval_run, run)
 
     async def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
-        return await ray_result(self.handle.get_eval_run.remote(run_id))
+        return await self._call(self.handle.get_eval_run, run_id)
 
     async def list_eval_runs(self) -> list[EvalRunRecord]:
-        return await ray_result(self.handle.list_eval_runs.remote())
+        return await self._call(self.handle.list_eval_runs)
 
     async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
-        await ray_result(self.handle.write_eval_results.remote(results))
+        await self._call(self.handle.write_eval_results, results)
 
     async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
-        return await ray_result(self.handle.eval_results.remote(run_id))
+        return await self._call(self.handle.eval_results, run_id)
 
     async def close(self) -> None:
         """The actor outlives any one client; nothing to release here."""
+
+
+class _ActorJournalStore:
+    """The storage actor as the store behind a writer journal; called on the journal's thread."""
+
+    def __init__(self, handle: ray.actor.ActorHandle) -> None:
+        self.handle = handle
+        self.closing = False
+        """Set when the writer closes: the actor being away then strands the records instead
+        of waiting for it (they stay in the journal, adopted later)."""
+
+    def journal_lsn(self, journal: str = "") -> int:
+        return 0  # a writer journal is new: nothing of it is stored yet
+
+    def write_responses(
+        self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""
+    ) -> None:
+        """Ship a batch; while the actor is away (restarting), wait and send it again.
+
+        The records are durable in the journal meanwhile, and a resent batch that the actor
+        had stored is not stored twice (:meth:`StorageService.apply_journal`).
+        """
+        delay = 0.05
+        while True:
+            try:
+                ray_result_sync(self.handle.apply_journal.remote(journal, list(records), journal_lsn), own=StorageError)
+                return
+            except RayActorError as exc:  # ActorDiedError, ActorUnavailableError
+                if self.closing:
+                    raise WriterStopped(f"the storage actor is unavailable ({exc})") from exc
+                logger.warning("the storage actor is unavailable (%s); journaled responses wait", exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+
+class JournalingStoreClient(RayStoreClient):
+    """A :class:`RayStoreClient` whose ``write_response`` is durable in a writer journal of this
+    process (see the module docstring); every other call first waits for what was journaled
+    before it to reach the actor. Only for the one process that reads what it writes.
+
+    Args:
+        handle: the storage actor.
+        directory: the actor's journal directory (:meth:`StorageService.journal_home`),
+            on this node.
+        apply_delay_s: the most a journaled record waits for company before it is shipped.
+    """
+
+    def __init__(self, handle: ray.actor.ActorHandle, directory: str, *, apply_delay_s: float = 0.1) -> None:
+        super().__init__(handle)
+        self.name = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self._target = _ActorJournalStore(handle)
+        self._writer = JournaledWriter(self._target, directory, name=self.name, apply_delay_s=apply_delay_s)
+
+    @classmethod
+    async def connect(cls, settings: RuntimeSettings) -> RayStoreClient:
+        """A journaling client if the storage actor's disk is this node's, else a plain one."""
+        handle = storage_actor(settings)
+        home = await ray_result(handle.journal_home.remote())
+        if home is None or home[0] != ray.get_runtime_context().get_node_id():
+            return RayStoreClient(handle)
+        await ray_result(handle.adopt_orphans.remote())  # an earlier writer of ours that crashed
+        return cls(handle, home[1])
+
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        await self._writer.drain()
+        return await super()._call(method, *args, **kwargs)
+
+    async def write_response(self, record: ResponseRecord) -> None:
+        await self._writer.submit(record)
+
+    async def close(self) -> None:
+        """Ship what is journaled, then release the journal (the actor deletes it later).
+
+        If the actor is gone (the whole server is going down), what was not shipped stays in
+        the journal, stored when the file is next opened."""
+        self._target.closing = True
+        await self._writer.close()

@@ -102,7 +102,7 @@ class DuckDBStore(Store):
             self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
             if self.path != ":memory:":
                 # Responses made durable in the journal but not yet stored here (a crash).
-                journal.replay(self, journal.journal_dir(self.path))
+                journal.replay_all(self, journal.journal_dir(self.path))
         except BaseException:
             self._conn.close()
             raise
@@ -153,9 +153,7 @@ class DuckDBStore(Store):
                 raise StorageError(f"DuckDB: {exc}") from exc
 
     @contextmanager
-    def _transaction(
-        self, on_commit: list[Callable[[], None]] | None = None
-    ) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _transaction(self, on_commit: list[Callable[[], None]] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """Like :meth:`_locked`, inside BEGIN … COMMIT; any error rolls back and becomes a StorageError.
 
         ``on_commit``: callbacks the body appends to, run (still under the lock) once COMMIT
@@ -287,12 +285,14 @@ class DuckDBStore(Store):
 
     # -- responses ---------------------------------------------------------------
 
-    def write_responses(self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None) -> None:
+    def write_responses(
+        self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""
+    ) -> None:
         """See :meth:`Store.write_responses`. One transaction for the whole batch.
 
-        ``journal_lsn``: the records come from the response journal
-        (:mod:`troupe.storage.journal`), the last of them with this log sequence number;
-        stored as :meth:`journal_lsn` in the same transaction.
+        ``journal_lsn``: the records come from the response journal named ``journal``
+        (:mod:`troupe.storage.journal`; ``""`` is the storage actor's own), the last of them
+        with this log sequence number; stored as :meth:`journal_lsn` in the same transaction.
         """
         if not records:
             return
@@ -333,12 +333,22 @@ class DuckDBStore(Store):
             self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
             if journal_lsn is not None:
-                conn.execute("UPDATE journal_position SET applied_lsn = greatest(applied_lsn, ?)", [journal_lsn])
+                conn.execute(
+                    "INSERT INTO journal_positions VALUES (?, ?) ON CONFLICT (journal) "
+                    "DO UPDATE SET applied_lsn = greatest(applied_lsn, excluded.applied_lsn)",
+                    [journal, journal_lsn],
+                )
             on_commit.append(lambda: self._advance(seq + len(records), next_seq))
 
-    def journal_lsn(self) -> int:
-        """The highest log sequence number of the response journal that this store holds (0: none)."""
-        return self._fetchone("SELECT applied_lsn FROM journal_position")[0]
+    def journal_lsn(self, journal: str = "") -> int:
+        """The highest log sequence number of the journal named ``journal`` that this store holds (0: none)."""
+        row = self._fetchone("SELECT applied_lsn FROM journal_positions WHERE journal = ?", [journal])
+        return 0 if row is None else row[0]
+
+    def forget_journal(self, journal: str) -> None:
+        """Drop the position of a writer journal that is gone (replayed and deleted)."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM journal_positions WHERE journal = ?", [journal])
 
     def _advance(self, next_response_seq: int, conversation_seqs: dict[tuple[str, str], int | None]) -> None:
         """Move the counters past a committed batch of responses (under the lock)."""

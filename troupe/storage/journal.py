@@ -11,7 +11,7 @@ in the background, many per transaction.
   life of the database. Appends go to the newest segment, which is replaced by a new one past
   :data:`SEGMENT_BYTES`; a segment is deleted once every record in it is in DuckDB.
 * DuckDB keeps, in the same transaction as each batch of records, the highest lsn it holds
-  (``journal_position``). So after a crash, :func:`replay` stores exactly the records after
+  (``journal_positions``). So after a crash, :func:`replay` stores exactly the records after
   it, no record twice and none deleted since; ``DuckDBStore`` runs it whenever it opens a
   file, so every reader of the file (``troupe sql`` too) sees every durable response.
 * :class:`JournaledWriter` is the async front: ``submit`` appends (group-committed: many
@@ -19,6 +19,12 @@ in the background, many per transaction.
   :class:`~troupe.storage.group_commit.GroupCommitWriter` that waits up to ``apply_delay_s``
   for company. Any other store call (a read, a delete) first waits for every journaled record
   to be in DuckDB, so it sees them all, in order.
+* **Writer journals.** A process on the same machine as the store's owner can keep a journal
+  of its own, ``w-<name>/`` inside the journal directory, with its own lsns and its own
+  position in DuckDB: its responses are durable without a round trip to the owner, and
+  reach it in batches (``troupe.actors.storage_actor.JournalingStoreClient``). The writer
+  holds an ``flock`` on the journal's lock file while it lives; :func:`adopt_orphans` stores
+  and deletes the journals whose lock is free, whether their writer exited or was killed.
 
 A record that cannot be encoded (not JSON, or a string that is not UTF-8) fails its own ``submit``. One that DuckDB refuses
 after it was journaled (the client was told it is stored) cannot fail its client any more: it
@@ -33,9 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
@@ -48,11 +57,15 @@ __all__ = [
     "Journal",
     "JournaledWriter",
     "JournalStore",
+    "ReplayStore",
+    "adopt_orphans",
     "decode_record",
     "encode_record",
     "journal_dir",
     "read",
     "replay",
+    "replay_all",
+    "writer_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,6 +78,12 @@ REPLAY_BATCH = 256
 """Records per DuckDB transaction when a journal is replayed."""
 REJECTED = "rejected.jsonl"
 """Records DuckDB refused after they were journaled, one ``<lsn> <record JSON>`` per line."""
+WRITER_PREFIX = "w-"
+"""A writer journal's directory, inside the journal directory: ``w-<name>``."""
+STAGING_PREFIX = ".new-"
+"""A writer journal's directory while it is being made (not yet locked); never holds a record."""
+LOCK_FILE = "lock"
+"""In a writer journal's directory: locked (``flock``) by its writer while it lives."""
 
 _TRACE_FIELDS = tuple(f.name for f in fields(StepTrace))
 
@@ -145,10 +164,18 @@ def _fsync_dir(directory: str) -> None:
 
 
 class JournalStore(Protocol):
-    """What the journal needs of the store behind it (``DuckDBStore``)."""
+    """What the journal needs of the store behind it (``DuckDBStore``, or the storage actor)."""
 
-    def write_responses(self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None) -> None: ...
-    def journal_lsn(self) -> int: ...
+    def write_responses(
+        self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""
+    ) -> None: ...
+    def journal_lsn(self, journal: str = "") -> int: ...
+
+
+class ReplayStore(JournalStore, Protocol):
+    """What :func:`replay_all` needs besides: forgetting a writer journal it deleted."""
+
+    def forget_journal(self, journal: str) -> None: ...
 
 
 def reject(directory: str, lsn: int, data: bytes, error: BaseException) -> None:
@@ -161,31 +188,93 @@ def reject(directory: str, lsn: int, data: bytes, error: BaseException) -> None:
     logger.error("journaled record %d was refused by the store (%s); kept in %s", lsn, error, REJECTED)
 
 
-def replay(store: JournalStore, directory: str) -> int:
-    """Store the records of the journal at ``directory`` that ``store`` does not hold yet, then
-    delete its segments. Returns how many records were replayed (refused ones included).
+def replay(store: JournalStore, directory: str, *, name: str = "", rejected_dir: str | None = None) -> int:
+    """Store the records of the journal ``name`` at ``directory`` that ``store`` does not hold
+    yet, then delete its segments. Returns how many records were replayed (refused ones included).
 
     A batch that fails is stored one record at a time; a record that still fails goes to
-    :data:`REJECTED`.
+    :data:`REJECTED` in ``rejected_dir`` (default: ``directory``).
     """
-    applied = store.journal_lsn()
+    applied = store.journal_lsn(name)
     pending = list(read(directory, after=applied))
     for start in range(0, len(pending), REPLAY_BATCH):
         batch = pending[start : start + REPLAY_BATCH]
         records = [decode_record(data) for _, data in batch]
         try:
-            store.write_responses(records, journal_lsn=batch[-1][0])
+            store.write_responses(records, journal_lsn=batch[-1][0], journal=name)
         except StorageError:
             for (lsn, data), record in zip(batch, records, strict=True):
                 try:
-                    store.write_responses([record], journal_lsn=lsn)
+                    store.write_responses([record], journal_lsn=lsn, journal=name)
                 except StorageError as exc:
-                    reject(directory, lsn, data, exc)
+                    reject(rejected_dir or directory, lsn, data, exc)
     if pending:
         logger.warning("replayed %d journaled responses into the store", len(pending))
     for _, path in _segments(directory):
         os.unlink(path)
     return len(pending)
+
+
+def writer_dir(directory: str, name: str) -> str:
+    """The directory of the writer journal ``name`` inside the journal directory ``directory``."""
+    return os.path.join(directory, WRITER_PREFIX + name)
+
+
+def _create_writer_dir(directory: str, name: str) -> tuple[str, int]:
+    """A new writer journal's directory, and the open lock file that marks its writer alive.
+
+    The directory is made under a temporary name and renamed once it is locked, so that
+    :func:`adopt_orphans` never sees it unlocked while its writer lives.
+    """
+    os.makedirs(directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=directory)
+    fd = os.open(os.path.join(staging, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    path = writer_dir(directory, name)
+    os.rename(staging, path)
+    _fsync_dir(directory)
+    return path, fd
+
+
+def adopt_orphans(store: ReplayStore, directory: str) -> int:
+    """Store what the writer journals in ``directory`` hold whose writers are gone, and delete them.
+
+    A writer holds an exclusive ``flock`` on its journal's lock file while it lives; the
+    kernel releases it when the process ends, however it ends. So a journal whose lock can
+    be taken belongs to a writer that exited (cleanly, with nothing left to store, or in a
+    crash, with records its clients were told are stored). Returns how many records were
+    replayed.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0
+    replayed = 0
+    for entry in sorted(names):
+        if not entry.startswith(WRITER_PREFIX):
+            continue  # a staging directory holds no record (and may be locked any moment)
+        path = os.path.join(directory, entry)
+        try:
+            fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed meanwhile, or not ours
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its writer is alive
+            name = entry.removeprefix(WRITER_PREFIX)
+            replayed += replay(store, path, name=name, rejected_dir=directory)
+            store.forget_journal(name)
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+    return replayed
+
+
+def replay_all(store: ReplayStore, directory: str) -> int:
+    """:func:`replay` the journal at ``directory``, then :func:`adopt_orphans` of its writer journals."""
+    return replay(store, directory) + adopt_orphans(store, directory)
 
 
 class Journal:
@@ -195,9 +284,13 @@ class Journal:
         directory: created if missing; must hold no segment (:func:`replay` empties it).
         next_lsn: the lsn of the first record appended (one past what the store holds).
         segment_bytes: an append to a segment this big or bigger starts a new one.
+        lock_fd: a writer journal's locked lock file (see :func:`adopt_orphans`), released by
+            :meth:`close`.
     """
 
-    def __init__(self, directory: str, next_lsn: int, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(
+        self, directory: str, next_lsn: int, *, segment_bytes: int = SEGMENT_BYTES, lock_fd: int | None = None
+    ) -> None:
         os.makedirs(directory, exist_ok=True)
         if _segments(directory):
             raise StorageError(f"the journal {directory!r} holds records not yet stored: replay it first")
@@ -208,6 +301,7 @@ class Journal:
         self._segments: list[tuple[int, str]] = []  # (first lsn, path), oldest first; the last is open
         self._fd = -1
         self._size = 0
+        self._lock_fd = lock_fd
 
     def append(self, payloads: Sequence[bytes]) -> int:
         """Append one record per payload and ``fdatasync``; returns the lsn of the first one."""
@@ -239,15 +333,20 @@ class Journal:
             while len(self._segments) > 1 and self._segments[1][0] - 1 <= applied:
                 os.unlink(self._segments.pop(0)[1])
 
-    def close(self) -> None:
-        """Stop appending and delete every segment: call once every record is stored."""
+    def close(self, *, delete: bool = True) -> None:
+        """Stop appending; delete every segment (call once every record is stored) unless
+        ``delete`` is False; release a writer journal's lock."""
         with self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-            for _, path in self._segments:
-                os.unlink(path)
-            self._segments = []
+            if delete:
+                for _, path in self._segments:
+                    os.unlink(path)
+                self._segments = []
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock: the journal is adoptable now
+                self._lock_fd = None
 
 
 class JournaledWriter:
@@ -258,8 +357,13 @@ class JournaledWriter:
 
     Args:
         store: the store the records go to, e.g. ``DuckDBStore`` (replayed already: see
-            :func:`replay`).
-        directory: the journal's directory.
+            :func:`replay`), or the storage actor (for a writer journal).
+        directory: the journal's directory (beside the DuckDB file).
+        name: ``""`` (the default): the journal at ``directory`` itself, whose store owns the
+            DuckDB file. Otherwise a new writer journal of that name (unique per process)
+            inside ``directory``, for a process that finishes responses on the storage actor's
+            node: its records are durable there, locally, and reach the store behind;
+            :func:`adopt_orphans` stores what is left in it once the process is gone.
         apply_delay_s: the most a journaled record waits for company before it goes to the store.
         max_batch: the most records per store transaction.
         segment_bytes: see :class:`Journal`.
@@ -270,12 +374,16 @@ class JournaledWriter:
         store: JournalStore,
         directory: str,
         *,
+        name: str = "",
         apply_delay_s: float = 0.1,
         max_batch: int = 256,
         segment_bytes: int = SEGMENT_BYTES,
     ) -> None:
         self._store = store
-        self._journal = Journal(directory, store.journal_lsn() + 1, segment_bytes=segment_bytes)
+        self._name = name
+        self._rejected_dir = directory
+        path, lock_fd = _create_writer_dir(directory, name) if name else (directory, None)
+        self._journal = Journal(path, store.journal_lsn(name) + 1, segment_bytes=segment_bytes, lock_fd=lock_fd)
         self._applier: GroupCommitWriter[tuple[int, bytes, ResponseRecord]] = GroupCommitWriter(
             self._apply, max_batch=max_batch, max_delay_s=apply_delay_s, linger=True
         )
@@ -285,6 +393,7 @@ class JournaledWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._applying: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._stranded = False  # a journaled record that never reached the store
 
     async def submit(self, record: ResponseRecord) -> None:
         """Journal ``record``; returns once it is durable (it reaches the store later).
@@ -327,7 +436,9 @@ class JournaledWriter:
             await self.drain()
         await self._applier.close()
         await asyncio.to_thread(self._appends.shutdown, wait=True)
-        self._journal.close()  # every record is in the store now, or in REJECTED
+        # Every record is in the store now, or in REJECTED; unless one was stranded, which
+        # stays in the journal for the next replay.
+        self._journal.close(delete=not self._stranded)
 
     async def _run(self) -> None:
         """The flusher: appends what is queued, one ``fdatasync`` per batch."""
@@ -359,14 +470,20 @@ class JournaledWriter:
         try:
             await self._applier.submit((lsn, payload, record))
         except WriterStopped:
-            pass  # the process is going down: the record stays in the journal, replayed at the next open
+            self._stranded = True  # going down: the record stays in the journal, replayed later
         except StorageError as exc:
-            await asyncio.to_thread(reject, self._journal.directory, lsn, payload, exc)
+            await asyncio.to_thread(reject, self._rejected_dir, lsn, payload, exc)
 
     def _apply(self, entries: list[tuple[int, bytes, ResponseRecord]]) -> None:
         """One store transaction for ``entries`` (on the store's thread), then retire what it covers."""
         last = entries[-1][0]
-        self._store.write_responses([record for _, _, record in entries], journal_lsn=last)
+        try:
+            self._store.write_responses([record for _, _, record in entries], journal_lsn=last, journal=self._name)
+        except WriterStopped:
+            self._stranded = True  # set here, on the store's thread, before any later batch is applied
+            raise
+        if self._stranded:
+            return  # an earlier record is still only in the journal: keep every segment
         # Batches go in lsn order, and a failed record is rejected from memory: every record up
         # to ``last`` is stored or being rejected, so no segment up to it is needed any more.
         self._journal.retire(last)

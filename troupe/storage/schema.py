@@ -198,7 +198,21 @@ _V3 = [
     "INSERT INTO journal_position VALUES (0, 0)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
+# Version 4: one position per journal. Besides the storage actor's own journal (named ''), a
+# process that finishes responses on the storage actor's node keeps a journal of its own
+# (``troupe.storage.journal``, "writer journals"), each with its own log sequence numbers.
+_V4 = [
+    """
+    CREATE TABLE journal_positions (
+        journal     VARCHAR NOT NULL PRIMARY KEY,
+        applied_lsn BIGINT  NOT NULL
+    )
+    """,
+    "INSERT INTO journal_positions SELECT '', applied_lsn FROM journal_position",
+    "DROP TABLE journal_position",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -219,9 +233,7 @@ TRACE_COLUMNS = (
 )
 
 
-EVAL_RUN_COLUMNS = (
-    "run_id, created_at, finished_at, status, dataset, dataset_sha256, cases, samples, model, options"
-)
+EVAL_RUN_COLUMNS = "run_id, created_at, finished_at, status, dataset, dataset_sha256, cases, samples, model, options"
 EVAL_RESULT_COLUMNS = (
     "run_id, case_id, sample, passed, model, tags, grades, response_id, status, output_text, ttft_s, e2e_s, "
     "input_tokens, output_tokens, total_tokens, tool_calls, tools_called, node_id, error_kind, error_message, "
