@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -121,9 +122,10 @@ class Lab:
         port = free_port()
         data = os.path.join(self.scratch, f"{name}-data")
         if os.path.isdir(data):  # fresh databases every run
-            for stale in os.listdir(data):
+            for stale in os.listdir(data):  # a database, its WAL, its journal directory
                 if ".duckdb" in stale:
-                    os.remove(os.path.join(data, stale))
+                    path = os.path.join(data, stale)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         proc = self._start(
             name,
             [sys.executable, "-m", "benchmarks.troupe_server", "--port", str(port), "--sim-url", sim_url,
