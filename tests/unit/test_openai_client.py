@@ -494,3 +494,20 @@ async def test_injected_pool_is_not_closed() -> None:
 
 def test_exported_members() -> None:
     assert set(openai_client.__all__) == {"OpenAIChatClient", "DEFAULT_TIMEOUT", "DEFAULT_LIMITS"}
+
+
+async def test_warm_opens_a_connection_with_get_models() -> None:
+    upstream = Upstream(httpx.Response(401, json={"error": {"message": "bad key"}}))
+    client = upstream.client(api_key="sk-test")
+    await client.warm()  # a refusal is the first call's business, not the warm-up's
+    assert [(r.method, str(r.url)) for r in upstream.requests] == [("GET", BASE_URL + "/models")]
+    assert upstream.requests[0].headers["authorization"] == "Bearer sk-test"
+
+
+async def test_warm_never_raises_when_the_server_is_down() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    upstream = Upstream(refuse)
+    await upstream.client().warm()
+    assert len(upstream.requests) == 1

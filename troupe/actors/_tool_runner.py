@@ -83,6 +83,12 @@ class ToolRunner:
                 result = await result
         return _as_text(result)
 
-    async def ready(self) -> bool:
-        """Answers once the process is up (the runtime waits on it before serving)."""
+    async def ready(self, targets: tuple[str, ...] = ()) -> bool:
+        """Answers once the process is up and has imported the tools ``targets`` name (the
+        runtime waits on it before serving, so the first call imports nothing)."""
+        for target in targets:
+            try:
+                load_tool(target)
+            except Exception:  # noqa: BLE001 - a tool that cannot load fails its own calls, clearly
+                pass
         return True

@@ -289,6 +289,10 @@ class ConversationHost:
             thread.history = None
             return await self.store.delete_conversation(tenant, conversation_id)
 
+    async def warm(self) -> None:
+        """Get ready for the first turn: the model clients and their connections."""
+        await self.models.warm()
+
     async def close(self) -> None:
         await self.models.close()
         if self.mcp_client is not None:

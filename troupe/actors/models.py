@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 
@@ -30,6 +31,12 @@ class ModelRegistry:
         if client is None:
             client = self._clients[spec.name] = _build(spec)
         return client
+
+    async def warm(self) -> None:
+        """Build every client now and open its connection, so that the first turn waits for
+        neither (see :meth:`OpenAIChatClient.warm`)."""
+        clients = [self.client(spec) for spec in self._specs.values()]
+        await asyncio.gather(*(c.warm() for c in clients if isinstance(c, OpenAIChatClient)))
 
     async def close(self) -> None:
         for client in self._clients.values():

@@ -90,7 +90,8 @@ class LocalPlacement:
         """A host in this process cannot die on its own."""
 
     async def warm(self) -> None:
-        """The host is in this process already."""
+        """The host is in this process already: warm its model clients."""
+        await self.host.warm()
 
     def would_start_process(self, thread_id: str) -> bool:
         return False
@@ -240,7 +241,7 @@ class PooledPlacement:
         """Pooled hosts restart in place; the handle stays valid."""
 
     async def warm(self) -> None:
-        await asyncio.gather(*(handle.ping.remote() for handle in self.handles))
+        await asyncio.gather(*(handle.warm.remote() for handle in self.handles))
 
     def would_start_process(self, thread_id: str) -> bool:
         return False

@@ -69,7 +69,8 @@ async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
     from .tool_tasks import tool_runner
 
     runners = [tool_runner(settings.namespace, n["NodeID"]) for n in ray.nodes() if n["Alive"]]
-    await asyncio.gather(*(runner.ready.remote() for runner in runners))
+    targets = tuple(t.target for t in settings.tools if t.num_cpus is None)
+    await asyncio.gather(*(runner.ready.remote(targets) for runner in runners))
     return runners
 
 

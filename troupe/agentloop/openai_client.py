@@ -96,7 +96,8 @@ class OpenAIChatClient:
         backoff_base_s: float = 0.25,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._base_url = base_url.rstrip("/")
+        self._url = self._base_url + "/chat/completions"
         self._headers = {"Accept": "text/event-stream"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -115,6 +116,17 @@ class OpenAIChatClient:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._timeout, limits=DEFAULT_LIMITS)
         return self._client
+
+    async def warm(self, timeout_s: float = 2.0) -> None:
+        """Make the first model call as fast as the next: build the HTTP client (its TLS
+        context costs tens of ms) and open a pooled connection with ``GET /models``.
+
+        Never raises: a server that is down or refuses is the first call's business.
+        """
+        try:
+            await self._http().get(self._base_url + "/models", headers=self._headers, timeout=timeout_s)
+        except (httpx.HTTPError, RuntimeError):
+            pass
 
     async def aclose(self) -> None:
         """Close the connection pool (unless it was passed in). Idempotent."""
