@@ -52,6 +52,8 @@ class StorageService(AsyncStore):
     def __init__(self, path: str) -> None:
         journal = journal_of(path)
         self._journal_dir = None if journal is None else os.path.abspath(journal)
+        self._positions: dict[str, int] = {}
+        """Writer journals' positions as last stored here (a cache of ``journal_positions``)."""
         super().__init__(open_store(path), journal=journal)
 
     async def ping(self) -> bool:
@@ -67,7 +69,9 @@ class StorageService(AsyncStore):
         """Store what the journals of writers that are gone hold; how many records that was."""
         if self._journal_dir is None:
             return 0
-        return await self._run(adopt_orphans, self._duckdb, self._journal_dir)
+        adopted = await self._run(adopt_orphans, self._duckdb, self._journal_dir)
+        self._positions.clear()  # the adopted journals' positions are forgotten
+        return adopted
 
     async def apply_journal(self, journal: str, records: list[ResponseRecord], last_lsn: int) -> None:
         """Store a batch of the writer journal ``journal`` ending at ``last_lsn``, once.
@@ -78,8 +82,13 @@ class StorageService(AsyncStore):
         await self._run(self._apply_journal, journal, records, last_lsn)
 
     def _apply_journal(self, journal: str, records: list[ResponseRecord], last_lsn: int) -> None:
-        if self._duckdb.journal_lsn(journal) < last_lsn:
+        applied = self._positions.get(journal)
+        if applied is None:  # a statement costs ~0.7 ms: read the position once per writer
+            applied = self._duckdb.journal_lsn(journal)
+        if applied < last_lsn:
             self._duckdb.write_responses(records, journal_lsn=last_lsn, journal=journal)
+            applied = last_lsn
+        self._positions[journal] = applied
 
     @property
     def _duckdb(self) -> DuckDBStore:
