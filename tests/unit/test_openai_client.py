@@ -511,3 +511,14 @@ async def test_warm_never_raises_when_the_server_is_down() -> None:
     upstream = Upstream(refuse)
     await upstream.client().warm()
     assert len(upstream.requests) == 1
+
+
+async def test_warming_the_models_skips_one_configured_wrongly() -> None:
+    from troupe.actors.models import ModelRegistry
+    from troupe.actors.settings import ModelSpec
+
+    registry = ModelRegistry([ModelSpec(name="broken", kind="openai"), ModelSpec(name="sim", kind="sim")])
+    await registry.warm()  # no base_url: that model's requests fail, start-up does not
+    with pytest.raises(ValueError, match="base_url"):
+        registry.client(ModelSpec(name="broken", kind="openai"))
+    await registry.close()

@@ -35,7 +35,12 @@ class ModelRegistry:
     async def warm(self) -> None:
         """Build every client now and open its connection, so that the first turn waits for
         neither (see :meth:`OpenAIChatClient.warm`)."""
-        clients = [self.client(spec) for spec in self._specs.values()]
+        clients = []
+        for spec in self._specs.values():
+            try:
+                clients.append(self.client(spec))
+            except ValueError:
+                continue  # a model configured wrongly fails its own requests, not start-up
         await asyncio.gather(*(c.warm() for c in clients if isinstance(c, OpenAIChatClient)))
 
     async def close(self) -> None:
