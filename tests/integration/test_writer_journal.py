@@ -34,6 +34,7 @@ def _settings(tmp_path) -> RuntimeSettings:
 async def _journaling_client(settings: RuntimeSettings) -> JournalingStoreClient:
     client = await JournalingStoreClient.connect(settings)
     assert isinstance(client, JournalingStoreClient)  # the storage actor is on this node
+    await client.close()  # connect's own client ships as usual: replaced by one that lingers
     home = await ray_result(client.handle.journal_home.remote())
     return JournalingStoreClient(client.handle, home[1], apply_delay_s=LINGER)
 
