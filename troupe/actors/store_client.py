@@ -6,10 +6,12 @@ arguments and result, plus :meth:`~StoreClient.write_response`, which stores one
 response and returns once it is durable. Two implementations:
 
 * :class:`AsyncStore` runs a store in this process: every call on one thread, in order;
-  responses durable in the response journal first (group-synced), DuckDB behind. The in-process runtime uses it directly, and it is the body of
-  the storage actor (``troupe.actors.storage_actor``), the one owner of the DuckDB file.
+  responses durable in the response journal first (group-synced), DuckDB behind. The
+  in-process runtime uses it directly, and it is the body of the storage actor
+  (``troupe.actors.storage_actor``), the one owner of the DuckDB file.
 * ``troupe.actors.storage_actor.RayStoreClient`` calls the storage actor's methods of the
-  same names.
+  same names; its subclass ``JournalingStoreClient`` (the ingress replica under the replica
+  placement) makes ``write_response`` durable in a journal of its own process first.
 
 Example::
 
