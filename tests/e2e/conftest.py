@@ -25,6 +25,10 @@ from troupe.actors.settings import McpServerSpec, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
 PLACEMENTS = ("replica", "pooled", "dedicated")
+# The HTTP suite and the Agents SDK tests run on every placement. Suites about one part
+# (MCP, the bench CLI) skip dedicated: its hosts are the pooled ones' class (ConversationHost),
+# and it starts a process per conversation, seconds each on 2 cores.
+PART_PLACEMENTS = ("replica", "pooled")
 
 # The stdio MCP test server, runnable from any working directory (a Ray worker's may differ).
 STDIO_MCP = (
@@ -91,7 +95,7 @@ def local_url() -> Iterator[str]:
 
 @pytest.fixture(params=["local", *PLACEMENTS])
 def url(request) -> str:
-    """The server root of each deployment (``/v1`` is appended by the tests)."""
+    """The server root of the in-process app and of each deployment (``/v1`` is appended by the tests)."""
     if request.param == "local":
         return request.getfixturevalue("local_url")
     return request.getfixturevalue("troupe_apps")[request.param]

@@ -11,10 +11,10 @@ import pytest
 
 from troupe.serve.cli import main
 
-from .conftest import PLACEMENTS
+from .conftest import PART_PLACEMENTS
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("placement", PART_PLACEMENTS)
 def test_bench_streaming_report(troupe_apps, placement, tmp_path, capsys) -> None:
     url = f"{troupe_apps[placement]}/v1"
     prefix = tmp_path / "bench"

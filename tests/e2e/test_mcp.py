@@ -16,6 +16,8 @@ from openai import OpenAI
 
 from tests.mcp_servers import McpTestServer, free_port, serve_mcp
 
+from .conftest import PART_PLACEMENTS
+
 
 @pytest.fixture(scope="module")
 def mcp_server() -> Iterator[McpTestServer]:
@@ -23,7 +25,7 @@ def mcp_server() -> Iterator[McpTestServer]:
         yield server
 
 
-@pytest.fixture(params=["replica", "pooled", "dedicated"])
+@pytest.fixture(params=PART_PLACEMENTS)
 def client(request, troupe_apps) -> OpenAI:
     return OpenAI(base_url=f"{troupe_apps[request.param]}/v1", api_key="unused", max_retries=0)
 
