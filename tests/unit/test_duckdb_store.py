@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -290,5 +291,94 @@ def test_memory_freed_after_big_writes_goes_back_to_the_os(path) -> None:
     store = DuckDBStore(path)
     try:
         assert store.query("SELECT count(*) FROM responses")[1] == [(5,)]
+    finally:
+        store.close()
+
+
+def _long_text(tag: str, chars: int) -> str:
+    """Text that compresses poorly (DuckDB would squeeze repeated characters into almost nothing)."""
+    return (tag + os.urandom(chars // 2).hex())[:chars]
+
+
+def test_long_values_are_stored_in_parts_and_read_whole(path) -> None:
+    long_in, long_out = _long_text("in", 50_000), _long_text("out", 3 * schema.PART_CHARS + 5)
+    store = DuckDBStore(path)
+    try:
+        store.create_conversation("acme", conversation("conv_1"), [message("msg_seed", "user", long_in)])
+        inputs = [message("msg_in", "user", long_in)]
+        output = [message("msg_out", "assistant", long_out)]
+        store.write_responses([make_record("resp_1", inputs=inputs, output=output, conversation="conv_1")])
+        store.write_responses([make_record("resp_2", previous="resp_1", thread_id="resp_1")])
+
+        assert store.get_response("acme", "resp_1")["output"] == output
+        assert store.list_responses("acme").data[1]["output"] == output
+        assert store.list_input_items("acme", "resp_1").data == inputs
+        assert store.chain_items("acme", "resp_2")[:2] == [*inputs, *output]
+        whole = [message("msg_seed", "user", long_in), *inputs, *output]
+        assert store.conversation_items("acme", "conv_1") == whole
+        assert store.list_conversation_items("acme", "conv_1", order="asc").data == whole
+        assert store.get_conversation_item("acme", "conv_1", "msg_out") == output[0]
+        # In the table: JSON null and a parts id; troupe_json() gives the value back in SQL.
+        _, rows = store.query(
+            "SELECT item, item_parts IS NOT NULL, troupe_json(item, item_parts)->>'id' FROM response_items"
+            " WHERE response_id = 'resp_1' ORDER BY role, position"
+        )
+        assert rows == [("null", True, "msg_in"), ("null", True, "msg_out")]
+        parts = store.query("SELECT count(DISTINCT id), count(*) FROM value_parts")[1][0]
+        assert parts[0] == 6  # the response, its two items, and the conversation's three copies
+        assert parts[1] > parts[0]
+
+        # Deleting the response deletes its parts; the conversation keeps its own copies.
+        assert store.delete_response("acme", "resp_1")
+        assert store.query("SELECT count(DISTINCT id) FROM value_parts")[1] == [(3,)]
+        assert store.conversation_items("acme", "conv_1") == whole
+        assert store.delete_conversation_item("acme", "conv_1", "msg_seed")
+        assert store.query("SELECT count(DISTINCT id) FROM value_parts")[1] == [(2,)]
+        assert store.delete_conversation("acme", "conv_1")
+        assert store.query("SELECT count(*) FROM value_parts")[1] == [(0,)]
+    finally:
+        store.close()
+    # Reopened, new long values get ids of their own (the counter is read back from the file).
+    store = DuckDBStore(path)
+    try:
+        store.write_responses([make_record("resp_3", output=output)])
+        store.write_responses([make_record("resp_4", output=[message("msg_4", "assistant", long_in)])])
+        assert store.get_response("acme", "resp_3")["output"] == output
+        assert store.get_response("acme", "resp_4")["output"][0]["content"][0]["text"] == long_in
+    finally:
+        store.close()
+
+
+def test_a_version_4_file_reads_as_before_after_the_parts_migration(path) -> None:
+    with duckdb.connect(str(path)) as conn:  # a file as Troupe at schema version 4 left it, with one item
+        conn.execute(schema.CREATE_VERSION_TABLE)
+        for version, statements in enumerate(schema.MIGRATIONS[:4], start=1):
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+        conn.execute("INSERT INTO conversations VALUES ('acme', 'conv_1', 1.0, '{}', ?)", [json.dumps(conversation("conv_1"))])
+        conn.execute("INSERT INTO conversation_items VALUES ('acme', 'conv_1', 0, 'msg_1', ?)",
+                     [json.dumps(message("msg_1", "user", "hello"))])  # fmt: skip
+    store = DuckDBStore(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.conversation_items("acme", "conv_1") == [message("msg_1", "user", "hello")]
+        store.add_conversation_items("acme", "conv_1", [message("msg_2", "user", _long_text("x", 20_000))])
+        assert [i["id"] for i in store.conversation_items("acme", "conv_1")] == ["msg_1", "msg_2"]
+    finally:
+        store.close()
+
+
+def test_a_small_memory_limit_holds_while_long_values_are_stored(path) -> None:
+    """A checkpoint holds a table's newest row group in memory. With 12 MB values inline, as
+    before schema version 5, a 96 MB limit failed at the 9th with a FATAL error that invalidates
+    the database. In parts, in small row groups, it holds."""
+    store = DuckDBStore(path, memory_limit="96MB")
+    try:
+        for i in range(12):
+            text = _long_text(f"m{i}", 12 << 20)
+            store.write_responses([make_record(f"resp_{i}", inputs=[message(f"msg_{i}", "user", text)])])
+        assert store.query("SELECT count(*) FROM responses")[1] == [(12,)]
+        assert store.list_input_items("acme", "resp_7").data[0]["content"][0]["text"].startswith("m7")
     finally:
         store.close()

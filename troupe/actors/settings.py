@@ -115,6 +115,11 @@ class RuntimeSettings:
     stays flat; at 10,000 each host still grew after half an hour. Raise it with memory."""
     storage_path: str = "troupe.duckdb"
     """The DuckDB file; ``:memory:`` keeps history in memory only."""
+    storage_memory_limit: str = "128MB"
+    """DuckDB's ``memory_limit`` in the process that owns the file: its cache of the file's
+    blocks, and what a write or a checkpoint holds, stay within it (more spills to
+    ``<storage_path>.tmp``). ``""``: DuckDB's default, 80% of the machine's memory, which the
+    cache grows towards as history grows. 128MB stores 16 MB requests (about 80 MB of JSON each)."""
     client_tool_status: Literal["completed", "requires_action"] = "completed"
     namespace: str = "troupe"
     """Ray namespace of the named actors (hosts, storage)."""

@@ -35,11 +35,14 @@ __all__ = ["StoreClient", "AsyncStore", "journal_of", "open_store"]
 T = TypeVar("T")
 
 
-def open_store(path: str) -> Store:
-    """The DuckDB store at ``path``; ``:memory:`` keeps everything in memory."""
+def open_store(path: str, memory_limit: str | None = None) -> Store:
+    """The DuckDB store at ``path``; ``:memory:`` keeps everything in memory.
+
+    ``memory_limit``: DuckDB's ``memory_limit`` (``"128MB"``); None keeps DuckDB's default.
+    """
     from troupe.storage.duckdb_store import DuckDBStore
 
-    return DuckDBStore(None if path == ":memory:" else path)
+    return DuckDBStore(None if path == ":memory:" else path, memory_limit=memory_limit)
 
 
 def journal_of(path: str) -> str | None:
@@ -114,9 +117,9 @@ class AsyncStore:
         )
 
     @classmethod
-    def open(cls, path: str) -> AsyncStore:
+    def open(cls, path: str, memory_limit: str | None = None) -> AsyncStore:
         """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
-        return cls(open_store(path), journal=journal_of(path))
+        return cls(open_store(path, memory_limit), journal=journal_of(path))
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.writer.run_sync(functools.partial(fn, *args, **kwargs))

@@ -23,7 +23,7 @@ Sections::
 
 Environment: ``TROUPE_CONFIG`` (the file, when no path is given), ``TROUPE_HOST``,
 ``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``, ``TROUPE_INGRESS``, ``TROUPE_STORAGE_PATH``,
-``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_MCP_ALLOWED_URLS``, ``TROUPE_API_KEYS`` (comma-separated
+``TROUPE_STORAGE_MEMORY_LIMIT``, ``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_MCP_ALLOWED_URLS``, ``TROUPE_API_KEYS`` (comma-separated
 ``key=tenant`` pairs or bare keys). An empty variable counts as unset.
 
 Example::
@@ -127,6 +127,7 @@ _NON_NEGATIVE = {
     "tool_num_cpus", "num_cpus", "ttft_ms", "itl_ms", "max_waiting_responses", "tenant_requests_per_minute",
     "tenant_max_streams",
 }
+_MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|[KMGT]i?B)\Z", re.IGNORECASE)
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 
 
@@ -350,6 +351,7 @@ def _apply_env(
     }
     runtime_vars = {
         "TROUPE_STORAGE_PATH": "storage_path",
+        "TROUPE_STORAGE_MEMORY_LIMIT": "storage_memory_limit",
         "TROUPE_PLACEMENT": "placement",
         "TROUPE_POOL_SIZE": "pool_size",
     }
@@ -459,6 +461,8 @@ def _typed(value: Any, cls: type, name: str, where: str) -> Any:
             raise ConfigError(f"{where}: not a TCP port: {value!r}")
     if origin is str and name in ("name", "target", "host", "storage_path") and not value:
         raise ConfigError(f"{where}: must not be empty")
+    if name == "storage_memory_limit" and value and not _MEMORY_SIZE.match(value):
+        raise ConfigError(f'{where}: expected a size such as "128MB" or "1GiB" ("" for DuckDB\'s default), got {value!r}')
     return value
 
 

@@ -22,16 +22,27 @@ Opening a file stores what its response journal (``<path>.journal/``, see
 that were durable when a crash stopped the writer, before they reached DuckDB. So every
 reader of the file (``troupe sql``, ``troupe eval``) sees every acknowledged response.
 
-Memory: DuckDB allocates through its own allocator (jemalloc), which by default
-keeps freed pages until later DuckDB work happens to purge them. Storing a
-response with 10 MB of input (echoed as output) left the storage actor about
-60 MB larger per request, for good (8 such requests: +540 MB). The store turns
-on the allocator's background threads, which give freed pages back to the OS
-within about a second. DuckDB's ``memory_limit`` stays at its default on
-purpose: a checkpoint rewrites the table's last row group with all its large
-values, so a limit below what those add up to makes an automatic checkpoint
-fail with a FATAL error that invalidates the database until it is reopened
-(measured: 128 MB, after about 60 responses with 1 MB items).
+Memory, measured with DuckDB 2.0:
+
+* DuckDB keeps the blocks it writes and reads in its buffer pool up to ``memory_limit``
+  (by default 80% of the machine's memory): at a constant load the process grew with the
+  file (about half of what the file grew) and never levelled off. The store takes a
+  ``memory_limit`` (the runtime's ``storage_memory_limit``, 128MB by default), and the
+  cache stays within it.
+* A checkpoint rewrites a table's newest row group and holds its values in memory while it
+  does. With DuckDB's default of 122,880 rows per group and long values inline, that grew
+  without bound: after 120 responses with 15 MB of input, storing one more made the process
+  peak at 3.7 GB; under a ``memory_limit`` the checkpoint failed instead, with a FATAL error
+  that invalidates the database until it is reopened (96MB: at the 9th 12 MB value). So the
+  file is attached with row groups of :data:`ROW_GROUP_ROWS` rows, and a JSON value longer
+  than :data:`~troupe.storage.schema.LONG_VALUE_CHARS` is stored in ``value_parts`` rows
+  (schema version 5): what a checkpoint holds is bounded by rows times part size. Reads
+  join the parts back (:meth:`DuckDBStore._fetch_values`); in SQL, ``troupe_json(item,
+  item_parts)`` does.
+* DuckDB allocates through its own allocator (jemalloc), which by default keeps freed
+  pages until later DuckDB work happens to purge them (8 requests with 10 MB of input left
+  the process 540 MB larger for good). The store turns on the allocator's background
+  threads, which give freed pages back to the OS within about a second.
 
 Read-only SQL (:meth:`DuckDBStore.query`) is guarded twice: the statement must
 pass :func:`~troupe.storage.schema.check_read_only`, and it runs inside a
@@ -59,8 +70,14 @@ __all__ = ["DuckDBStore"]
 # Rows per multi-row INSERT; bounds the statement size (and parse time) for big batches.
 _CHUNK_ROWS = 256
 
+# Rows per row group (DuckDB's default is 122,880): bounds what a checkpoint holds in memory.
+ROW_GROUP_ROWS = 2048
+
 # How many conversations' next append positions are kept (the least recently used go first).
 _CONVERSATION_SEQ_CACHE = 4096
+
+# Long values, joined from their parts (see DuckDBStore._fetch_values).
+_JOIN_PARTS = "SELECT id, string_agg(text, '' ORDER BY part) FROM value_parts WHERE id = ANY(?) GROUP BY id"
 
 
 def _check_page_args(limit: int, order: str) -> None:
@@ -76,13 +93,15 @@ class DuckDBStore(Store):
     Args:
         path: the database file (created if missing); None or ``":memory:"`` for
             a private in-memory database.
+        memory_limit: DuckDB's ``memory_limit`` (``"128MB"``); None keeps DuckDB's default
+            (module docstring, Memory).
 
     Raises:
         StorageError: the file cannot be opened, is not a DuckDB database, was
             written by a newer Troupe (a newer schema version), or a migration failed.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, memory_limit: str | None = None) -> None:
         self.path = ":memory:" if path is None else os.fspath(path)
         self._lock = threading.Lock()
         self._conn: duckdb.DuckDBPyConnection | None = None
@@ -92,7 +111,7 @@ class DuckDBStore(Store):
         # Every write to conversations or conversation_items keeps it true (or drops the entry).
         self._conversation_seqs: dict[tuple[str, str], int] = {}
         try:
-            self._conn = duckdb.connect(self.path)
+            self._conn = self._connect(memory_limit)
         except duckdb.Error as exc:
             raise StorageError(f"cannot open DuckDB database {self.path!r}: {exc}") from exc
         try:
@@ -100,6 +119,8 @@ class DuckDBStore(Store):
             self._migrate()
             # The next responses.seq: read once, then counted here (under the lock).
             self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
+            # The next value_parts id (ids a rolled-back transaction took are never used: harmless).
+            self._next_parts_id: int = self._fetchone("SELECT coalesce(max(id) + 1, 0) FROM value_parts")[0]
             if self.path != ":memory:":
                 # Responses made durable in the journal but not yet stored here (a crash).
                 journal.replay_all(self, journal.journal_dir(self.path))
@@ -108,6 +129,28 @@ class DuckDBStore(Store):
             raise
 
     # -- plumbing ------------------------------------------------------------------
+
+    def _connect(self, memory_limit: str | None) -> duckdb.DuckDBPyConnection:
+        """A connection to :attr:`path`, with row groups of :data:`ROW_GROUP_ROWS` rows (module docstring, Memory).
+
+        A file is attached to an in-memory instance, as ``ATTACH`` is where DuckDB takes the
+        row group size, and made the default catalog: every statement (``troupe sql`` ones
+        too) sees the schema under its plain names.
+        """
+        if self.path == ":memory:":
+            conn = duckdb.connect(":memory:")
+        else:
+            conn = duckdb.connect(":memory:", config={"temp_directory": self.path + ".tmp"})
+            try:
+                quoted = "'" + self.path.replace("'", "''") + "'"
+                conn.execute(f"ATTACH {quoted} AS troupe (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+                conn.execute("USE troupe")
+            except BaseException:
+                conn.close()
+                raise
+        if memory_limit is not None:
+            conn.execute("SET memory_limit = ?", [memory_limit])
+        return conn
 
     def _release_freed_memory(self) -> None:
         """Turn on the allocator's background threads: freed memory goes back to the OS (module docstring).
@@ -198,6 +241,38 @@ class DuckDBStore(Store):
         with self._locked() as conn:
             return conn.execute(sql, params).fetchall()
 
+    def _fetch_values(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of ``sql``, whose last two columns are a JSON column and its parts id, with those
+        two replaced by the value: decoded, and joined from its ``value_parts`` rows if long.
+
+        Both reads run under one hold of the lock, so a row and its parts are of one moment.
+        """
+        with self._locked() as conn:
+            rows = conn.execute(sql, params).fetchall()
+            ids = [row[-1] for row in rows if row[-1] is not None]
+            joined = dict(conn.execute(_JOIN_PARTS, [ids]).fetchall()) if ids else {}
+        return [(*row[:-2], json.loads(row[-2] if row[-1] is None else joined[row[-1]])) for row in rows]
+
+    def _stored(self, text: str, parts: list[tuple[int, int, str]]) -> tuple[str, int | None]:
+        """``(JSON text, parts id)`` as a row holds ``text``: itself and None; or, when it is longer
+        than :data:`~troupe.storage.schema.LONG_VALUE_CHARS`, JSON null and the id of the
+        ``value_parts`` rows that hold it, which are added to ``parts`` (call under the lock).
+        """
+        if len(text) <= schema.LONG_VALUE_CHARS:
+            return text, None
+        parts_id = self._next_parts_id
+        self._next_parts_id += 1
+        step = schema.PART_CHARS
+        parts.extend((parts_id, i, text[start : start + step]) for i, start in enumerate(range(0, len(text), step)))
+        return "null", parts_id
+
+    @staticmethod
+    def _delete_parts(conn: duckdb.DuckDBPyConnection, deleted: Sequence[tuple[Any, ...]]) -> None:
+        """Delete the ``value_parts`` of rows just deleted; ``deleted`` holds their parts ids last."""
+        ids = [row[-1] for row in deleted if row[-1] is not None]
+        if ids:
+            conn.execute("DELETE FROM value_parts WHERE id = ANY(?)", [ids])
+
     @staticmethod
     def _insert(
         conn: duckdb.DuckDBPyConnection,
@@ -269,7 +344,7 @@ class DuckDBStore(Store):
     def _paged(
         self, sql: str, params: list[Any], keys: tuple[str, ...], anchor: Sequence[Any] | None, limit: int, order: Order
     ) -> Page:
-        """Run ``sql`` (a SELECT of one JSON column, ending in a WHERE clause) as a page after ``anchor``.
+        """Run ``sql`` (a SELECT of a JSON column and its parts id, ending in a WHERE clause) as a page after ``anchor``.
 
         ``keys`` are the sort columns; ``anchor`` is the cursor's values of them.
         """
@@ -280,8 +355,8 @@ class DuckDBStore(Store):
             sql += f" AND {key_row} {'>' if order == 'asc' else '<'} (" + ", ".join("?" * len(keys)) + ")"
             params = [*params, *anchor]
         order_by = ", ".join(f"{key} {direction}" for key in keys)
-        rows = self._fetchall(f"{sql} ORDER BY {order_by} LIMIT ?", [*params, limit + 1])
-        return Page(data=[json.loads(r[0]) for r in rows[:limit]], has_more=len(rows) > limit)
+        rows = self._fetch_values(f"{sql} ORDER BY {order_by} LIMIT ?", [*params, limit + 1])
+        return Page(data=[r[0] for r in rows[:limit]], has_more=len(rows) > limit)
 
     # -- responses ---------------------------------------------------------------
 
@@ -299,11 +374,12 @@ class DuckDBStore(Store):
         on_commit: list[Callable[[], None]] = []
         with self._transaction(on_commit) as conn:
             seq = self._next_response_seq
-            responses, items, traces, appended = [], [], [], []
+            responses, items, traces, appended, parts = [], [], [], [], []
             next_seq: dict[tuple[str, str], int | None] = {}
             for offset, record in enumerate(records):
                 rid = record.response.get("id")
-                responses.append(schema.response_row(record, seq + offset))
+                row = schema.response_row(record, seq + offset)
+                responses.append((*row[:-2], *self._stored(row[-2], parts)))
                 # Each item is encoded once, for response_items and the conversation alike.
                 encoded = {
                     role: [(item.get("id"), schema.dump_json(item)) for item in role_items]
@@ -314,7 +390,8 @@ class DuckDBStore(Store):
                 }
                 for role, role_items in encoded.items():
                     items.extend(
-                        (record.tenant, rid, role, pos, iid, text) for pos, (iid, text) in enumerate(role_items)
+                        (record.tenant, rid, role, pos, iid, *self._stored(text, parts))
+                        for pos, (iid, text) in enumerate(role_items)
                     )
                 traces.extend(schema.trace_row(record.tenant, t) for t in record.traces)
                 conversation_id = schema.nested(record.response, "conversation", "id")
@@ -326,12 +403,16 @@ class DuckDBStore(Store):
                     if start is None:
                         continue  # deleted while the response ran: the response is still stored
                     added = [*encoded["input"], *encoded["output"]]
-                    appended.extend((*key, start + i, iid, text) for i, (iid, text) in enumerate(added))
+                    # A copy of its own: deleting the response leaves the conversation whole.
+                    appended.extend(
+                        (*key, start + i, iid, *self._stored(text, parts)) for i, (iid, text) in enumerate(added)
+                    )
                     next_seq[key] = start + len(added)
             self._append(conn, "responses", schema.RESPONSE_COLUMNS, responses)
             self._append(conn, "response_items", schema.ITEM_COLUMNS, items)
             self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
+            self._append(conn, "value_parts", schema.PART_COLUMNS, parts)
             if journal_lsn is not None:
                 conn.execute(
                     "INSERT INTO journal_positions VALUES (?, ?) ON CONFLICT (journal) "
@@ -359,8 +440,9 @@ class DuckDBStore(Store):
 
     def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_response`."""
-        row = self._fetchone("SELECT response FROM responses WHERE tenant = ? AND id = ?", [tenant, response_id])
-        return None if row is None else json.loads(row[0])
+        sql = "SELECT response, response_parts FROM responses WHERE tenant = ? AND id = ?"
+        rows = self._fetch_values(sql, [tenant, response_id])
+        return rows[0][0] if rows else None
 
     def get_thread_id(self, tenant: str, response_id: str) -> str | None:
         """See :meth:`Store.get_thread_id`."""
@@ -371,10 +453,14 @@ class DuckDBStore(Store):
         """See :meth:`Store.delete_response`."""
         with self._transaction() as conn:
             found = conn.execute(
-                "DELETE FROM responses WHERE tenant = ? AND id = ? RETURNING id", [tenant, response_id]
+                "DELETE FROM responses WHERE tenant = ? AND id = ? RETURNING response_parts", [tenant, response_id]
             ).fetchall()
-            for table in ("response_items", "step_traces"):
-                conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND response_id = ?", [tenant, response_id])
+            items = conn.execute(
+                "DELETE FROM response_items WHERE tenant = ? AND response_id = ? RETURNING item_parts",
+                [tenant, response_id],
+            ).fetchall()
+            conn.execute("DELETE FROM step_traces WHERE tenant = ? AND response_id = ?", [tenant, response_id])
+            self._delete_parts(conn, [*found, *items])
         return bool(found)
 
     def list_responses(
@@ -389,7 +475,7 @@ class DuckDBStore(Store):
             if row is None:
                 return Page(data=[], has_more=False)
             anchor = row
-        sql, params = "SELECT response FROM responses WHERE tenant = ?", [tenant]
+        sql, params = "SELECT response, response_parts FROM responses WHERE tenant = ?", [tenant]
         if model is not None:
             sql, params = sql + " AND model = ?", [*params, model]
         # seq breaks ties between equal created_at (whole seconds on the wire).
@@ -413,7 +499,7 @@ class DuckDBStore(Store):
             anchor = self._fetchone(f"SELECT {pick}({key}) {where} AND item_id = ?", [*params, after])
             if anchor[0] is None:
                 return Page(data=[], has_more=False)
-        return self._paged(f"SELECT item {where}", params, (key,), anchor, limit, order)
+        return self._paged(f"SELECT item, item_parts {where}", params, (key,), anchor, limit, order)
 
     def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Store.chain_items`."""
@@ -439,12 +525,13 @@ class DuckDBStore(Store):
             order.append(current)
             current = previous[current]
         rank = {rid: -i for i, rid in enumerate(order)}  # oldest first
-        rows = self._fetchall(
-            "SELECT response_id, role, position, item FROM response_items WHERE tenant = ? AND response_id = ANY(?)",
+        rows = self._fetch_values(
+            "SELECT response_id, role, position, item, item_parts FROM response_items"
+            " WHERE tenant = ? AND response_id = ANY(?)",
             [tenant, order],
         )
         rows.sort(key=lambda r: (rank[r[0]], r[1] != "input", r[2]))
-        return [json.loads(r[3]) for r in rows]
+        return [r[3] for r in rows]
 
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         """See :meth:`Store.step_traces`."""
@@ -472,15 +559,13 @@ class DuckDBStore(Store):
             conversation.get("created_at"),
             schema.dump_json(conversation.get("metadata") or {}),
         )
-        item_rows = [
-            (tenant, conversation_id, seq, item.get("id"), schema.dump_json(item)) for seq, item in enumerate(items)
-        ]
+        encoded = [(item.get("id"), schema.dump_json(item)) for item in items]
         with self._transaction() as conn:
             conn.execute(
                 "INSERT INTO conversations (tenant, id, created_at, metadata, conversation) VALUES (?, ?, ?, ?, ?)",
                 [*row, schema.dump_json(conversation)],
             )
-            self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, item_rows)
+            self._append_conversation_items(conn, tenant, conversation_id, 0, encoded)
 
     def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_conversation`."""
@@ -508,8 +593,8 @@ class DuckDBStore(Store):
             found = conn.execute(
                 "DELETE FROM conversations WHERE tenant = ? AND id = ? RETURNING id", [tenant, conversation_id]
             ).fetchall()
-            sql = "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ?"
-            conn.execute(sql, [tenant, conversation_id])
+            sql = "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? RETURNING item_parts"
+            self._delete_parts(conn, conn.execute(sql, [tenant, conversation_id]).fetchall())
             self._conversation_seqs.pop((tenant, conversation_id), None)
         return bool(found)
 
@@ -522,10 +607,26 @@ class DuckDBStore(Store):
             start = self._next_conversation_seq(conn, key)
             if start is None:
                 return False
-            rows = [(*key, start + i, item_id, text) for i, (item_id, text) in enumerate(encoded)]
-            self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, rows)
-            on_commit.append(lambda: self._remember_conversation_seq(key, start + len(rows)))
+            self._append_conversation_items(conn, tenant, conversation_id, start, encoded)
+            on_commit.append(lambda: self._remember_conversation_seq(key, start + len(encoded)))
         return True
+
+    def _append_conversation_items(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        tenant: str,
+        conversation_id: str,
+        start: int,
+        encoded: Sequence[tuple[str | None, str]],
+    ) -> None:
+        """Append ``(item id, JSON text)`` pairs at positions ``start, start + 1, …`` (inside a transaction)."""
+        parts: list[tuple[int, int, str]] = []
+        rows = [
+            (tenant, conversation_id, start + i, item_id, *self._stored(text, parts))
+            for i, (item_id, text) in enumerate(encoded)
+        ]
+        self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, rows)
+        self._append(conn, "value_parts", schema.PART_COLUMNS, parts)
 
     def _conversation_exists(self, tenant: str, conversation_id: str) -> bool:
         sql = "SELECT 1 FROM conversations WHERE tenant = ? AND id = ?"
@@ -544,31 +645,33 @@ class DuckDBStore(Store):
     def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_conversation_item`. With duplicate ids, the earliest item."""
         # Items never outlive their conversation (delete_conversation removes them).
-        row = self._fetchone(
-            "SELECT item FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?"
+        rows = self._fetch_values(
+            "SELECT item, item_parts FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?"
             " ORDER BY seq LIMIT 1",
             [tenant, conversation_id, item_id],
         )
-        return None if row is None else json.loads(row[0])
+        return rows[0][0] if rows else None
 
     def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
         """See :meth:`Store.delete_conversation_item`. With duplicate ids, removes them all."""
         with self._transaction() as conn:
             found = conn.execute(
-                "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ? RETURNING seq",
+                "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?"
+                " RETURNING item_parts",
                 [tenant, conversation_id, item_id],
             ).fetchall()
+            self._delete_parts(conn, found)
         return bool(found)
 
     def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Store.conversation_items`."""
         if not self._conversation_exists(tenant, conversation_id):
             return None
-        rows = self._fetchall(
-            "SELECT item FROM conversation_items WHERE tenant = ? AND conversation_id = ? ORDER BY seq",
+        rows = self._fetch_values(
+            "SELECT item, item_parts FROM conversation_items WHERE tenant = ? AND conversation_id = ? ORDER BY seq",
             [tenant, conversation_id],
         )
-        return [json.loads(r[0]) for r in rows]
+        return [r[0] for r in rows]
 
     # -- evaluation runs -----------------------------------------------------------
 

@@ -34,7 +34,10 @@ __all__ = [
     "EVAL_RESULT_COLUMNS",
     "EVAL_RUN_COLUMNS",
     "ITEM_COLUMNS",
+    "LONG_VALUE_CHARS",
     "MIGRATIONS",
+    "PART_CHARS",
+    "PART_COLUMNS",
     "RESPONSE_COLUMNS",
     "SCHEMA_VERSION",
     "TRACE_COLUMNS",
@@ -212,7 +215,29 @@ _V4 = [
     "DROP TABLE journal_position",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
+# Version 5: long JSON values in parts. A value longer than LONG_VALUE_CHARS is stored as rows
+# of value_parts (PART_CHARS characters each, in order of ``part``); the row that owns it holds
+# JSON null and the parts' id. A checkpoint holds every value of a table's newest row group in
+# memory at once, so long values inline made checkpoints need gigabytes (see
+# troupe.storage.duckdb_store, Memory). ``troupe_json(value, parts)`` gives the whole value in SQL.
+_V5 = [
+    """
+    CREATE TABLE value_parts (
+        id   BIGINT  NOT NULL,  -- one long value; ids grow in write order
+        part INTEGER NOT NULL,
+        text VARCHAR NOT NULL
+    )
+    """,
+    "ALTER TABLE responses ADD COLUMN response_parts BIGINT",
+    "ALTER TABLE response_items ADD COLUMN item_parts BIGINT",
+    "ALTER TABLE conversation_items ADD COLUMN item_parts BIGINT",
+    """
+    CREATE MACRO troupe_json(value, parts) AS CASE WHEN parts IS NULL THEN value
+        ELSE (SELECT string_agg(text, '' ORDER BY part) FROM value_parts WHERE id = parts)::JSON END
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -224,10 +249,16 @@ SCHEMA_VERSION = len(MIGRATIONS)
 RESPONSE_COLUMNS = (
     "tenant, id, seq, created_at, completed_at, model, status, conversation_id, previous_response_id, thread_id, "
     "input_tokens, output_tokens, cached_tokens, reasoning_tokens, total_tokens, started_at, ended_at, ttft_s, "
-    "e2e_s, error_code, response"
+    "e2e_s, error_code, response, response_parts"
 )
-ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item"
-CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item"
+ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item, item_parts"
+CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item, item_parts"
+PART_COLUMNS = "id, part, text"
+
+LONG_VALUE_CHARS = 8192
+"""A JSON value longer than this (in characters) is stored in parts (version 5 above)."""
+PART_CHARS = 8192
+"""The characters per row of ``value_parts``."""
 TRACE_COLUMNS = (
     "tenant, response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens, error"
 )
@@ -284,6 +315,7 @@ def response_row(record: ResponseRecord, seq: int) -> tuple[Any, ...]:
         record.ended_at - record.started_at,
         nested(response, "error", "code"),
         dump_json(response),
+        None,  # response_parts: set by the store when the JSON is long
     )
 
 
