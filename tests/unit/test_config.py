@@ -237,6 +237,7 @@ def test_unknown_keys_are_named(write, text, named):
         ('[runtime]\ntool_runner = "thread"\n', "runtime.tool_runner: expected one of 'actor', 'task'"),
         ("[runtime]\nexample_tools = 1\n", "runtime.example_tools: expected a boolean"),
         ("[runtime]\ntool_num_cpus = -1\n", "must not be negative"),
+        ('[runtime]\nstorage_memory_limit = "lots"\n', 'runtime.storage_memory_limit: expected a size such as "128MB"'),
         ('[[models]]\nname = "m"\n', "models[0].base_url is required"),
         ('[[models]]\nname = "m"\nkind = "vllm"\nbase_url = "u"\n', "models[0].kind: expected one of"),
         ('[[models]]\nkind = "sim"\n', "models[0]: missing required key 'name'"),
@@ -263,6 +264,7 @@ def test_bad_values_are_located(write, text, fragment):
         ({"TROUPE_PORT": "eighty"}, "TROUPE_PORT: expected an integer"),
         ({"TROUPE_POOL_SIZE": "-2"}, "TROUPE_POOL_SIZE: must be greater than 0"),
         ({"TROUPE_PLACEMENT": "anywhere"}, "TROUPE_PLACEMENT: expected one of"),
+        ({"TROUPE_STORAGE_MEMORY_LIMIT": "12 parsecs"}, "TROUPE_STORAGE_MEMORY_LIMIT: expected a size"),
     ],
 )
 def test_bad_environment_is_named(env, fragment):
@@ -299,3 +301,10 @@ def test_the_example_file_loads_and_documents_every_option():
     for var in ("TROUPE_HOST", "TROUPE_PORT", "TROUPE_STORAGE_PATH", "TROUPE_PLACEMENT", "TROUPE_POOL_SIZE",
                 "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG", "TROUPE_MCP_ALLOWED_URLS"):
         assert var in text
+
+
+def test_storage_memory_limit_from_file_and_environment(write):
+    assert load_config(None, env={})[1].storage_memory_limit == "128MB"
+    assert load_config(write('[runtime]\nstorage_memory_limit = "1.5GiB"\n'), env={})[1].storage_memory_limit == "1.5GiB"
+    assert load_config(write('[runtime]\nstorage_memory_limit = ""\n'), env={})[1].storage_memory_limit == ""
+    assert load_config(None, env={"TROUPE_STORAGE_MEMORY_LIMIT": "512MB"})[1].storage_memory_limit == "512MB"
