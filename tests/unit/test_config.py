@@ -299,7 +299,8 @@ def test_the_example_file_loads_and_documents_every_option():
         for f in dataclasses.fields(spec):
             assert f"{f.name} =" in text, f"{spec.__name__}.{f.name} is not documented"
     for var in ("TROUPE_HOST", "TROUPE_PORT", "TROUPE_STORAGE_PATH", "TROUPE_PLACEMENT", "TROUPE_POOL_SIZE",
-                "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG", "TROUPE_MCP_ALLOWED_URLS"):
+                "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG", "TROUPE_MCP_ALLOWED_URLS",
+                "TROUPE_STORAGE_MEMORY_LIMIT"):
         assert var in text
 
 

@@ -91,7 +91,7 @@ class Runtime:
         """An in-process runtime: one host, tools run in-process, the store in a thread."""
         from .store_client import AsyncStore
 
-        store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit or None)
+        store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit)
         return cls(settings, store=store, placement=LocalPlacement(settings, store))
 
     @classmethod

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 class StorageService(AsyncStore):
     """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``."""
 
-    def __init__(self, path: str, memory_limit: str | None = None) -> None:
+    def __init__(self, path: str, memory_limit: str = "") -> None:
         journal = journal_of(path)
         self._journal_dir = None if journal is None else os.path.abspath(journal)
         self._positions: dict[str, int] = {}
@@ -110,7 +110,7 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
             # The DuckDB file lives on the head node's disk.
             resources={"node:__internal_head__": 0.001},
         )
-        .remote(settings.storage_path, settings.storage_memory_limit or None)
+        .remote(settings.storage_path, settings.storage_memory_limit)
     )
 
 

@@ -35,14 +35,14 @@ __all__ = ["StoreClient", "AsyncStore", "journal_of", "open_store"]
 T = TypeVar("T")
 
 
-def open_store(path: str, memory_limit: str | None = None) -> Store:
+def open_store(path: str, memory_limit: str = "") -> Store:
     """The DuckDB store at ``path``; ``:memory:`` keeps everything in memory.
 
-    ``memory_limit``: DuckDB's ``memory_limit`` (``"128MB"``); None keeps DuckDB's default.
+    ``memory_limit``: DuckDB's ``memory_limit`` (``"128MB"``); ``""`` keeps DuckDB's default.
     """
     from troupe.storage.duckdb_store import DuckDBStore
 
-    return DuckDBStore(None if path == ":memory:" else path, memory_limit=memory_limit)
+    return DuckDBStore(None if path == ":memory:" else path, memory_limit=memory_limit or None)
 
 
 def journal_of(path: str) -> str | None:
@@ -117,7 +117,7 @@ class AsyncStore:
         )
 
     @classmethod
-    def open(cls, path: str, memory_limit: str | None = None) -> AsyncStore:
+    def open(cls, path: str, memory_limit: str = "") -> AsyncStore:
         """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
         return cls(open_store(path, memory_limit), journal=journal_of(path))
 
