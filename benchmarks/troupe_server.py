@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from troupe.serve.deployment import LOCAL_RAY_ENV, LOCAL_RAY_SYSTEM_CONFIG, direct_ingress_env, free_port_range
+    from troupe.serve.deployment import LOCAL_RAY_ENV, direct_ingress_env, free_port_range
 
     os.makedirs(args.data_dir, exist_ok=True)
     replicas = len(APPS) + 1  # one replica per Troupe app and the Serve floor's, a direct-ingress port each
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in LOCAL_RAY_ENV.items():  # the local instance as `troupe serve` starts it
         os.environ.setdefault(name, value)
     ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             namespace="troupe-bench", _system_config=LOCAL_RAY_SYSTEM_CONFIG)
+             namespace="troupe-bench")
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
         _run_apps(args)
