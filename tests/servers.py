@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -22,6 +22,17 @@ def wait_for(condition: Callable[[], bool], *, timeout_s: float = 20.0, what: st
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} did not hold within {timeout_s} s")
         time.sleep(0.01)
+
+
+async def wait_until(
+    condition: Callable[[], Awaitable[bool]], *, timeout_s: float = 30.0, what: str = "condition"
+) -> None:
+    """Await ``condition()`` until it is true; fail after ``timeout_s`` (a bound, not a wait)."""
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not hold within {timeout_s} s")
+        await asyncio.sleep(0.02)
 
 
 def direct_ingress_root(app_name: str) -> str:

@@ -144,8 +144,9 @@ def test_server_tool_runs_inside_the_loop(client):
     assert kinds == ["function_call", "function_call_output", "message"]
     assert "42" in text_of(response)
     traces = httpx.get(f"{client.base_url}responses/{response.id}/step_traces").json()
-    assert isinstance(traces, list)
-    assert {t["kind"] for t in traces} <= {"model", "tool"}
+    # The model asked, the tool ran, the model answered: one trace each, in that order.
+    assert [t["kind"] for t in traces] == ["model", "tool", "model"]
+    assert traces[1]["name"] == "calculator" and traces[1]["error"] is None
 
 
 def test_registered_tools_of_one_turn_run_in_parallel(client):

@@ -14,6 +14,8 @@ from troupe.actors import DEFAULT_TOOLS, HostFailed, Runtime, RuntimeSettings, T
 from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 from troupe.protocol import parse_create_request
 
+from tests.servers import wait_until
+
 # One runtime per placement for the whole module: starting actors costs seconds each.
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.asyncio(loop_scope="module")]
 
@@ -162,8 +164,12 @@ async def test_closing_a_stream_cancels_the_turn_on_its_host(runtime, namespace)
     await anext(stream)
     await stream.aclose()  # what the HTTP layer does when the client disconnects
     hosts = hosts_of(namespace)
-    while any(await asyncio.gather(*(h.ping.remote() for h in hosts))):
-        await asyncio.sleep(0.05)  # polling a condition: no turn running any more
+    assert hosts
+
+    async def idle() -> bool:
+        return not any(await asyncio.gather(*(h.ping.remote() for h in hosts)))
+
+    await wait_until(idle, what="every host idle (the turn cancelled)")
 
 
 async def test_a_killed_host_fails_the_turn_clearly_and_history_survives(runtime, namespace):
@@ -188,8 +194,12 @@ async def test_non_streaming_turn_on_a_killed_host_raises_server_error(runtime, 
     )
     # Wait until the turn is running on its host, then kill the hosts of this namespace.
     hosts = hosts_of(namespace)
-    while not any(await asyncio.gather(*(h.ping.remote() for h in hosts))):
-        await asyncio.sleep(0.01)  # polling a condition: a turn is running
+    assert hosts
+
+    async def running() -> bool:
+        return any(await asyncio.gather(*(h.ping.remote() for h in hosts)))
+
+    await wait_until(running, what="the turn running on a host")
     for h in hosts:
         ray.kill(h, no_restart=False)
     with pytest.raises(HostFailed):
@@ -204,8 +214,11 @@ async def test_an_idle_dedicated_actor_exits_and_the_next_turn_rebuilds_from_sto
     rt = await Runtime.on_ray(settings)
     try:
         first = await rt.respond("", req(input="remember this"))
-        while hosts_of(namespace):
-            await asyncio.sleep(0.1)  # polling a condition: the idle actor has exited
+
+        async def exited() -> bool:
+            return not hosts_of(namespace)
+
+        await wait_until(exited, what="the idle actor's exit")
         follow = await rt.respond("", req(input="[[history]]", previous_response_id=first["id"]))
         assert text(follow) == "remember this | [[history]]"
     finally:

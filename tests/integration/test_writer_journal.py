@@ -7,7 +7,6 @@ real storage actor on a DuckDB file, and a writer in an actor process that is ki
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 
@@ -19,6 +18,7 @@ from troupe.actors.raycall import ray_result
 from troupe.actors.storage_actor import JournalingStoreClient, RayStoreClient, storage_actor
 from troupe.storage.journal import WRITER_PREFIX, journal_dir
 
+from tests.servers import wait_until
 from ..unit.test_store_contract import make_record
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.asyncio(loop_scope="module")]
@@ -41,12 +41,15 @@ async def _journaling_client(settings: RuntimeSettings) -> JournalingStoreClient
 
 async def _gone(pid: int) -> None:
     """Wait until process ``pid`` has exited (ray.kill returns before it has)."""
-    while True:
+
+    async def exited() -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        await asyncio.sleep(0.05)  # polling a condition: the process is gone
+            return True
+        return False
+
+    await wait_until(exited, what=f"process {pid}'s exit")
 
 
 def _writer_dirs(settings: RuntimeSettings) -> list[str]:
