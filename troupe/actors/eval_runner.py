@@ -50,16 +50,13 @@ from troupe.eval.graders import grade, outcome_from_response, verdict
 from troupe.protocol import ProtocolError, new_id, parse_create_request
 from troupe.storage import EvalResultRecord, EvalRunRecord
 
-from .host import TurnJob
+from .host import DELTA_TYPES, TurnJob
 from .placement import HostActor
 from .settings import RuntimeSettings
 from .storage_actor import RayStoreClient
 
-__all__ = ["CaseTask", "EvalStore", "EvalWorker", "RunOptions", "run_eval"]
+__all__ = ["CaseTask", "EvalWorker", "RunOptions", "run_eval"]
 
-_DELTA_TYPES = frozenset(
-    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
-)
 # The driver's own limit on a sample: the worker's timeout plus this, for a worker that
 # cannot even notice its timeout (an event loop blocked by a synchronous grader).
 _BACKSTOP_S = 30.0
@@ -148,7 +145,7 @@ class EvalWorker(HostActor):
                 async with contextlib.aclosing(self.respond(job)) as batches:
                     async for batch in batches:
                         for event in batch:
-                            if ttft_s is None and event["type"] in _DELTA_TYPES:
+                            if ttft_s is None and event["type"] in DELTA_TYPES:
                                 ttft_s = time.perf_counter() - t0
                             response = event.get("response", response)
                 e2e_s = time.perf_counter() - t0
@@ -242,17 +239,6 @@ def _first_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# -- the storage actor's eval methods ------------------------------------------------
-
-
-class EvalStore(RayStoreClient):
-    """The evaluation methods of the :class:`~troupe.storage.Store`, through the storage actor.
-
-    ``put_eval_run``, ``get_eval_run``, ``list_eval_runs``, ``write_eval_results`` and
-    ``eval_results`` run on the store's single thread, in order with every other write.
-    """
-
-
 # -- the driver -------------------------------------------------------------------
 
 
@@ -279,7 +265,7 @@ async def run_eval(
     Raises:
         StorageError: results could not be stored (the run stops).
     """
-    store = await EvalStore.connect(settings)
+    store = await RayStoreClient.connect(settings)
     previous = await store.get_eval_run(options.run_id)
     done = {
         (r.case_id, r.sample)
@@ -363,7 +349,7 @@ async def _dispatch(
     todo: list[tuple[EvalCase, int]],
     workers: list[Any],
     nodes: list[str],
-    store: EvalStore,
+    store: RayStoreClient,
     settings: RuntimeSettings,
     options: RunOptions,
     on_result: Callable[[EvalResultRecord], None] | None,

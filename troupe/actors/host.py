@@ -41,13 +41,14 @@ from .models import ModelRegistry
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
-__all__ = ["TurnJob", "ConversationHost", "HostClient", "coalesce"]
+__all__ = ["TurnJob", "ConversationHost", "HostClient", "coalesce", "DELTA_TYPES"]
 
 T = TypeVar("T")
 
-_DELTA_TYPES = frozenset(
+DELTA_TYPES = frozenset(
     {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
 )
+"""The wire events whose first one marks a response's time to first token."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,9 +132,6 @@ class ConversationHost:
                 del self._threads[old_key]
         return thread
 
-    def cached_threads(self) -> int:
-        return len(self._threads)
-
     async def _history(self, job: TurnJob, thread: _Thread) -> list[dict[str, Any]]:
         request, tenant = job.request, job.tenant
         if request.conversation_id is not None:
@@ -210,7 +208,7 @@ class ConversationHost:
                     )
                     yield wire
                     return
-                if ttft_s is None and any(e["type"] in _DELTA_TYPES for e in wire):
+                if ttft_s is None and any(e["type"] in DELTA_TYPES for e in wire):
                     ttft_s = time.time() - started
                 if stream or not started_sent:
                     started_sent = True

@@ -23,7 +23,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, assert_never, get_args
 
 from openai.types.responses.response_error import ResponseError
 
@@ -291,6 +291,10 @@ class _Run:
                         executor = find_executor(call, self.executors)
                         yield ev.ItemEmitted(item=executor.approval_item(call))  # type: ignore[union-attr]
                     action = Finish(status="completed")
+                case Finish():
+                    pass
+                case _:
+                    assert_never(action)
             if isinstance(action, Finish):
                 for item_id in self.mcp_items.values():  # calls never run (tool_choice none, a failure)
                     yield ev.McpCallDone(item_id=item_id, error=McpError("The call was not run.").to_item_error())

@@ -170,10 +170,6 @@ class TurnPlan:
         """Whether there are results to produce before the next model call."""
         return bool(self.server or self.rejected)
 
-    @property
-    def ends_turn_for_client(self) -> bool:
-        return bool(self.client)
-
 
 def find_executor(call: ToolCall, executors: Sequence[ToolExecutor]) -> ToolExecutor | None:
     return next((ex for ex in executors if ex.can_execute(call)), None)

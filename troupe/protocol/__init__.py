@@ -16,13 +16,11 @@ lack is written here.
 from .body import DEFAULT_MAX_DEPTH, decode_json_body
 from .errors import (
     AuthenticationFailed,
-    Conflict,
     ExternalConnectorError,
     InvalidRequest,
     NotFound,
     ProtocolError,
     ServerError,
-    Unprocessable,
     check_id_format,
     conversation_not_found,
     previous_response_not_found,
@@ -40,12 +38,18 @@ from .items import (
     normalize_input,
     validate_input_items,
 )
-from .request import CreateResponseRequest, parse_create_request
+from .request import (
+    METADATA_MAX_KEY,
+    METADATA_MAX_KEYS,
+    METADATA_MAX_VALUE,
+    CreateResponseRequest,
+    check_metadata,
+    parse_create_request,
+)
 from .response import (
     EXTENSION_STATUSES,
     MCP_SECRET_KEYS,
     RESPONSE_STATUSES,
-    TERMINAL_STATUSES,
     ResponseStatus,
     build_response,
     echo_tool,
@@ -66,8 +70,6 @@ __all__ = [
     "InvalidRequest",
     "AuthenticationFailed",
     "NotFound",
-    "Conflict",
-    "Unprocessable",
     "ExternalConnectorError",
     "ServerError",
     "previous_response_not_found",
@@ -92,11 +94,14 @@ __all__ = [
     # request
     "CreateResponseRequest",
     "parse_create_request",
+    "check_metadata",
+    "METADATA_MAX_KEYS",
+    "METADATA_MAX_KEY",
+    "METADATA_MAX_VALUE",
     # response
     "EXTENSION_STATUSES",
     "MCP_SECRET_KEYS",
     "RESPONSE_STATUSES",
-    "TERMINAL_STATUSES",
     "ResponseStatus",
     "build_response",
     "echo_tool",

@@ -12,8 +12,6 @@ Tree::
     ├── InvalidRequest         400  invalid_request_error   (bad body, bad parameter)
     ├── AuthenticationFailed   401  invalid_request_error   code "invalid_api_key"
     ├── NotFound               404  invalid_request_error   code "not_found" unless given
-    ├── Conflict               409  invalid_request_error   (e.g. cancelling a finished run)
-    ├── Unprocessable          422  invalid_request_error
     ├── ExternalConnectorError 424  external_connector_error (an MCP server could not be listed)
     └── ServerError            500  server_error
 
@@ -39,8 +37,6 @@ __all__ = [
     "InvalidRequest",
     "AuthenticationFailed",
     "NotFound",
-    "Conflict",
-    "Unprocessable",
     "ExternalConnectorError",
     "ServerError",
     "previous_response_not_found",
@@ -161,20 +157,6 @@ def check_id_format(value: str, prefix: str, param: str) -> str:
             code="invalid_value",
         )
     return value
-
-
-class Conflict(ProtocolError):
-    """The object is not in a state that allows the operation (409)."""
-
-    default_status = 409
-    default_type = "invalid_request_error"
-
-
-class Unprocessable(ProtocolError):
-    """Well-formed but semantically unusable request (422)."""
-
-    default_status = 422
-    default_type = "invalid_request_error"
 
 
 class ExternalConnectorError(ProtocolError):

@@ -55,7 +55,14 @@ from .ids import CONVERSATION, RESPONSE
 from .schema_refs import dangling_refs
 from .items import _by_type, normalize_input, validate_input_items
 
-__all__ = ["CreateResponseRequest", "parse_create_request"]
+__all__ = [
+    "CreateResponseRequest",
+    "parse_create_request",
+    "check_metadata",
+    "METADATA_MAX_KEYS",
+    "METADATA_MAX_KEY",
+    "METADATA_MAX_VALUE",
+]
 
 _TOOL_TYPES: dict[str, Any] = _by_type(ToolParam)
 _FUNCTION_TOOL = TypeAdapter(_TOOL_TYPES["function"])
@@ -64,7 +71,8 @@ _TOOL_CHOICES: dict[str, TypeAdapter[Any]] = {
     kind: TypeAdapter(td) for kind, td in _by_type(create_params.ToolChoice).items()
 }
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
-_METADATA_MAX_KEYS, _METADATA_MAX_KEY, _METADATA_MAX_VALUE = 16, 64, 512
+METADATA_MAX_KEYS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
+"""OpenAI's metadata limits: at most 16 string pairs, keys of ≤ 64 characters, values of ≤ 512."""
 
 # Nested parameters validated against the SDK's TypedDicts. They are declared as
 # plain dicts on the model because the model's extra="forbid" would otherwise
@@ -86,6 +94,34 @@ _NESTED: dict[str, TypeAdapter[Any]] = {
 
 def _fail(loc: Loc, message: str, code: str = "invalid_value") -> InvalidRequest:
     return InvalidRequest(message, param=format_param(loc), code=code)
+
+
+def check_metadata(value: Any) -> dict[str, str] | None:
+    """``value`` as a request's or a conversation's ``metadata``, checked as OpenAI does
+    (:data:`METADATA_MAX_KEYS` string pairs at most, keys and values within their lengths).
+
+    Raises:
+        InvalidRequest: naming ``metadata``, or ``metadata.<key>`` for a bad value.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(("metadata",), f"Invalid type for 'metadata': expected an object, got {_describe(value)}.",
+                    "invalid_type")
+    if len(value) > METADATA_MAX_KEYS:
+        raise _fail(("metadata",), f"Invalid 'metadata': at most {METADATA_MAX_KEYS} keys are allowed, "
+                    f"got {len(value)}.")
+    for key, item in value.items():
+        if len(key) > METADATA_MAX_KEY:
+            raise _fail(("metadata",), f"Invalid 'metadata': keys can be at most {METADATA_MAX_KEY} "
+                        f"characters long, got one of {len(key)}.")
+        if not isinstance(item, str):
+            raise _fail(("metadata", key), f"Invalid type for 'metadata.{key}': expected a string, "
+                        f"got {_describe(item)}.", "invalid_type")
+        if len(item) > METADATA_MAX_VALUE:
+            raise _fail(("metadata", key), f"Invalid 'metadata.{key}': values can be at most "
+                        f"{METADATA_MAX_VALUE} characters long, got {len(item)}.")
+    return value
 
 
 def _check_refs(schema: Any, loc: Loc) -> None:
@@ -215,30 +251,13 @@ class CreateResponseRequest(BaseModel):
             check_id_format(self.previous_response_id, RESPONSE, "previous_response_id")
         if self.conversation_id is not None:
             check_id_format(self.conversation_id, CONVERSATION, "conversation")
-        self._check_metadata()
+        check_metadata(self.metadata)
         self._check_tools()
         self._check_tool_choice()
         fmt = (self.text or {}).get("format") or {}
         if fmt.get("type") == "json_schema":
             _check_refs(fmt.get("schema"), ("text", "format", "schema"))
         return self
-
-    def _check_metadata(self) -> None:
-        if self.metadata is None:
-            return
-        if len(self.metadata) > _METADATA_MAX_KEYS:
-            raise _fail(("metadata",), f"Invalid 'metadata': at most {_METADATA_MAX_KEYS} keys are allowed, "
-                        f"got {len(self.metadata)}.")
-        for key, value in self.metadata.items():
-            if len(key) > _METADATA_MAX_KEY:
-                raise _fail(("metadata",), f"Invalid 'metadata': keys can be at most {_METADATA_MAX_KEY} "
-                            f"characters long, got one of {len(key)}.")
-            if not isinstance(value, str):
-                raise _fail(("metadata", key), f"Invalid type for 'metadata.{key}': expected a string, "
-                            f"got {_describe(value)}.", "invalid_type")
-            if len(value) > _METADATA_MAX_VALUE:
-                raise _fail(("metadata", key), f"Invalid 'metadata.{key}': values can be at most "
-                            f"{_METADATA_MAX_VALUE} characters long, got {len(value)}.")
 
     def _check_tools(self) -> None:
         seen: dict[tuple[str, str], int] = {}

@@ -25,7 +25,6 @@ __all__ = [
     "ResponseStatus",
     "RESPONSE_STATUSES",
     "EXTENSION_STATUSES",
-    "TERMINAL_STATUSES",
     "MCP_SECRET_KEYS",
     "build_response",
     "echo_tool",
@@ -41,9 +40,6 @@ RESPONSE_STATUSES: tuple[str, ...] = get_args(ResponseStatus)
 EXTENSION_STATUSES: tuple[str, ...] = ("requires_action",)
 """Opt-in statuses outside the SDK's set: ``requires_action`` ends a response on
 client function calls, Antwort style (the loop's ``client_tool_status`` setting)."""
-
-TERMINAL_STATUSES = frozenset({"completed", "failed", "incomplete", "cancelled", "requires_action"})
-"""Statuses after which a response never changes."""
 
 MCP_SECRET_KEYS = frozenset({"headers", "authorization"})
 """MCP tool keys that carry credentials: used to call the server, never echoed."""

@@ -49,6 +49,7 @@ from troupe.protocol import (
     InvalidRequest,
     ProtocolError,
     check_id_format,
+    check_metadata,
     decode_json_body,
     encode_sse,
     invalid_request_from_errors,
@@ -57,6 +58,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.ids import CONVERSATION, RESPONSE
 
+
 from .config import ServerSettings
 from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
 from .openapi import install_openapi
@@ -64,7 +66,6 @@ from .openapi import install_openapi
 __all__ = ["create_app", "error_response"]
 
 _MAX_ITEMS = 20
-_METADATA_MAX_KEYS, _METADATA_MAX_KEY, _METADATA_MAX_VALUE = 16, 64, 512
 _RETRYABLE = frozenset({429, 503})
 
 LimitParam = Annotated[int, Query(ge=1, le=100, description="Page size, 1–100.")]
@@ -205,7 +206,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     async def create_conversation(request: Request, who: str = who_dep) -> dict[str, Any]:
         body = _object_body(await json_body(request, empty_ok=True), allowed=("items", "metadata"))
         items = _items(body, required=False)
-        metadata = _metadata(body.get("metadata"))
+        metadata = check_metadata(body.get("metadata"))
         return await get_runtime().create_conversation(who, items=items, metadata=metadata)
 
     @app.get("/v1/conversations/{conversation_id}")
@@ -217,7 +218,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         body = _object_body(await json_body(request), allowed=("metadata",))
         if "metadata" not in body:
             raise _missing("metadata")
-        return await get_runtime().update_conversation(who, _conversation_id(conversation_id), _metadata(body["metadata"]) or {})
+        return await get_runtime().update_conversation(who, _conversation_id(conversation_id), check_metadata(body["metadata"]) or {})
 
     @app.delete("/v1/conversations/{conversation_id}")
     async def delete_conversation(conversation_id: str, who: str = who_dep) -> dict[str, Any]:
@@ -379,27 +380,6 @@ def _items(body: dict[str, Any], *, required: bool) -> list[dict[str, Any]]:
         raise InvalidRequest(message, param="items", code="array_above_max_length")
     validate_input_items(items, param="items")
     return items
-
-
-def _metadata(value: Any) -> dict[str, str] | None:
-    """Validate metadata as OpenAI does: ≤16 string pairs, keys ≤64 and values ≤512 characters."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise InvalidRequest("Invalid type for 'metadata': expected an object.", param="metadata", code="invalid_type")
-    problem = None
-    if len(value) > _METADATA_MAX_KEYS:
-        problem = ("metadata", f"at most {_METADATA_MAX_KEYS} keys are allowed")
-    for key, item in value.items():
-        if problem is None and len(key) > _METADATA_MAX_KEY:
-            problem = ("metadata", f"keys can be at most {_METADATA_MAX_KEY} characters long")
-        if problem is None and not isinstance(item, str):
-            problem = (f"metadata.{key}", "expected a string")
-        if problem is None and len(item) > _METADATA_MAX_VALUE:
-            problem = (f"metadata.{key}", f"values can be at most {_METADATA_MAX_VALUE} characters long")
-    if problem is not None:
-        raise InvalidRequest(f"Invalid '{problem[0]}': {problem[1]}.", param=problem[0], code="invalid_value")
-    return value
 
 
 # -- streaming -------------------------------------------------------------------------

@@ -243,10 +243,11 @@ def _run_eval_run(args: argparse.Namespace) -> int:
 async def _eval_run_main(args: argparse.Namespace, dataset: Any, runtime: Any, run_id: str) -> int:
     import json
 
-    from troupe.actors.eval_runner import EvalStore, RunOptions, run_eval
+    from troupe.actors.eval_runner import RunOptions, run_eval
+    from troupe.actors.storage_actor import RayStoreClient
     from troupe.eval import Progress, render_report, summarize
 
-    store = await EvalStore.connect(runtime)
+    store = await RayStoreClient.connect(runtime)
     before = await store.get_eval_run(run_id)
     stored = before.options if before is not None else {}
     options = RunOptions(
@@ -362,11 +363,11 @@ class _EvalReader:
         if self.args.address:
             import asyncio
 
-            from troupe.actors.eval_runner import EvalStore
+            from troupe.actors.storage_actor import RayStoreClient
 
             _init_ray(self.args.address, runtime.namespace)
             self._ray = True
-            self._store = asyncio.run(EvalStore.connect(runtime))
+            self._store = asyncio.run(RayStoreClient.connect(runtime))
             return self
         path = runtime.storage_path
         if path != ":memory:" and not os.path.exists(path):

@@ -42,7 +42,7 @@ from pydantic import TypeAdapter
 
 from troupe.protocol import items as _items
 from troupe.protocol import request as _request
-from troupe.protocol.request import CreateResponseRequest
+from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
 
 __all__ = ["install_openapi"]
 
@@ -203,7 +203,7 @@ def _describe_create_success(operation: dict[str, Any]) -> None:
 
 def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """The request bodies by (method, path); their component schemas go into ``schemas``."""
-    from .app import _MAX_ITEMS, _METADATA_MAX_KEY, _METADATA_MAX_KEYS, _METADATA_MAX_VALUE  # app imports us
+    from .app import _MAX_ITEMS  # app imports us
 
     found, nested = _sdk_schemas()
     for name in found:
@@ -219,11 +219,11 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
 
     schemas["Metadata"] = {
         "type": "object",
-        "description": f"Up to {_METADATA_MAX_KEYS} string pairs: keys of at most {_METADATA_MAX_KEY} "
-        f"characters, values of at most {_METADATA_MAX_VALUE}.",
-        "maxProperties": _METADATA_MAX_KEYS,
-        "propertyNames": {"type": "string", "maxLength": _METADATA_MAX_KEY},
-        "additionalProperties": {"type": "string", "maxLength": _METADATA_MAX_VALUE},
+        "description": f"Up to {METADATA_MAX_KEYS} string pairs: keys of at most {METADATA_MAX_KEY} "
+        f"characters, values of at most {METADATA_MAX_VALUE}.",
+        "maxProperties": METADATA_MAX_KEYS,
+        "propertyNames": {"type": "string", "maxLength": METADATA_MAX_KEY},
+        "additionalProperties": {"type": "string", "maxLength": METADATA_MAX_VALUE},
     }
     items = {
         "type": "array",
