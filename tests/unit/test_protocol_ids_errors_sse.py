@@ -12,12 +12,10 @@ import pytest
 from troupe.protocol import (
     SSE_DONE,
     AuthenticationFailed,
-    Conflict,
     InvalidRequest,
     NotFound,
     ProtocolError,
     ServerError,
-    Unprocessable,
     encode_sse,
     new_id,
 )
@@ -131,8 +129,6 @@ ERRORS = [
     (NotFound("gone"), 404, "invalid_request_error", "not_found"),
     (NotFound("gone", code="previous_response_not_found"), 404, "invalid_request_error",
      "previous_response_not_found"),
-    (Conflict("busy"), 409, "invalid_request_error", None),
-    (Unprocessable("meh"), 422, "invalid_request_error", None),
     (ServerError("boom"), 500, "server_error", None),
 ]
 
