@@ -317,6 +317,13 @@ def test_chain_items_stop_at_a_deleted_link(store: Store) -> None:
     assert ids(store.chain_items("acme", "resp_3")) == ["msg_resp_3_in", "msg_resp_3_out"]
 
 
+def test_chain_items_end_on_a_corrupt_cycle(store: Store) -> None:
+    # The API cannot make one (a previous response exists before its successor); a damaged
+    # file could. Each response is taken once, oldest first from where the walk stopped.
+    store.write_responses([make_record("resp_a", previous="resp_b"), make_record("resp_b", previous="resp_a")])
+    assert ids(store.chain_items("acme", "resp_a")) == ["msg_resp_b_in", "msg_resp_b_out", "msg_resp_a_in", "msg_resp_a_out"]
+
+
 def test_chain_items_do_not_cross_tenants(store: Store) -> None:
     store.write_responses([make_record("resp_1", tenant="other")])
     store.write_responses([make_record("resp_2", previous="resp_1")])

@@ -76,6 +76,9 @@ ROW_GROUP_ROWS = 2048
 # How many conversations' next append positions are kept (the least recently used go first).
 _CONVERSATION_SEQ_CACHE = 4096
 
+# One link of a previous_response_id chain (see DuckDBStore.chain_items).
+_PREVIOUS = "SELECT previous_response_id FROM responses WHERE tenant = ? AND id = ?"
+
 # Long values, joined from their parts (see DuckDBStore._fetch_values). Ids grow in write
 # order, so DuckDB skips the row groups whose min/max rule them out (EXPLAIN ANALYZE: 1 of 977).
 _JOIN_PARTS = "SELECT id, string_agg(text, '' ORDER BY part) FROM value_parts WHERE id = ANY(?) GROUP BY id"
@@ -503,33 +506,31 @@ class DuckDBStore(Store):
         return self._paged(f"SELECT item, item_parts {where}", params, (key,), anchor, limit, order)
 
     def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        """See :meth:`Store.chain_items`."""
-        # UNION (not UNION ALL) makes the recursion stop even on a (corrupt) cycle.
-        links = self._fetchall(
-            """
-            WITH RECURSIVE chain(id, previous_response_id) AS (
-                SELECT id, previous_response_id FROM responses WHERE tenant = $1 AND id = $2
-                UNION
-                SELECT r.id, r.previous_response_id FROM responses r JOIN chain c
-                    ON r.tenant = $1 AND r.id = c.previous_response_id
-            )
-            SELECT id, previous_response_id FROM chain
-            """,
-            [tenant, response_id],
-        )
-        if not links:
-            return None
-        previous = dict(links)
+        """See :meth:`Store.chain_items`.
+
+        The links are followed one lookup by id at a time. Response ids grow in time order, so
+        DuckDB reads only the few row groups whose min/max admit the id (3 of 135 at 250,000
+        responses): the cost grows with the chain, not with the history. A recursive query
+        joined the whole table once per link instead (32 ms for two turns there, against 5).
+        """
         order: list[str] = []
-        current: str | None = response_id
-        while current in previous and current not in order:
-            order.append(current)
-            current = previous[current]
+        seen: set[str] = set()
+        with self._locked() as conn:
+            current: str | None = response_id
+            while current is not None and current not in seen:  # a (corrupt) cycle stops
+                row = conn.execute(_PREVIOUS, [tenant, current]).fetchone()
+                if row is None:
+                    break  # unknown, or deleted mid-chain: the chain starts after it
+                order.append(current)
+                seen.add(current)
+                current = row[0]
+        if not order:
+            return None
         rank = {rid: -i for i, rid in enumerate(order)}  # oldest first
         rows = self._fetch_values(
             "SELECT response_id, role, position, item, item_parts FROM response_items"
-            " WHERE tenant = ? AND response_id = ANY(?)",
-            [tenant, order],
+            f" WHERE tenant = ? AND response_id IN ({', '.join('?' * len(order))})",
+            [tenant, *order],
         )
         rows.sort(key=lambda r: (rank[r[0]], r[1] != "input", r[2]))
         return [r[3] for r in rows]
