@@ -11,8 +11,10 @@ import pytest_asyncio
 import ray
 
 from troupe.actors import DEFAULT_TOOLS, HostFailed, Runtime, RuntimeSettings, ToolSpec
+from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
 from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 from troupe.protocol import parse_create_request
+from troupe.storage.duckdb_store import DuckDBStore
 
 from tests.servers import wait_until
 
@@ -75,6 +77,17 @@ async def runtime(placement, namespace, tmp_path_factory):
     yield rt
     await rt.close()
     kill_namespace(namespace)
+
+
+async def test_the_storage_actor_runs_under_the_configured_memory_limit(runtime, namespace):
+    # RuntimeSettings' default, 128MB, reaches DuckDB in the actor (as DuckDB shows it locally).
+    expected = DuckDBStore(":memory:", memory_limit=RuntimeSettings().storage_memory_limit).memory()["limit"]
+    storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=namespace)
+    await runtime.respond("", req(input="something to store"))
+    usage = await storage.memory.remote()
+    assert usage["limit"] == expected == "122.0 MiB"
+    assert 0 < usage["used_bytes"] <= 128 * 10**6
+    assert usage["rss_bytes"] > usage["used_bytes"]
 
 
 async def test_chain_and_conversation(runtime):

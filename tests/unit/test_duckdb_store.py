@@ -380,5 +380,8 @@ def test_a_small_memory_limit_holds_while_long_values_are_stored(path) -> None:
             store.write_responses([make_record(f"resp_{i}", inputs=[message(f"msg_{i}", "user", text)])])
         assert store.query("SELECT count(*) FROM responses")[1] == [(12,)]
         assert store.list_input_items("acme", "resp_7").data[0]["content"][0]["text"].startswith("m7")
+        usage = store.memory()
+        assert usage["limit"] == "91.5 MiB"  # 96 * 10**6 bytes
+        assert 0 < usage["used_bytes"] <= 96 * 10**6
     finally:
         store.close()

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import psutil
 import ray
 from ray.exceptions import RayActorError
 
@@ -58,6 +59,12 @@ class StorageService(AsyncStore):
 
     async def ping(self) -> bool:
         return True
+
+    async def memory(self) -> dict[str, Any]:
+        """DuckDB's memory limit and use in this actor (:meth:`DuckDBStore.memory`), and the
+        process's resident memory (``rss_bytes``)."""
+        usage = await self._run(self._duckdb.memory)
+        return {**usage, "rss_bytes": psutil.Process().memory_info().rss}
 
     async def journal_home(self) -> tuple[str, str] | None:
         """Where writer journals go: ``(node id, journal directory)``; None for a store in memory."""

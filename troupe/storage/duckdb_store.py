@@ -733,6 +733,18 @@ class DuckDBStore(Store):
 
     # -- analytics -----------------------------------------------------------------
 
+    def memory(self) -> dict[str, Any]:
+        """DuckDB's memory here: ``limit`` (its ``memory_limit`` setting as DuckDB shows it, e.g.
+        ``"122.0 MiB"`` for ``"128MB"``), ``used_bytes`` (what its allocations hold now, the buffer
+        pool included) and ``temporary_bytes`` (what it spilled to the temp directory)."""
+        with self._locked() as conn:
+            limit = conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            used, spilled = conn.execute(
+                "SELECT coalesce(sum(memory_usage_bytes), 0), coalesce(sum(temporary_storage_bytes), 0)"
+                " FROM duckdb_memory()"
+            ).fetchone()
+        return {"limit": limit, "used_bytes": int(used), "temporary_bytes": int(spilled)}
+
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
         """Run one read-only statement (for ``troupe sql`` and analytics).
 
