@@ -16,7 +16,7 @@ from troupe.protocol import (
     usage_dict,
 )
 
-# CONTRACT §2, "always emit" column (+ conversation, which we always emit, null when unused).
+# The fields a Response always carries (+ conversation, which we always emit, null when unused).
 ALWAYS_EMIT = {
     "id", "object", "created_at", "status", "completed_at", "model", "output", "error",
     "incomplete_details", "instructions", "previous_response_id", "conversation", "tools", "tool_choice",

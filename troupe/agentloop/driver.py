@@ -23,15 +23,14 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, assert_never, get_args
-
-from openai.types.responses.response_error import ResponseError
+from typing import Any, Literal, assert_never
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
 from . import events as ev
+from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
-from .model import ChatRequest, ModelClient, ModelError, ToolCall, TurnEnd
+from .model import ChatRequest, ModelClient, ToolCall, TurnEnd
 from .model import ReasoningDelta as ModelReasoningDelta
 from .model import TextDelta as ModelTextDelta
 from .mcp import McpClient, McpError, McpServer, McpToolset
@@ -68,12 +67,6 @@ class PreparedTurn:
     """The request's MCP servers (listed as the response starts, when not yet in the thread)."""
 
 
-def _plain(value: Any) -> Any:
-    """Request fields may be pydantic models or plain values; the loop reads plain ones."""
-    dump = getattr(value, "model_dump", None)
-    return dump(exclude_none=True) if dump else value
-
-
 def prepare(
     request: CreateResponseRequest,
     history: Sequence[dict[str, Any]],
@@ -98,7 +91,7 @@ def prepare(
         InvalidRequest: an unsupported tool kind or tool_choice, or input items
             that do not fit the history (see :func:`build_transcript`).
     """
-    tools = [_plain(t) for t in (request.tools or [])]
+    tools = [plain(t) for t in (request.tools or [])]
     supported = _SUPPORTED_TOOL_TYPES | ({"mcp"} if mcp_client is not None else set())
     for i, tool in enumerate(tools):
         if tool.get("type") not in supported:
@@ -107,7 +100,7 @@ def prepare(
                 param=f"tools[{i}].type",
                 code="unsupported_value",
             )
-    choice = _plain(request.tool_choice)
+    choice = plain(request.tool_choice)
     choice_types = ("function", "allowed_tools") + (("mcp",) if mcp_client is not None else ())
     if isinstance(choice, dict) and choice.get("type") not in choice_types:
         raise InvalidRequest(
@@ -146,80 +139,6 @@ def prepare(
         policy=policy,
         mcp=mcp,
     )
-
-
-def _chat_tools(definitions: Sequence[dict[str, Any]], allowed: frozenset[str] | None) -> list[dict[str, Any]]:
-    out = []
-    for d in definitions:
-        if allowed is not None and d["name"] not in allowed:
-            continue  # allowed_tools: the model is only offered what it may call
-        function = {"name": d["name"], "parameters": d.get("parameters") or {"type": "object", "properties": {}}}
-        if d.get("description"):
-            function["description"] = d["description"]
-        if d.get("strict") is not None:
-            function["strict"] = d["strict"]
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def _chat_tool_choice(choice: Any, action: CallModel) -> str | dict[str, Any]:
-    if not action.tools_enabled or choice == "none":
-        return "none"
-    if not action.use_request_tool_choice or choice is None:
-        return "auto"
-    if isinstance(choice, str):
-        return choice
-    if choice["type"] == "function" or (choice["type"] == "mcp" and choice.get("name")):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    if choice["type"] == "mcp":
-        return "required"  # any tool of that server: the closest a chat model can be told
-    return choice.get("mode", "auto")  # allowed_tools: the tool list is already filtered
-
-
-def _response_format(text: Any) -> dict[str, Any] | None:
-    fmt = (_plain(text) or {}).get("format") or {}
-    if fmt.get("type") == "json_object":
-        return {"type": "json_object"}
-    if fmt.get("type") == "json_schema":
-        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
-        return {"type": "json_schema", "json_schema": schema}
-    return None
-
-
-# Upstream statuses that mean the *request* was refused (a malformed image, a prompt too
-# long): the client's fault. Every other failure (401/403/404: Troupe's upstream
-# configuration; 5xx; timeouts) is the server's.
-_CLIENT_FAULTS = frozenset({400, 413, 422})
-# ``Response.error.code`` is a closed enum in the SDK's types (strict clients reject other
-# values), so an upstream's own code is kept when the enum has it, mapped when it means
-# the same, and otherwise named in the message beside ``invalid_prompt``.
-_ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
-_UPSTREAM_CODES = {"invalid_base64": "invalid_base64_image", "context_length_exceeded": "invalid_prompt"}
-# Chat Completions fields an upstream may name, and the Responses parameter each came from.
-_UPSTREAM_PARAMS = {"response_format.json_schema.schema": "text.format.schema"}
-
-
-def _model_error(exc: Exception) -> dict[str, Any]:
-    """``Response.error`` for a failed model call: ``rate_limit_exceeded`` for an upstream
-    429, the upstream's code (or its enum twin, or ``invalid_prompt``) for an upstream
-    400/413/422, else ``server_error``."""
-    if not isinstance(exc, ModelError):
-        return {"code": "server_error", "message": f"The model call failed: {exc}"}
-    upstream = f"upstream status {exc.status}"
-    if exc.status == 429:
-        code = "rate_limit_exceeded"
-    elif exc.status in _CLIENT_FAULTS:
-        code = _UPSTREAM_CODES.get(exc.code or "", exc.code or "")
-        if code not in _ERROR_CODES:
-            code = "invalid_prompt"
-        if exc.code:
-            upstream += f", code {exc.code}"
-    else:
-        code = "server_error"
-    error = {"code": code, "message": f"The model call failed ({upstream}): {exc.message}"}
-    if code != "server_error" and (param := _UPSTREAM_PARAMS.get(exc.param or "")):
-        error["param"] = param  # Response.error's optional param (CONTRACT §7)
-    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +249,8 @@ class _Run:
 
     def _chat_request(self, action: CallModel) -> ChatRequest:
         req = self.req
-        choice = _plain(req.tool_choice)
-        effort = (_plain(req.reasoning) or {}).get("effort")
+        choice = plain(req.tool_choice)
+        effort = (plain(req.reasoning) or {}).get("effort")
         definitions = list(self.p.tool_definitions)
         if self.mcp is not None:
             known = {d["name"] for d in definitions}
@@ -339,13 +258,13 @@ class _Run:
         return ChatRequest(
             model=self.upstream_model,
             messages=self.p.transcript.to_chat_messages(req.instructions if isinstance(req.instructions, str) else None),
-            tools=_chat_tools(definitions, self.p.policy.allowed),
-            tool_choice=_chat_tool_choice(choice, action),
+            tools=chat_tools(definitions, self.p.policy.allowed),
+            tool_choice=chat_tool_choice(choice, action),
             parallel_tool_calls=req.parallel_tool_calls,
             max_tokens=self.state.output_tokens_left,
             temperature=req.temperature,
             top_p=req.top_p,
-            response_format=_response_format(req.text),
+            response_format=chat_response_format(req.text),
             extra={"reasoning_effort": effort} if effort else {},
         )
 
@@ -422,7 +341,7 @@ class _Run:
                     if self.cancel.is_set():
                         break
         except Exception as exc:  # noqa: BLE001 - any model failure ends the response as failed
-            error = _model_error(exc)
+            error = response_error(exc)
         ended = self.clock()
         done = turn is not None and error is None
         item_status = "completed" if done and turn.finish_reason != "length" else "incomplete"

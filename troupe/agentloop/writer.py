@@ -3,7 +3,7 @@
 This is the one place that assigns ``sequence_number`` (0, +1 per event, no
 gaps), ``output_index`` (emission order, which is also the order of the final
 ``response.output``) and ``content_index`` (per item, from 0), and that frames
-every item as added → deltas → done (CONTRACT.md §3). Events are plain dicts
+every item as added → deltas → done. Events are plain dicts
 shaped field for field like the ``openai`` SDK's event models (building a model per
 event cost more than the rest of the writer); tests/unit/test_writer_wire_shapes.py
 validates every kind against those models, so a misspelt field fails in the tests,

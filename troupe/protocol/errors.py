@@ -1,6 +1,6 @@
 """Protocol errors: what a client sees when a request is refused or a run fails.
 
-Every error renders as the OpenAI error body (CONTRACT §7)::
+Every error renders as the OpenAI error body::
 
     {"error": {"message": str, "type": str, "param": str | None, "code": str | None}}
 
@@ -85,7 +85,7 @@ class ProtocolError(Exception):
         """The HTTP status to answer with."""
 
     def to_body(self) -> dict[str, Any]:
-        """The JSON error body of CONTRACT §7."""
+        """The JSON error body: ``{"error": {"message", "type", "param", "code"}}``."""
         return {
             "error": {
                 "message": self.message,

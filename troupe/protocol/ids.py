@@ -85,7 +85,7 @@ ITEM_ID_PREFIXES: dict[str, str] = {
     "file_search_call": "fs",
     "code_interpreter_call": "ci",
 }
-"""Item ``type`` → id prefix (CONTRACT §4; a convention, clients do not check it)."""
+"""Item ``type`` → id prefix (OpenAI's convention; clients do not check it)."""
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base 32, ASCII-ordered
 _ALPHABET_SET = frozenset(_ALPHABET)

@@ -1,6 +1,6 @@
 """Input items: validation and the canonical stored form of a client transcript.
 
-An input item is a JSON object dispatched on its ``type`` (CONTRACT §5). Every
+An input item is a JSON object dispatched on its ``type``. Every
 kind the ``openai`` SDK knows is validated against the SDK's own TypedDict
 (``openai.types.responses.response_input_item_param``), with two hand-written
 exceptions where the SDK is stricter than real clients: messages (the Agents SDK

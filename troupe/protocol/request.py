@@ -1,4 +1,4 @@
-"""The ``POST /v1/responses`` request: every parameter of CONTRACT §6, validated.
+"""The ``POST /v1/responses`` request: every parameter of the SDK's ``ResponseCreateParams``, validated.
 
 Validation happens in two layers. The model's own fields check the top-level
 JSON types strictly (no ``"1"`` for a number, no unknown parameters). Nested
@@ -155,7 +155,7 @@ class CreateResponseRequest(BaseModel):
     model: str
     """The model to run (a name the server routes; ``sim`` is the built-in fake)."""
     input: str | list[dict[str, Any]] = ""
-    """A user message as a string, or a list of input items (CONTRACT §5)."""
+    """A user message as a string, or a list of input items."""
     instructions: str | None = None
     """A system/developer message for this response only (not inherited via ``previous_response_id``)."""
     stream: bool = False

@@ -1,4 +1,4 @@
-"""The Response object (CONTRACT §2) as a JSON-ready dict.
+"""The Response object, in the SDK's exact shape, as a JSON-ready dict.
 
 :func:`build_response` emits every field of the "always emit" column, in every
 status, so that the ``openai`` SDK's typed access and the stricter Open Responses
@@ -74,7 +74,7 @@ def usage_dict(
     reasoning_tokens: int = 0,
     cache_write_tokens: int = 0,
 ) -> dict[str, Any]:
-    """``Response.usage`` in the exact shape of CONTRACT §2 (``total_tokens`` computed).
+    """``Response.usage`` in the SDK's exact shape (``total_tokens`` computed).
 
     Example::
 

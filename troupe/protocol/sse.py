@@ -1,4 +1,4 @@
-"""Server-sent-event framing for Responses streams (CONTRACT §3, pitfall 9).
+"""Server-sent-event framing for Responses streams: one atomic frame per event.
 
 Each event is written as one atomic frame::
 

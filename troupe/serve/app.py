@@ -1,6 +1,6 @@
 """The HTTP API: OpenAI's Responses and Conversations endpoints over a :class:`Runtime`.
 
-Routes (CONTRACT §1)::
+Routes (OpenAI's Responses and Conversations APIs)::
 
     POST        /v1/responses                        create; SSE when the body says "stream": true
     GET         /v1/responses                        list (model, after, limit, order)

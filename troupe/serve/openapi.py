@@ -12,7 +12,7 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
   values ≤ 512 characters).
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
-code}}`` body, CONTRACT §7: 400, 401, 404, 413 where there is a body, 429; and 424/500 for a
+code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; and 424/500 for a
 create whose run failed) in place of FastAPI's 422, which the server never sends; the
 create's 200 is JSON or, with ``"stream": true``, Server-Sent Events. OpenAPI links say which
 answer names the object other operations address (a created response, conversation, item).
@@ -332,7 +332,7 @@ def _narrow_create_request(create: dict[str, Any], nested: dict[str, Any], ref: 
     for name, doc in docs.items():
         if name in props:
             props[name]["description"] = doc
-    create["description"] = "The body of `POST /v1/responses` (CONTRACT §6)."
+    create["description"] = "The body of `POST /v1/responses`."
 
 
 def _error_schemas() -> dict[str, Any]:

@@ -13,7 +13,7 @@ Every method takes the ``tenant`` (the API key's tenant, ``""`` when auth is
 off): a tenant never sees another tenant's objects, which look exactly like
 unknown ids.
 
-Lists page the way the OpenAI API does (CONTRACT.md §1): ``after`` is the id of
+Lists page the way the OpenAI API does: ``after`` is the id of
 the last item of the previous page (exclusive), ``limit`` 1–100, ``order``
 ``asc`` or ``desc`` (default ``desc``), and a :class:`Page` says ``has_more``.
 
