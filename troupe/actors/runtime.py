@@ -29,6 +29,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from troupe.agentloop.writer import WireWriter
 from troupe.protocol import (
     CreateResponseRequest,
     NotFound,
@@ -324,11 +325,7 @@ async def _failures_as_events(batches: EventBatches) -> EventBatches:
                 yield batch
         except HostFailed as exc:
             error = {"code": "server_error", "message": exc.message}
-            failed = dict(snapshot or {}, status="failed", error=error, completed_at=int(time.time()))
-            yield [
-                {"type": "error", "sequence_number": last_seq + 1, "code": "server_error", "message": exc.message, "param": None},
-                {"type": "response.failed", "sequence_number": last_seq + 2, "response": failed},
-            ]
+            yield WireWriter.failure_after(snapshot, last_seq, error, int(time.time()))
 
 
 async def _prepend(first: list[dict[str, Any]], rest: EventBatches) -> EventBatches:

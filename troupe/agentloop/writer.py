@@ -313,6 +313,27 @@ class WireWriter:
 
     # -- the end ---------------------------------------------------------------------
 
+    @staticmethod
+    def failure_after(
+        snapshot: dict[str, Any] | None, last_sequence_number: int, error: dict[str, Any], completed_at: int
+    ) -> list[dict[str, Any]]:
+        """``error`` + ``response.failed`` for a stream whose writer is gone (its host failed).
+
+        They number on from the last event the client got, and fail the last Response
+        snapshot it saw (Open Responses' rule for errors while streaming).
+        """
+        failed = dict(snapshot or {}, status="failed", error=error, completed_at=completed_at)
+        return [
+            {
+                "type": "error",
+                "sequence_number": last_sequence_number + 1,
+                "code": error["code"],
+                "message": error["message"],
+                "param": None,
+            },
+            {"type": "response.failed", "sequence_number": last_sequence_number + 2, "response": failed},
+        ]
+
     def _finish(self, finished: ev.ResponseFinished) -> list[dict[str, Any]]:
         self._status = finished.status
         self._usage = finished.usage
