@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
+import pkgutil
 import inspect
 import json
 from collections.abc import Callable
@@ -30,9 +30,7 @@ def load_tool(target: str) -> Callable[..., Any]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"tool target '{target}' must look like 'package.module:function'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    obj = pkgutil.resolve_name(target)
     if not callable(obj):
         raise ValueError(f"tool target '{target}' is not callable")
     return obj

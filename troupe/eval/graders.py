@@ -42,7 +42,7 @@ Example::
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 import inspect
 import json
 import re
@@ -228,9 +228,7 @@ def load_function(target: str) -> Callable[..., Any]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError("expected 'package.module:function'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
+    obj = pkgutil.resolve_name(target)
     if not callable(obj):
         raise ValueError("not callable")
     return obj

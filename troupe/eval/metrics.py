@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from troupe.bench import stats
+
 __all__ = [
     "ErrorStat",
     "GraderStat",
@@ -100,13 +102,9 @@ def default_ks(samples: int) -> list[int]:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0–100) with linear interpolation; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    position = (len(xs) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return xs[low] + (xs[high] - xs[low]) * (position - low)
+    """The ``q``-th percentile (0–100) with linear interpolation (:func:`troupe.bench.stats.percentile`);
+    None for no values."""
+    return stats.percentile(values, q) if values else None
 
 
 @dataclass(frozen=True, slots=True)
