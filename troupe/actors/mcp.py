@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
+from .idle import exit_when_idle
 from .mcp_connection import McpSession, tool_output
 from .mcp_policy import (
     AddressGuard,
@@ -114,7 +115,14 @@ class McpConnection:
 
     async def _run(self, work: Awaitable[T]) -> T:
         if self._idle_exit_s is not None and self._watcher is None:
-            self._watcher = asyncio.create_task(self._exit_when_idle(self._idle_exit_s))
+            self._watcher = asyncio.create_task(
+                exit_when_idle(
+                    self._idle_exit_s,
+                    lambda: None if self._active else self._last_active,
+                    poll_s=30.0,
+                    before_exit=self._close_idle_session,
+                )
+            )
         self._active += 1
         try:
             return await work
@@ -122,19 +130,13 @@ class McpConnection:
             self._active -= 1
             self._last_active = time.monotonic()
 
-    async def _exit_when_idle(self, idle_s: float) -> None:
-        import ray
-
-        while True:
-            await asyncio.sleep(min(idle_s / 4, 30.0))
-            if self._active == 0 and time.monotonic() - self._last_active > idle_s:
-                # Credentials nobody uses any more must not keep an actor and a server session alive.
-                # Close the session first (a stdio server must not outlive us); calls arriving
-                # meanwhile get a fresh session, and if one did, the actor stays.
-                old, self._session = self._session, self._new_session()
-                await old.close()
-                if self._active == 0 and not self._session.stats["sessions_opened"]:
-                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+    async def _close_idle_session(self) -> bool:
+        """Before an idle exit: credentials nobody uses any more must not keep an actor and a
+        server session alive. Close the session first (a stdio server must not outlive us);
+        calls arriving meanwhile get a fresh session, and if one did, the actor stays."""
+        old, self._session = self._session, self._new_session()
+        await old.close()
+        return self._active == 0 and not self._session.stats["sessions_opened"]
 
 
 class LocalMcpClient:

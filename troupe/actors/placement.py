@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 from troupe.protocol import ProtocolError, ServerError
 
 from .host import ConversationHost, HostClient, TurnJob
+from .idle import exit_when_idle
 from .raycall import ray_result
 from .settings import RuntimeSettings
 from .store_client import StoreClient
@@ -147,19 +147,13 @@ class HostActor(ConversationHost):
 
     async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
         if self._idle_timeout_s is not None and self._watcher is None:
-            self._watcher = asyncio.create_task(self._exit_when_idle(self._idle_timeout_s))
+            # The next turn for this conversation creates a fresh actor, rebuilt from storage.
+            self._watcher = asyncio.create_task(
+                exit_when_idle(self._idle_timeout_s, lambda: None if self.running else self.last_active, poll_s=5.0)
+            )
         async with contextlib.aclosing(super().respond(job, stream=stream)) as batches:
             async for batch in batches:
                 yield batch
-
-    async def _exit_when_idle(self, idle_timeout_s: float) -> None:
-        import ray
-
-        while True:
-            await asyncio.sleep(min(idle_timeout_s / 4, 5.0))
-            if self.running == 0 and time.monotonic() - self.last_active > idle_timeout_s:
-                # The next turn for this conversation creates a fresh actor, rebuilt from storage.
-                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     async def ping(self) -> int:
         """Turns running now (tests wait on it; a health probe just awaits it)."""
