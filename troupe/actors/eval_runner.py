@@ -191,7 +191,7 @@ class EvalWorker(HostActor):
             return self._result(base, _partial(response, e2e_s), error=("crash", _describe(exc)))
         finally:
             # An eval thread is never continued: drop its message cache at once.
-            self._threads.pop((task.tenant, thread_id), None)
+            self.forget_thread(task.tenant, thread_id)
 
     @staticmethod
     def _result(

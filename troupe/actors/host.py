@@ -132,6 +132,10 @@ class ConversationHost:
                 del self._threads[old_key]
         return thread
 
+    def forget_thread(self, tenant: str, thread_id: str) -> None:
+        """Drop a thread's message cache (a thread that will never be continued)."""
+        self._threads.pop((tenant, thread_id), None)
+
     async def _history(self, job: TurnJob, thread: _Thread) -> list[dict[str, Any]]:
         request, tenant = job.request, job.tenant
         if request.conversation_id is not None:

@@ -27,6 +27,8 @@ from .errors import (
     format_param,
     invalid_request_from_errors,
     validate_as,
+    describe_type,
+    show_value,
 )
 from .ids import ITEM_ID_PREFIXES, new_id, new_response_id, thread_of_response
 from .items import (
@@ -34,6 +36,8 @@ from .items import (
     INPUT_ITEM_TYPES,
     MESSAGE_ROLES,
     infer_item_type,
+    by_type,
+    item_adapters,
     message_text,
     normalize_input,
     validate_input_items,
@@ -78,6 +82,8 @@ __all__ = [
     "format_param",
     "invalid_request_from_errors",
     "validate_as",
+    "describe_type",
+    "show_value",
     # ids
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -88,6 +94,8 @@ __all__ = [
     "INPUT_ITEM_TYPES",
     "MESSAGE_ROLES",
     "infer_item_type",
+    "by_type",
+    "item_adapters",
     "message_text",
     "normalize_input",
     "validate_input_items",

@@ -45,6 +45,8 @@ __all__ = [
     "format_param",
     "invalid_request_from_errors",
     "validate_as",
+    "describe_type",
+    "show_value",
 ]
 
 Loc = tuple[str | int, ...]
@@ -152,7 +154,7 @@ def check_id_format(value: str, prefix: str, param: str) -> str:
     """
     if not value.startswith(prefix):
         raise InvalidRequest(
-            f"Invalid '{param}': {_show(value)}. Expected an ID that begins with '{prefix}'.",
+            f"Invalid '{param}': {show_value(value)}. Expected an ID that begins with '{prefix}'.",
             param=param,
             code="invalid_value",
         )
@@ -222,7 +224,8 @@ def format_param(loc: Sequence[str | int]) -> str | None:
     return out or None
 
 
-def _describe(value: Any) -> str:
+def describe_type(value: Any) -> str:
+    """The JSON type of ``value`` as an error message names it (``null``, ``a boolean``, …)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -240,7 +243,8 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """``value`` quoted for an error message (strings in single quotes, the rest as JSON), shortened."""
     try:
         text = f"'{value}'" if isinstance(value, str) else json.dumps(value)
     except (TypeError, ValueError):
@@ -311,25 +315,25 @@ def _render(error: dict) -> tuple[str, str]:
         return f"Unknown parameter: '{param}'.", "unknown_parameter"
     if kind in _VALUE_ERRORS:
         expected = error.get("ctx", {}).get("expected", "a supported value")
-        return f"Invalid value for '{param}': expected {expected}, got {_show(value)}.", "invalid_value"
+        return f"Invalid value for '{param}': expected {expected}, got {show_value(value)}.", "invalid_value"
     if kind == "union_type":
         expected = " or ".join(error["ctx"]["expected"])
-        return f"Invalid type for '{param}': expected {expected}, got {_describe(value)}.", "invalid_type"
+        return f"Invalid type for '{param}': expected {expected}, got {describe_type(value)}.", "invalid_type"
     if kind in _BOUNDS:
         word = "integer" if isinstance(value, int) else "decimal"
         side, relation, limit = _BOUNDS[kind]
         limit = error.get("ctx", {}).get(limit)
         return (
             f"Invalid '{param}': {word} {side} {'minimum' if side == 'below' else 'maximum'} value. "
-            f"Expected a value {relation} {limit}, but got {_show(value)} instead.",
+            f"Expected a value {relation} {limit}, but got {show_value(value)} instead.",
             f"{word}_{side}_{'min' if side == 'below' else 'max'}_value",
         )
     if kind in _EXPECTED:
-        got = "a string" if kind == "sequence_str" else _describe(value)
+        got = "a string" if kind == "sequence_str" else describe_type(value)
         return f"Invalid type for '{param}': expected {_EXPECTED[kind]}, got {got}.", "invalid_type"
     msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
     msg = msg[:1].lower() + msg[1:]
-    return f"Invalid value for '{param}': {msg} (got {_show(value)}).", "invalid_value"
+    return f"Invalid value for '{param}': {msg} (got {show_value(value)}).", "invalid_value"
 
 
 def invalid_request_from_errors(errors: Sequence[Any], *, prefix: Loc = ()) -> InvalidRequest:

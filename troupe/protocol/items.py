@@ -37,7 +37,7 @@ from pydantic import TypeAdapter
 from typing_extensions import TypedDict
 from typing import Required
 
-from .errors import InvalidRequest, Loc, _describe, _show, format_param, validate_as
+from .errors import InvalidRequest, Loc, describe_type, show_value, format_param, validate_as
 from .ids import ITEM, ITEM_ID_PREFIXES, MESSAGE, new_id
 
 __all__ = [
@@ -48,6 +48,9 @@ __all__ = [
     "validate_input_items",
     "normalize_input",
     "message_text",
+    "by_type",
+    "item_adapters",
+    "PART_ADAPTERS",
 ]
 
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
@@ -81,14 +84,14 @@ class _InputImagePart(TypedDict, total=False):
     detail: ImageDetail
 
 
-_PART_ADAPTERS: dict[str, TypeAdapter[Any]] = {
+PART_ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "input_text": TypeAdapter(ResponseInputTextParam),
     "input_image": TypeAdapter(_InputImagePart),
     "input_file": TypeAdapter(ResponseInputFileParam),
     "output_text": TypeAdapter(_OutputTextPart),
     "refusal": TypeAdapter(ResponseOutputRefusalParam),
 }
-CONTENT_PART_TYPES = tuple(_PART_ADAPTERS)
+CONTENT_PART_TYPES = tuple(PART_ADAPTERS)
 """Content part kinds accepted in input messages (any role, to be lenient on replays)."""
 
 
@@ -100,7 +103,7 @@ def _unwrap(tp: Any) -> Any:
     return tp
 
 
-def _by_type(union: Any) -> dict[str, Any]:
+def by_type(union: Any) -> dict[str, Any]:
     """Map each member of an SDK TypedDict union by the literal(s) of its ``type``."""
     out: dict[str, Any] = {}
     for member in get_args(union):
@@ -112,13 +115,14 @@ def _by_type(union: Any) -> dict[str, Any]:
 
 
 @cache
-def _item_adapters() -> dict[str, TypeAdapter[Any]]:
-    adapters = {kind: TypeAdapter(td) for kind, td in _by_type(ResponseInputItemParam).items()}
+def item_adapters() -> dict[str, TypeAdapter[Any]]:
+    """A pydantic adapter per input item ``type`` (the SDK's TypedDicts; messages our own)."""
+    adapters = {kind: TypeAdapter(td) for kind, td in by_type(ResponseInputItemParam).items()}
     adapters["message"] = TypeAdapter(_MessageItem)
     return adapters
 
 
-INPUT_ITEM_TYPES = tuple(sorted(_by_type(ResponseInputItemParam)))
+INPUT_ITEM_TYPES = tuple(sorted(by_type(ResponseInputItemParam)))
 """Every input item ``type`` accepted (those of the SDK's ``ResponseInputItemParam``)."""
 
 
@@ -139,13 +143,13 @@ def infer_item_type(item: dict[str, Any]) -> str | None:
 
 
 def _validate_message(item: dict[str, Any], loc: Loc) -> None:
-    validate_as(_item_adapters()["message"], item, loc=loc)
+    validate_as(item_adapters()["message"], item, loc=loc)
     content = item["content"]
     if isinstance(content, str):
         return
     for j, part in enumerate(content):
         kind = part.get("type")
-        adapter = _PART_ADAPTERS.get(kind) if isinstance(kind, str) else None
+        adapter = PART_ADAPTERS.get(kind) if isinstance(kind, str) else None
         if adapter is None:
             where = _param(loc + ("content", j, "type"))
             if kind is None:
@@ -154,7 +158,7 @@ def _validate_message(item: dict[str, Any], loc: Loc) -> None:
                 )
             supported = ", ".join(f"'{k}'" for k in CONTENT_PART_TYPES)
             raise InvalidRequest(
-                f"Invalid value for '{where}': {_show(kind)} is not a supported content part type; "
+                f"Invalid value for '{where}': {show_value(kind)} is not a supported content part type; "
                 f"supported values are {supported}.",
                 param=where,
                 code="invalid_value",
@@ -179,12 +183,12 @@ def validate_input_items(items: list[Any], *, param: str = "input") -> None:
             ``input[2].call_id`` and code ``missing_required_parameter``,
             ``invalid_type`` or ``invalid_value``.
     """
-    adapters = _item_adapters()
+    adapters = item_adapters()
     for i, item in enumerate(items):
         loc: Loc = (param, i)
         if not isinstance(item, dict):
             raise InvalidRequest(
-                f"Invalid type for '{_param(loc)}': expected an object, got {_describe(item)}.",
+                f"Invalid type for '{_param(loc)}': expected an object, got {describe_type(item)}.",
                 param=_param(loc),
                 code="invalid_type",
             )
@@ -197,7 +201,7 @@ def validate_input_items(items: list[Any], *, param: str = "input") -> None:
             )
         if not isinstance(kind, str) or kind not in adapters:
             raise InvalidRequest(
-                f"Invalid value for '{_param(loc + ('type',))}': {_show(kind)} is not a supported input item type.",
+                f"Invalid value for '{_param(loc + ('type',))}': {show_value(kind)} is not a supported input item type.",
                 param=_param(loc + ("type",)),
                 code="invalid_value",
             )

@@ -44,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Val
 from .errors import (
     InvalidRequest,
     Loc,
-    _describe,
-    _show,
+    describe_type,
+    show_value,
     check_id_format,
     format_param,
     invalid_request_from_errors,
@@ -53,7 +53,7 @@ from .errors import (
 )
 from .ids import CONVERSATION, RESPONSE
 from .schema_refs import dangling_refs
-from .items import _by_type, normalize_input, validate_input_items
+from .items import by_type, normalize_input, validate_input_items
 
 __all__ = [
     "CreateResponseRequest",
@@ -62,13 +62,14 @@ __all__ = [
     "METADATA_MAX_KEYS",
     "METADATA_MAX_KEY",
     "METADATA_MAX_VALUE",
+    "NESTED_ADAPTERS",
 ]
 
-_TOOL_TYPES: dict[str, Any] = _by_type(ToolParam)
+_TOOL_TYPES: dict[str, Any] = by_type(ToolParam)
 _FUNCTION_TOOL = TypeAdapter(_TOOL_TYPES["function"])
 _MCP_TOOL = TypeAdapter(_TOOL_TYPES["mcp"])
 _TOOL_CHOICES: dict[str, TypeAdapter[Any]] = {
-    kind: TypeAdapter(td) for kind, td in _by_type(create_params.ToolChoice).items()
+    kind: TypeAdapter(td) for kind, td in by_type(create_params.ToolChoice).items()
 }
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 METADATA_MAX_KEYS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
@@ -77,7 +78,7 @@ METADATA_MAX_KEYS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 # Nested parameters validated against the SDK's TypedDicts. They are declared as
 # plain dicts on the model because the model's extra="forbid" would otherwise
 # leak into them and reject keys newer clients add.
-_NESTED: dict[str, TypeAdapter[Any]] = {
+NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "conversation": TypeAdapter(ResponseConversationParamParam),
     "stream_options": TypeAdapter(create_params.StreamOptions),
     "text": TypeAdapter(ResponseTextConfigParam),
@@ -106,7 +107,7 @@ def check_metadata(value: Any) -> dict[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise _fail(("metadata",), f"Invalid type for 'metadata': expected an object, got {_describe(value)}.",
+        raise _fail(("metadata",), f"Invalid type for 'metadata': expected an object, got {describe_type(value)}.",
                     "invalid_type")
     if len(value) > METADATA_MAX_KEYS:
         raise _fail(("metadata",), f"Invalid 'metadata': at most {METADATA_MAX_KEYS} keys are allowed, "
@@ -117,7 +118,7 @@ def check_metadata(value: Any) -> dict[str, str] | None:
                         f"characters long, got one of {len(key)}.")
         if not isinstance(item, str):
             raise _fail(("metadata", key), f"Invalid type for 'metadata.{key}': expected a string, "
-                        f"got {_describe(item)}.", "invalid_type")
+                        f"got {describe_type(item)}.", "invalid_type")
         if len(item) > METADATA_MAX_VALUE:
             raise _fail(("metadata", key), f"Invalid 'metadata.{key}': values can be at most "
                         f"{METADATA_MAX_VALUE} characters long, got {len(item)}.")
@@ -127,7 +128,7 @@ def check_metadata(value: Any) -> dict[str, str] | None:
 def _check_refs(schema: Any, loc: Loc) -> None:
     if isinstance(schema, dict) and (bad := dangling_refs(schema)):
         where = format_param(loc)
-        raise _fail(loc, f"Invalid schema for '{where}': $ref {_show(bad[0])} does not resolve to a definition "
+        raise _fail(loc, f"Invalid schema for '{where}': $ref {show_value(bad[0])} does not resolve to a definition "
                     "in the schema.")
 
 
@@ -243,7 +244,7 @@ class CreateResponseRequest(BaseModel):
             raise _fail(("conversation",), "'previous_response_id' and 'conversation' cannot both be set.")
         if isinstance(self.input, list):
             validate_input_items(self.input)
-        for name, adapter in _NESTED.items():
+        for name, adapter in NESTED_ADAPTERS.items():
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 validate_as(adapter, value, loc=(name,))
@@ -267,14 +268,14 @@ class CreateResponseRequest(BaseModel):
                 raise _fail(("tools", i, "type"), f"Missing required parameter: 'tools[{i}].type'.",
                             "missing_required_parameter")
             if not isinstance(kind, str) or kind not in _TOOL_TYPES:
-                raise _fail(("tools", i, "type"), f"Invalid value for 'tools[{i}].type': {_show(kind)} is not a "
+                raise _fail(("tools", i, "type"), f"Invalid value for 'tools[{i}].type': {show_value(kind)} is not a "
                             "supported tool type.")
             if kind == "function":
                 # parameters/strict are optional on the wire although the SDK requires them.
                 validate_as(_FUNCTION_TOOL, {"parameters": None, "strict": None, **tool}, loc=("tools", i))
                 if not _FUNCTION_NAME.match(tool["name"]):
                     raise _fail(("tools", i, "name"), f"Invalid value for 'tools[{i}].name': "
-                                f"{_show(tool['name'])} must match ^[a-zA-Z0-9_-]{{1,64}}$.")
+                                f"{show_value(tool['name'])} must match ^[a-zA-Z0-9_-]{{1,64}}$.")
                 _check_refs(tool.get("parameters"), ("tools", i, "parameters"))
                 key = ("function", tool["name"])
             elif kind == "mcp":
@@ -287,7 +288,7 @@ class CreateResponseRequest(BaseModel):
             if key in seen:
                 field = "name" if kind == "function" else "server_label"
                 raise _fail(("tools", i, field), f"Invalid value for 'tools[{i}].{field}': duplicate {kind} "
-                            f"tool {_show(key[1])} (also tools[{seen[key]}]).")
+                            f"tool {show_value(key[1])} (also tools[{seen[key]}]).")
             seen[key] = i
 
     def _check_tool_choice(self) -> None:
@@ -295,7 +296,7 @@ class CreateResponseRequest(BaseModel):
         if isinstance(choice, str):
             if choice not in ("none", "auto", "required"):
                 raise _fail(("tool_choice",), "Invalid value for 'tool_choice': expected 'none', 'auto' or "
-                            f"'required', got {_show(choice)}.")
+                            f"'required', got {show_value(choice)}.")
             if choice == "required" and not self.tools:
                 raise _fail(("tool_choice",), "Tool choice 'required' needs at least one tool in 'tools'.")
             return
@@ -304,7 +305,7 @@ class CreateResponseRequest(BaseModel):
             raise _fail(("tool_choice", "type"), "Missing required parameter: 'tool_choice.type'.",
                         "missing_required_parameter")
         if not isinstance(kind, str) or kind not in _TOOL_CHOICES:
-            raise _fail(("tool_choice", "type"), f"Invalid value for 'tool_choice.type': {_show(kind)} is not a "
+            raise _fail(("tool_choice", "type"), f"Invalid value for 'tool_choice.type': {show_value(kind)} is not a "
                         "supported tool choice type.")
         validate_as(_TOOL_CHOICES[kind], choice, loc=("tool_choice",))
         if kind == "allowed_tools":
@@ -320,11 +321,11 @@ class CreateResponseRequest(BaseModel):
         where = format_param(loc)
         if ref["type"] == "function":
             if ref.get("name") not in {t["name"] for t in self.function_tools()}:
-                raise _fail(loc, f"Invalid value for '{where}': function {_show(ref.get('name'))} is not "
+                raise _fail(loc, f"Invalid value for '{where}': function {show_value(ref.get('name'))} is not "
                             "defined in 'tools'.")
         elif ref["type"] == "mcp":
             if ref.get("server_label") not in {t["server_label"] for t in self.mcp_tools()}:
-                raise _fail(loc, f"Invalid value for '{where}': MCP server {_show(ref.get('server_label'))} is "
+                raise _fail(loc, f"Invalid value for '{where}': MCP server {show_value(ref.get('server_label'))} is "
                             "not defined in 'tools'.")
 
     @property
@@ -378,7 +379,7 @@ def parse_create_request(body: object) -> CreateResponseRequest:
     """
     if not isinstance(body, dict):
         raise InvalidRequest(
-            f"The request body must be a JSON object, got {_describe(body)}.", param=None, code="invalid_type"
+            f"The request body must be a JSON object, got {describe_type(body)}.", param=None, code="invalid_type"
         )
     try:
         return CreateResponseRequest.model_validate(body)

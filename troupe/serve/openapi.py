@@ -269,15 +269,15 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     fields against, every input item kind and content part; plus the unions ``InputItem``,
     ``ContentPart``, ``Tool`` and ``ToolChoice``. Also the schema (a ``$ref``) of each nested
     create parameter, by name."""
-    item_adapters = _items._item_adapters()
+    item_adapters = _items.item_adapters()
     inputs: list[tuple[tuple[str, str], Any, TypeAdapter[Any]]] = [
         (("request", "CreateResponseRequest"), "validation", TypeAdapter(CreateResponseRequest)),
         (("union", "Tool"), "validation", TypeAdapter(ToolParam)),
         (("union", "ToolChoice"), "validation", TypeAdapter(create_params.ToolChoice)),
     ]
-    inputs += [(("nested", name), "validation", adapter) for name, adapter in _request._NESTED.items()]
+    inputs += [(("nested", name), "validation", adapter) for name, adapter in _request.NESTED_ADAPTERS.items()]
     inputs += [(("item", kind), "validation", adapter) for kind, adapter in item_adapters.items()]
-    inputs += [(("part", kind), "validation", adapter) for kind, adapter in _items._PART_ADAPTERS.items()]
+    inputs += [(("part", kind), "validation", adapter) for kind, adapter in _items.PART_ADAPTERS.items()]
     top, defs = TypeAdapter.json_schemas(inputs, ref_template=_REF)
     top = {key: value for (key, _mode), value in top.items()}
     schemas: dict[str, Any] = dict(defs.get("$defs", {}))
@@ -286,7 +286,7 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         return top[key]["$ref"].rsplit("/", 1)[1]
 
     # Nested parameters: each gets a component under the field's own name (e.g. `TextParam`).
-    for name in _request._NESTED:
+    for name in _request.NESTED_ADAPTERS:
         value = top[("nested", name)]
         if "$ref" not in value:
             schemas[_camel(name) + "Param"] = value
@@ -297,7 +297,7 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         "anyOf": [top[("item", kind)] for kind in item_adapters],
         "description": "An input item, dispatched on `type`; a message may omit it (`type: \"message\"`).",
     }
-    schemas["ContentPart"] = {"anyOf": [top[("part", kind)] for kind in _items._PART_ADAPTERS]}
+    schemas["ContentPart"] = {"anyOf": [top[("part", kind)] for kind in _items.PART_ADAPTERS]}
 
     # Where the server is more lenient or stricter than the SDK type (see items.py, request.py).
     message = schemas[name_of(("item", "message"))]
@@ -310,7 +310,7 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     output = schemas[name_of(("item", "function_call_output"))]
     output["required"] = sorted({*output.get("required", []), "call_id"})
 
-    return schemas, {name: top[("nested", name)] for name in _request._NESTED}
+    return schemas, {name: top[("nested", name)] for name in _request.NESTED_ADAPTERS}
 
 
 def _narrow_create_request(create: dict[str, Any], nested: dict[str, Any], ref: Any, nullable: Any) -> None:
