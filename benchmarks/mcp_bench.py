@@ -13,7 +13,7 @@ Two processes, both started by the runner:
     session open (one Ray hop per call);
   - ``in-process``: :class:`troupe.actors.mcp.LocalMcpClient`, the same kept-open session
     without Ray (what the hop costs);
-  - ``session per call``: a new :class:`troupe.actors.mcp_connection.McpSession` opened and
+  - ``session per call``: a new :class:`troupe.actors.mcp_session.McpSession` opened and
     closed around every call (what a gateway without connection reuse pays).
 
   It prints one JSON object on stdout.

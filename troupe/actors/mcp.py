@@ -5,7 +5,7 @@ Both implement :class:`~troupe.agentloop.mcp.McpClient`:
 * :class:`RayMcpClient` routes every server to its connection actor, one per (URL or
   command, credentials), named ``troupe-mcp-<digest>`` in the runtime's namespace and
   shared by every host: each keeps one MCP session open for everyone using that server.
-* :class:`LocalMcpClient` keeps the same :class:`~troupe.actors.mcp_connection.McpSession`
+* :class:`LocalMcpClient` keeps the same :class:`~troupe.actors.mcp_session.McpSession`
   objects in-process (``Runtime.local``, tests without Ray).
 
 ``check_server`` applies the URL policy of :mod:`troupe.actors.mcp_policy` when the
@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
 from .idle import exit_when_idle
-from .mcp_connection import McpSession, tool_output
+from .mcp_session import McpSession, tool_output
 from .mcp_policy import (
     AddressGuard,
     AddressRefused,
