@@ -11,6 +11,7 @@ import ray
 from openai import OpenAI
 
 from tests.servers import wait_for
+from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
 from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 
 from .conftest import PLACEMENTS
@@ -20,11 +21,12 @@ HOST_ACTOR_PLACEMENTS = ("pooled", "dedicated")
 the ingress replica itself)."""
 
 
-def named_actors(prefix: str) -> list:
-    """Live named actors of the e2e apps whose names start with ``prefix``."""
+def named_actors(prefix: str, *, excluding: tuple[str, ...] = ()) -> list:
+    """Live named actors of the e2e apps whose names start with ``prefix`` (and with none of ``excluding``)."""
     found = []
     for actor in ray.util.list_named_actors(all_namespaces=True):
-        if actor["namespace"].startswith("e2e-") and actor["name"].startswith(prefix):
+        name = actor["name"]
+        if actor["namespace"].startswith("e2e-") and name.startswith(prefix) and not name.startswith(excluding):
             found.append(ray.get_actor(actor["name"], namespace=actor["namespace"]))
     return found
 
@@ -66,15 +68,14 @@ def test_killed_host_is_a_clear_500_and_the_next_turn_continues(actor_root):
 
 
 def _running_hosts() -> list:
-    others = {a._actor_id for prefix in ("troupe-storage", TOOL_RUNNER_PREFIX) for a in named_actors(prefix)}
-    hosts = [h for h in named_actors("troupe-") if h._actor_id not in others]
+    hosts = named_actors("troupe-", excluding=(STORAGE_ACTOR_NAME, TOOL_RUNNER_PREFIX))
     return [h for h, running in zip(hosts, ray.get([h.ping.remote() for h in hosts]), strict=True) if running]
 
 
 def test_storage_actor_restart_keeps_every_response(root):
     client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
     old = client.responses.create(model="sim", input="[[say before the restart]]")
-    for storage in named_actors("troupe-storage"):
+    for storage in named_actors(STORAGE_ACTOR_NAME):
         ray.kill(storage, no_restart=False)  # restarts and reopens the same DuckDB file
 
     def served() -> bool:
