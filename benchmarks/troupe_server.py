@@ -15,7 +15,7 @@ loopback ports), Serve's proxy on 127.0.0.1:PORT, and these Serve apps, one repl
 * ``pooled-task``: pooled, but registered tools run as one Ray task per call
   (``tool_runner="task"``, the behaviour before the per-node tool runner), one host;
 * ``serve-floor``: no Troupe at all, the sim server's FastAPI app
-  (:func:`troupe.serve.sim_app.create_sim_app`) as the ingress of one Serve deployment: what
+  (:func:`troupe.sim.server.create_sim_app`) as the ingress of one Serve deployment: what
   Serve itself costs in front of the same answers.
 
 Every app is reachable both at its replica's own port (direct ingress, how ``troupe serve``
@@ -70,8 +70,8 @@ def _healthy(url: str) -> bool:
 
 def _sim_asgi_app() -> Any:
     """The Serve floor's ASGI app, built on its replica: the sim server with no default latency."""
-    from troupe.agentloop.sim import SimSettings
-    from troupe.serve.sim_app import create_sim_app
+    from troupe.sim.model import SimSettings
+    from troupe.sim.server import create_sim_app
 
     return create_sim_app(SimSettings())
 

@@ -11,9 +11,9 @@ import pytest
 from tests.loop_harness import both, history_of
 from tests.servers import serve_app
 from troupe.agentloop.openai_client import OpenAIChatClient
-from troupe.agentloop.sim import SimSettings
+from troupe.sim.model import SimSettings
 from troupe.agentloop.tools import LocalFunctionExecutor
-from troupe.serve.sim_app import create_sim_app
+from troupe.sim.server import create_sim_app
 
 WEATHER = {
     "type": "function",

@@ -24,8 +24,8 @@ from troupe.agentloop.model import (
     TurnEnd,
 )
 from troupe.agentloop.openai_client import OpenAIChatClient
-from troupe.agentloop.sim import SimSettings
-from troupe.serve.sim_app import create_sim_app
+from troupe.sim.model import SimSettings
+from troupe.sim.server import create_sim_app
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from tests.servers import serve_app
-from troupe.agentloop.sim import SimSettings
+from troupe.sim.model import SimSettings
 from troupe.bench.client import send_request
 from troupe.bench.loadgen import LoadSpec, run_load
 from troupe.bench.report import REPORT_SCHEMA, build_report, render_markdown, summarize_run, write_report
-from troupe.serve.sim_app import create_sim_app
+from troupe.sim.server import create_sim_app
 
 MACHINE = {"cpu_model": "Test CPU", "cores": 2, "memory_gib": 4.0, "memory_available_gib": 3.0,
            "load_average": [0.5, 0.25, 0.1], "os": "Linux 6", "python": "3.11.7"}

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from troupe.agentloop._sim_schema import SchemaError, generate_from_schema
+from troupe.sim.schema import SchemaError, generate_from_schema
 from troupe.protocol import InvalidRequest, dangling_refs, decode_json_body
 from troupe.serve.limits import Admission, RateLimited, TenantLimits
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from troupe.agentloop.model import ChatRequest, TurnEnd
-from troupe.agentloop.sim import SimModel
+from troupe.sim.model import SimModel
 from troupe.eval.graders import (
     Grade,
     GraderError,

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import FunctionMcpClient
 from tests.loop_harness import both, check_stream, history_of, run
-from troupe.agentloop.sim import SimModel
+from troupe.sim.model import SimModel
 from troupe.protocol import InvalidRequest
 
 

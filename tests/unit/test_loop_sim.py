@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.loop_harness import both, history_of
-from troupe.agentloop.sim import SimModel
+from troupe.sim.model import SimModel
 from troupe.agentloop.tools import LocalFunctionExecutor
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}

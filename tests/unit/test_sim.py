@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from troupe.agentloop import sim
+from troupe.sim import model as sim
 from troupe.agentloop.model import (
     ChatRequest,
     ModelClient,
@@ -20,7 +20,7 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
-from troupe.agentloop.sim import (
+from troupe.sim.model import (
     SimModel,
     SimSettings,
     generate_from_schema,

@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from tests.servers import serve_app
-from troupe.agentloop.sim import SimSettings
+from troupe.sim.model import SimSettings
 from troupe.serve import cli
-from troupe.serve.sim_app import create_sim_app
+from troupe.sim.server import create_sim_app
 
 WEATHER = {
     "type": "function",

@@ -22,7 +22,7 @@ from tests.fakes import FunctionMcpClient, FunctionModel, ScriptedModel, text_tu
 from tests.loop_harness import Outcome, check_stream, history_of, run
 from troupe.agentloop.driver import LoopSettings
 from troupe.agentloop.model import ModelError
-from troupe.agentloop.sim import SimModel
+from troupe.sim.model import SimModel
 from troupe.agentloop.tools import LocalFunctionExecutor
 
 

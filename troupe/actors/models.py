@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from troupe.agentloop.model import ModelClient
 from troupe.agentloop.openai_client import OpenAIChatClient
-from troupe.agentloop.sim import SimModel, SimSettings
+from troupe.sim.model import SimModel, SimSettings
 
 from .settings import ModelSpec
 

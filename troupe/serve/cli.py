@@ -70,8 +70,8 @@ def _run_sim(args: argparse.Namespace) -> int:
     # Imported here so `troupe --help` stays fast and needs no server stack.
     import uvicorn
 
-    from troupe.agentloop.sim import SimSettings
-    from troupe.serve.sim_app import create_sim_app
+    from troupe.sim.model import SimSettings
+    from troupe.sim.server import create_sim_app
 
     app = create_sim_app(SimSettings(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

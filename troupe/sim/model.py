@@ -60,8 +60,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Container, Itera
 from dataclasses import dataclass, field
 from typing import Any
 
-from troupe.agentloop._sim_directives import CallCue, parse_directives
-from troupe.agentloop._sim_schema import SchemaError, generate_from_schema
+from troupe.sim.directives import CallCue, parse_directives
+from troupe.sim.schema import SchemaError, generate_from_schema
 from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,

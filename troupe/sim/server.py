@@ -3,11 +3,11 @@
 Routes::
 
     POST /v1/chat/completions   Chat Completions, streaming (SSE) or not
-    POST /v1/responses          stateless Responses, one model turn (see :mod:`.sim_responses`)
+    POST /v1/responses          stateless Responses, one model turn (see :mod:`.responses`)
     GET  /v1/models             lists the model ``sim``
     GET  /health                {"status": "ok"}
 
-The answers follow :mod:`troupe.agentloop.sim` (directives in the last user message). The
+The answers follow :mod:`troupe.sim.model` (directives in the last user message). The
 stream looks like a real server's: a role chunk, one chunk per reasoning token
 (``delta.reasoning_content``), one per text token, each tool call as a head chunk (``id``,
 ``type``, ``function.name``, empty arguments) followed by its arguments split over several
@@ -40,8 +40,8 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
-from troupe.agentloop.sim import SimModel, SimReply, SimSettings, stream_reply
-from troupe.serve.sim_responses import add_responses_route
+from troupe.sim.model import SimModel, SimReply, SimSettings, stream_reply
+from troupe.sim.responses import add_responses_route
 
 __all__ = ["create_sim_app", "SIM_MODEL_NAME"]
 

@@ -1,4 +1,4 @@
-"""Parsing of the sim's ``[[...]]`` directives (see :mod:`troupe.agentloop.sim`).
+"""Parsing of the sim's ``[[...]]`` directives (see :mod:`troupe.sim.model`).
 
 ``parse_directives(text)`` returns every cue found in one user message, plus the message
 with the directives removed. A malformed directive is not an error: it stays in the text.

@@ -3,7 +3,7 @@
 The sim server answers the Responses API as a bare model server would: one request, one
 model turn, nothing stored. It reuses the agent loop (:func:`~troupe.agentloop.driver.prepare`,
 :func:`~troupe.agentloop.driver.run_loop`, :class:`~troupe.agentloop.writer.WireWriter`) over
-the server's in-process :class:`~troupe.agentloop.sim.SimModel`, with no tool executors: every
+the server's in-process :class:`~troupe.sim.model.SimModel`, with no tool executors: every
 function call the model makes goes back to the client as a ``function_call`` item (declared
 or not, as a model server's would), so a response never takes more than one model turn.
 
@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from troupe.agentloop.driver import prepare, run_loop
 from troupe.agentloop.model import ChatRequest, ModelChunk, ModelError
-from troupe.agentloop.sim import SimModel
+from troupe.sim.model import SimModel
 from troupe.agentloop.writer import WireWriter, collect_response
 from troupe.protocol import (
     SSE_DONE,
@@ -101,7 +101,7 @@ def add_responses_route(app: FastAPI, sim: SimModel) -> None:
     """Register the stateless ``POST /v1/responses`` on the sim server ``app``.
 
     Args:
-        app: the sim server (:func:`troupe.serve.sim_app.create_sim_app`).
+        app: the sim server (:func:`troupe.sim.server.create_sim_app`).
         sim: the app's model; ``[[fail S once]]`` memory is shared with ``/v1/chat/completions``.
     """
 
