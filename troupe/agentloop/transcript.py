@@ -31,15 +31,15 @@ Canonicalization rules (:func:`build_transcript`):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from troupe.protocol import InvalidRequest
+from troupe.protocol import InvalidRequest, content_text
 
 from .model import ToolCall
 
-__all__ = ["Transcript", "build_transcript", "content_text"]
+__all__ = ["Transcript", "build_transcript"]
 
 @dataclass(slots=True)
 class Transcript:
@@ -127,30 +127,12 @@ def _chat_message(item: dict[str, Any]) -> dict[str, Any]:
         if part.get("type") == "input_image" and part.get("image_url"):
             parts.append({"type": "image_url", "image_url": {"url": part["image_url"], "detail": part.get("detail", "auto")}})
         else:
-            text = _part_text(part)
+            text = content_text([part])
             if text:
                 parts.append({"type": "text", "text": text})
     if all(p["type"] == "text" for p in parts):
         return {"role": "user", "content": "".join(p["text"] for p in parts)}
     return {"role": "user", "content": parts}
-
-
-def _part_text(part: Any) -> str:
-    if not isinstance(part, dict):  # e.g. a replayed mcp_call's error content, which is free-form
-        return ""
-    for key in ("text", "refusal"):
-        if isinstance(part.get(key), str):
-            return part[key]
-    return ""
-
-
-def content_text(content: str | Iterable[dict[str, Any]] | None) -> str:
-    """The text of a message's content, string or parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(_part_text(p) for p in content)
 
 
 def _error_text(error: Any) -> str:
@@ -165,7 +147,7 @@ def _error_text(error: Any) -> str:
 
 
 def _output_text(output: Any) -> str:
-    return output if isinstance(output, str) else content_text(output or [])
+    return output if isinstance(output, str) else content_text(output)
 
 
 def build_transcript(

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from troupe.protocol import InvalidRequest, parse_create_request
+from troupe.protocol import InvalidRequest, content_text, parse_create_request
 
 from .graders import GraderError, GraderSpec, parse_expected
 
@@ -110,16 +110,9 @@ def input_text(value: str | list[dict[str, Any]]) -> str:
     """A case input as text: the string, or the text of its user/system messages joined by newlines."""
     if isinstance(value, str):
         return value
-    parts: list[str] = []
-    for item in value:
-        content = item.get("content")
-        if item.get("type", "message") != "message":
-            continue
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(p.get("text", "") for p in content if isinstance(p, dict) and "text" in p)
-    return "\n".join(parts)
+    messages = [item for item in value if item.get("type", "message") == "message"]
+    texts = (content_text(item.get("content"), sep="\n") for item in messages)
+    return "\n".join(text for text in texts if text)
 
 
 def load_dataset(path: str | os.PathLike[str]) -> Dataset:

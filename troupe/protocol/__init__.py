@@ -38,7 +38,7 @@ from .items import (
     infer_item_type,
     by_type,
     item_adapters,
-    message_text,
+    content_text,
     normalize_input,
     validate_input_items,
 )
@@ -96,7 +96,7 @@ __all__ = [
     "infer_item_type",
     "by_type",
     "item_adapters",
-    "message_text",
+    "content_text",
     "normalize_input",
     "validate_input_items",
     # request

@@ -14,7 +14,7 @@ with ids and statuses, messages always with a list of content parts.
 Example::
 
     >>> items = normalize_input([{"role": "user", "content": "hi"}])
-    >>> items[0]["type"], items[0]["content"], message_text(items[0])
+    >>> items[0]["type"], items[0]["content"], content_text(items[0]["content"])
     ('message', [{'type': 'input_text', 'text': 'hi'}], 'hi')
 """
 
@@ -47,7 +47,7 @@ __all__ = [
     "infer_item_type",
     "validate_input_items",
     "normalize_input",
-    "message_text",
+    "content_text",
     "by_type",
     "item_adapters",
     "PART_ADAPTERS",
@@ -277,14 +277,26 @@ def normalize_input(input: str | list[dict[str, Any]]) -> list[dict[str, Any]]: 
     return out
 
 
-def message_text(item: dict[str, Any]) -> str:
-    """The concatenated text of a message item's parts (string content as is).
+def content_text(content: Any, *, sep: str = "") -> str:
+    """The text of a message's ``content``: a string as is; of a list of parts, each part's
+    ``text`` (or ``refusal``) joined by ``sep``. Other parts (images, files) and anything that
+    is not a part contribute nothing.
 
-    Parts without ``text`` (images, files, refusals) contribute nothing.
+    Example::
+
+        >>> content_text([{"type": "input_text", "text": "a"}, {"type": "input_image"}, {"text": "b"}], sep="\\n")
+        'a\\nb'
     """
-    content = item.get("content")
     if isinstance(content, str):
         return content
-    return "".join(
-        part["text"] for part in content or () if isinstance(part, dict) and isinstance(part.get("text"), str)
-    )
+    if not isinstance(content, list | tuple):
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, dict):
+            text = part.get("text")
+            if not isinstance(text, str):
+                text = part.get("refusal")
+            if isinstance(text, str):
+                texts.append(text)
+    return sep.join(texts)

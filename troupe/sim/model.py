@@ -60,6 +60,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Container, Itera
 from dataclasses import dataclass, field
 from typing import Any
 
+from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
 from troupe.sim.schema import SchemaError, generate_from_schema
 from troupe.agentloop.model import (
@@ -134,14 +135,7 @@ class SimReply:
 
 def message_text(message: dict[str, Any]) -> str:
     """The text of a chat message: its string content, or its text parts joined by newlines."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
-    return ""
+    return content_text(message.get("content"), sep="\n")
 
 
 def split_tokens(text: str) -> list[str]:
