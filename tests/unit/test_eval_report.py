@@ -90,7 +90,8 @@ def test_every_eval_module_exports_what_it_names() -> None:
     for name in ("troupe.eval", "troupe.eval.dataset", "troupe.eval.graders", "troupe.eval.metrics",
                  "troupe.eval.report", "troupe.eval.charts", "troupe.eval.progress", "troupe.eval.example_graders",
                  "troupe.eval.judge",
-                 "troupe.serve.eval_cli", "troupe.actors.eval_runner"):  # fmt: skip
+                 "troupe.serve.eval_cli", "troupe.actors.eval", "troupe.actors.eval.worker",
+                 "troupe.actors.eval.dispatcher"):  # fmt: skip
         module = importlib.import_module(name)
         assert module.__doc__, name
         assert [n for n in module.__all__ if not hasattr(module, n)] == [], name

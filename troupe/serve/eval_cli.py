@@ -9,7 +9,7 @@ Commands::
     troupe eval list             the stored runs
 
 ``run`` starts a fresh local Ray instance (``ray.init(address="local")``) unless
-``--address`` joins a cluster; the cases run on :mod:`troupe.actors.eval_runner`'s
+``--address`` joins a cluster; the cases run on :mod:`troupe.actors.eval`'s
 workers. The reading commands open the DuckDB file (or, with ``--address``, read
 through the running cluster's storage actor). Heavy imports happen in the handlers.
 
@@ -243,7 +243,7 @@ def _run_eval_run(args: argparse.Namespace) -> int:
 async def _eval_run_main(args: argparse.Namespace, dataset: Any, runtime: Any, run_id: str) -> int:
     import json
 
-    from troupe.actors.eval_runner import RunOptions, run_eval
+    from troupe.actors.eval import RunOptions, run_eval
     from troupe.actors.storage_actor import RayStoreClient
     from troupe.eval import Progress, render_report, summarize
 
