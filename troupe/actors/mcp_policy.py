@@ -27,6 +27,8 @@ vary between Python releases and miss some: ``100.64.0.0/10``, ``192.88.99.0/24`
 (``64:ff9b::/96``, ``64:ff9b:1::/48``, the low 32 bits) and 6to4 (``2002::/16``) addresses,
 which is judged as IPv4. Any other IPv6 address outside global unicast (``2000::/3``) is
 refused too.
+
+One long module because it is one security boundary (the address ranges, the host rules, the pinned connection), read and reviewed as a whole.
 """
 
 from __future__ import annotations

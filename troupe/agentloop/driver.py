@@ -14,6 +14,8 @@ Example::
     prepared = prepare(request, history=[])
     writer = WireWriter(request, response_id=new_id("resp"), created_at=int(time.time()))
     response = await collect_response(run_loop(prepared, model=SimModel()), writer)
+
+One long module because the loop's state lives in one object (_Run) whose steps share it; the translation to Chat Completions is already apart (chat.py).
 """
 
 from __future__ import annotations

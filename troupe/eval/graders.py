@@ -38,6 +38,8 @@ Example::
     outcome = outcome_from_response(response, input_text="What is 6 * 7?")
     grades = await grade(specs, outcome)
     passed = verdict(grades, response["status"])
+
+One long module because every built-in grader and the checks of its specification, which the dataset loader shares.
 """
 
 from __future__ import annotations

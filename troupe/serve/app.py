@@ -24,6 +24,8 @@ Example::
     runtime = Runtime.local(RuntimeSettings(storage_path=":memory:"))
     app = create_app(lambda: runtime, ServerSettings())
     uvicorn.run(app, port=8000)
+
+One long module because every HTTP route of the API is here, with the error and streaming plumbing they share.
 """
 
 from __future__ import annotations

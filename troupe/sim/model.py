@@ -45,6 +45,8 @@ Example::
     request = ChatRequest(model="sim", messages=[{"role": "user", "content": "[[say hi]]"}])
     async for chunk in model.stream(request):
         ...  # TextDelta(text="hi"), TurnEnd(text="hi", finish_reason="stop", ...)
+
+One long module because every directive of the sim model behaves here, where the tests and benchmarks look them up.
 """
 
 from __future__ import annotations

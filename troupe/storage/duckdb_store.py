@@ -49,6 +49,8 @@ pass :func:`~troupe.storage.schema.check_read_only`, and it runs inside a
 transaction that is always rolled back. A second ``read_only`` connection is not
 an option: DuckDB refuses to open a file twice in one process with a different
 configuration, and ``:memory:`` databases cannot be shared that way at all.
+
+One long module because one class implements the whole Store contract over one connection and one lock; split, the transaction and lock discipline would be spread over files.
 """
 
 from __future__ import annotations
