@@ -251,6 +251,41 @@ def test_an_sdk_client_refused_with_429_retries_after_retry_after_and_succeeds(s
 
 
 @pytest.fixture(scope="module")
+def keepalive_url() -> Iterator[str]:
+    yield from served_local(ServerSettings(stream_keepalive_s=0.2))
+
+
+def test_a_silent_stream_sends_keepalive_comments_that_clients_skip(keepalive_url):
+    slow = {"model": "sim", "input": "[[latency ttft=1200]] [[say late]]", "stream": True}
+    with httpx.stream("POST", f"{keepalive_url}/v1/responses", json=slow, timeout=30) as r:
+        lines = list(r.iter_lines())
+    first_event = lines.index(next(line for line in lines if line.startswith("event: ")))
+    # created and in_progress go out at once; the model then says nothing for 1.2 s.
+    assert lines[:first_event] == []
+    quiet = lines[lines.index("event: response.in_progress") : lines.index("event: response.output_item.added")]
+    assert quiet.count(": keepalive") >= 3, quiet
+    assert "data: [DONE]" in lines[-2:]
+    # The openai SDK skips SSE comments: the stream reads as usual.
+    client = OpenAI(base_url=f"{keepalive_url}/v1", api_key="unused", max_retries=0)
+    events = list(client.responses.create(model="sim", input="[[latency ttft=600]] [[say late]]", stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "late"
+
+
+def test_keepalive_is_off_at_zero_and_a_busy_stream_sends_none(keepalive_url):
+    off = served_local(ServerSettings(stream_keepalive_s=0))
+    off_url = next(off)
+    try:
+        # Off: 0.5 s of silence sends nothing. On (0.2 s): a token every 50 ms is never silent.
+        for url, body in ((off_url, "[[latency ttft=500]] [[say x]]"), (keepalive_url, "[[latency itl=50]] [[tokens 20]]")):
+            with httpx.stream("POST", f"{url}/v1/responses", json={"model": "sim", "input": body, "stream": True}) as r:
+                lines = list(r.iter_lines())
+            assert "event: response.completed" in lines and ": keepalive" not in lines
+    finally:
+        off.close()
+
+
+@pytest.fixture(scope="module")
 def tenant_url() -> Iterator[str]:
     keys = {"sk-a": "alice", "sk-b": "bob"}
     yield from served_local(ServerSettings(api_keys=keys, tenant_requests_per_minute=3, tenant_max_streams=1))

@@ -46,6 +46,7 @@ from starlette.types import Message, Receive, Scope, Send
 from troupe.actors.runtime import EventBatches, Runtime
 from troupe.protocol import (
     SSE_DONE,
+    SSE_KEEPALIVE,
     SSE_MEDIA_TYPE,
     AuthenticationFailed,
     InvalidRequest,
@@ -158,7 +159,12 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
             except BaseException:
                 close_stream()
                 raise
-            return EventStreamResponse(batches, stall_timeout_s=settings.stream_stall_timeout_s, on_close=close_stream)
+            return EventStreamResponse(
+                batches,
+                stall_timeout_s=settings.stream_stall_timeout_s,
+                keepalive_s=settings.stream_keepalive_s or None,
+                on_close=close_stream,
+            )
         response = await runtime.respond(who, body)
         if response.get("status") == "failed":
             # A stream reports a failure in-band (error + response.failed); a plain request has
@@ -390,6 +396,10 @@ def _items(body: dict[str, Any], *, required: bool) -> list[dict[str, Any]]:
 class EventStreamResponse(StreamingResponse):
     """SSE over the runtime's event batches (one write per batch, ``data: [DONE]`` last).
 
+    A stream that has sent nothing for ``keepalive_s`` (a long tool call, a slow model) sends
+    an SSE comment, ``: keepalive``, which SSE clients skip and which keeps proxies from
+    closing an idle connection.
+
     It races a disconnect listener. When the client goes away the streaming task is
     cancelled once, with plain asyncio (an anyio cancel scope would re-cancel the
     runtime's clean-up awaits), and the runtime's iterator is closed, which cancels the
@@ -398,10 +408,16 @@ class EventStreamResponse(StreamingResponse):
     """
 
     def __init__(
-        self, batches: EventBatches, *, stall_timeout_s: float | None = None, on_close: Callable[[], None] | None = None
+        self,
+        batches: EventBatches,
+        *,
+        stall_timeout_s: float | None = None,
+        keepalive_s: float | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._batches = batches
         self._stall_timeout_s = stall_timeout_s
+        self._keepalive_s = keepalive_s
         self._on_close = on_close
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(self._frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
@@ -413,10 +429,53 @@ class EventStreamResponse(StreamingResponse):
         yield SSE_DONE
 
     async def _send_all(self, send: Send) -> None:
+        send = self._stall_guard(send)
+        beat: asyncio.Task[None] | None = None
+        if self._keepalive_s:
+            send, beat = self._with_keepalive(send, self._keepalive_s)
         try:
-            await self.stream_response(self._stall_guard(send))
+            await self.stream_response(send)
         except (OSError, TimeoutError):  # the client went away (ASGI 2.4 servers raise) or stopped reading
             pass
+        finally:
+            if beat is not None:
+                beat.cancel()
+
+    @staticmethod
+    def _with_keepalive(send: Send, interval_s: float) -> tuple[Send, asyncio.Task[None]]:
+        """``send``, and a task that sends ``: keepalive`` whenever nothing was sent for ``interval_s``.
+
+        The two take turns through a lock, so a keepalive never lands inside a frame. The
+        first one waits for the response's start; after the last body message the task is
+        cancelled (a keepalive due meanwhile sees the last send and stays quiet).
+        """
+        loop = asyncio.get_running_loop()
+        lock = asyncio.Lock()
+        started = asyncio.Event()
+        last = loop.time()
+
+        async def locked(message: Message) -> None:
+            nonlocal last
+            async with lock:
+                await send(message)
+                last = loop.time()
+            started.set()
+
+        async def beat() -> None:
+            nonlocal last
+            await started.wait()
+            while True:
+                await asyncio.sleep(last + interval_s - loop.time())
+                async with lock:
+                    if loop.time() - last < interval_s:
+                        continue  # an event went out meanwhile
+                    try:
+                        await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
+                    except (OSError, TimeoutError):
+                        return  # the stream's own next send meets the same end
+                    last = loop.time()
+
+        return locked, asyncio.ensure_future(beat())
 
     def _stall_guard(self, send: Send) -> Send:
         """``send``, failing with ``TimeoutError`` when one write waits longer than the stall timeout.

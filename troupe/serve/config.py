@@ -15,7 +15,8 @@ Sections::
     [server]    host, port, ray_address, num_replicas, max_ongoing_requests, ingress, dashboard
     [auth]      keys = {"sk-..." = "tenant-a"}   (or a list of bare keys)
     [limits]    max_body_bytes, max_json_depth, max_active_responses, max_waiting_responses,
-                max_wait_s, tenant_requests_per_minute, tenant_max_streams, stream_stall_timeout_s
+                max_wait_s, tenant_requests_per_minute, tenant_max_streams, stream_stall_timeout_s,
+                stream_keepalive_s
     [runtime]   placement, pool_size, storage_path, … , example_tools, sim_model
     [[models]]  name, kind, base_url, upstream_model, api_key_env, ttft_ms, itl_ms
     [mcp]       allowed_urls, timeout_s, list_ttl_s; [[mcp.servers]] label, url | command, headers, …
@@ -100,6 +101,9 @@ class ServerSettings:
     """Streams one tenant may hold open at once, per replica; 0: no limit."""
     stream_stall_timeout_s: float = 60.0
     """A client that reads nothing of its stream for this long is dropped (its turn is cancelled)."""
+    stream_keepalive_s: float = 15.0
+    """A stream that has sent nothing for this long sends an SSE comment (``: keepalive``), so
+    that proxies do not close it while a tool or the model takes its time; 0: never."""
 
 
 # -- the TOML schema -------------------------------------------------------------
@@ -107,7 +111,7 @@ class ServerSettings:
 _SERVER_KEYS = ("host", "port", "ray_address", "num_replicas", "max_ongoing_requests", "ingress", "dashboard")
 _LIMIT_KEYS = (
     "max_body_bytes", "max_json_depth", "max_active_responses", "max_waiting_responses", "max_wait_s",
-    "tenant_requests_per_minute", "tenant_max_streams", "stream_stall_timeout_s",
+    "tenant_requests_per_minute", "tenant_max_streams", "stream_stall_timeout_s", "stream_keepalive_s",
 )
 # [runtime] options that are RuntimeSettings fields as-is (models/tools have their own tables).
 _MCP_FIELDS = {"allowed_urls": "mcp_allowed_urls", "timeout_s": "mcp_timeout_s", "list_ttl_s": "mcp_list_ttl_s"}
@@ -125,7 +129,7 @@ _POSITIVE = {
 }
 _NON_NEGATIVE = {
     "tool_num_cpus", "num_cpus", "ttft_ms", "itl_ms", "max_waiting_responses", "tenant_requests_per_minute",
-    "tenant_max_streams",
+    "tenant_max_streams", "stream_keepalive_s",
 }
 _MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|[KMGT]i?B)\Z", re.IGNORECASE)
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
