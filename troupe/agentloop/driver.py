@@ -270,6 +270,21 @@ class _Run:
             extra={"reasoning_effort": effort} if effort else {},
         )
 
+    def _open_call(
+        self, index: int, call_id: str, name: str, mcp_items: dict[int, str], call_items: dict[int, str]
+    ) -> ev.LoopEvent | None:
+        """Open the item a model's tool call streams as, and remember it by the call's index: an
+        ``mcp_call``, a ``function_call``, or nothing for an MCP call that waits for approval
+        (it becomes an approval request once the turn ends)."""
+        label = self._mcp_streams(name)
+        if label is not None:
+            mcp_items[index] = self.mcp_items[call_id] = new_id("mcp")
+            return ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=name)
+        if self.mcp is not None and self.mcp.label_of(name) is not None:
+            return None
+        call_items[index] = new_id("fc")
+        return ev.FunctionCallStarted(item_id=call_items[index], call_id=call_id, name=name)
+
     def _mcp_streams(self, name: str) -> str | None:
         """The server label when a call to ``name`` streams as an ``mcp_call`` item now.
 
@@ -299,7 +314,6 @@ class _Run:
         text = reasoning = ""
         call_items: dict[int, str] = {}  # tool-call index -> function_call item id
         mcp_items: dict[int, str] = {}  # tool-call index -> mcp_call item id
-        held: set[int] = set()  # tool-call indexes waiting for approval (nothing streamed)
         starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
@@ -322,17 +336,11 @@ class _Run:
                             yield ev.MessageDelta(item_id=message_id, delta=delta)
                         case ToolCallStart(index=index, call_id=call_id, name=name):
                             starts[index] = chunk
-                            label = self._mcp_streams(name)
-                            if self._over_budget(starts, index):
-                                pass  # ignored, as OpenAI does: no item ever opens
-                            elif label is not None:
-                                mcp_items[index] = self.mcp_items[call_id] = new_id("mcp")
-                                yield ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=name)
-                            elif self.mcp is not None and self.mcp.label_of(name) is not None:
-                                held.add(index)
-                            else:
-                                call_items[index] = new_id("fc")
-                                yield ev.FunctionCallStarted(item_id=call_items[index], call_id=call_id, name=name)
+                            # A call over max_tool_calls is ignored, as OpenAI does: no item ever opens.
+                            if not self._over_budget(starts, index):
+                                opened = self._open_call(index, call_id, name, mcp_items, call_items)
+                                if opened is not None:
+                                    yield opened
                         case ToolCallArgumentsDelta(index=index, delta=delta):
                             if index in mcp_items:
                                 yield ev.McpCallArgumentsDelta(item_id=mcp_items[index], delta=delta)
@@ -357,13 +365,9 @@ class _Run:
         ignored = {call.call_id for call in plan.ignored}
         for index, call in enumerate(calls):
             if index not in starts and call.call_id not in ignored:  # a model that did not announce the call
-                label = self._mcp_streams(call.name)
-                if label is not None:
-                    mcp_items[index] = self.mcp_items[call.call_id] = new_id("mcp")
-                    yield ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=call.name)
-                elif self.mcp is None or self.mcp.label_of(call.name) is None:
-                    call_items[index] = new_id("fc")
-                    yield ev.FunctionCallStarted(item_id=call_items[index], call_id=call.call_id, name=call.name)
+                opened = self._open_call(index, call.call_id, call.name, mcp_items, call_items)
+                if opened is not None:
+                    yield opened
             if index in mcp_items:
                 yield ev.McpCallArgumentsDone(item_id=mcp_items[index], arguments=call.arguments)
             elif index in call_items:
