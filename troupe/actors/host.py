@@ -33,7 +33,12 @@ from troupe.agentloop.events import StepTraced
 from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
-from troupe.protocol import CreateResponseRequest, NotFound, conversation_not_found, previous_response_not_found
+from troupe.protocol import (
+    CreateResponseRequest,
+    conversation_not_found,
+    model_not_found,
+    previous_response_not_found,
+)
 from troupe.storage import ResponseRecord, StepTrace
 
 from .mcp_policy import resolve_mcp_tool
@@ -180,12 +185,12 @@ class ConversationHost:
     async def _run_turn(self, job: TurnJob, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
         started = time.time()
         request = job.request
+        spec = self.settings.model(request.model)
+        if spec is None:
+            raise model_not_found(request.model)
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
         prepared = prepare(request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers)
-        spec = self.settings.model(request.model)
-        if spec is None:
-            raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
         writer = WireWriter(
             request, response_id=job.response_id, created_at=job.created_at, conversation_id=request.conversation_id
         )

@@ -35,6 +35,7 @@ from troupe.protocol import (
     NotFound,
     ServerError,
     conversation_not_found,
+    model_not_found,
     new_id,
     new_response_id,
     normalize_input,
@@ -153,9 +154,9 @@ class Runtime:
         return final
 
     async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
-        if self.settings.model(request.model) is None:
-            raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
         thread_id = await self._thread_of(tenant, request)
+        if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
+            raise model_not_found(request.model)  # the host checks the model; no process starts for that
         job = TurnJob(
             tenant=tenant,
             request=request,

@@ -41,6 +41,7 @@ __all__ = [
     "ServerError",
     "previous_response_not_found",
     "conversation_not_found",
+    "model_not_found",
     "check_id_format",
     "format_param",
     "invalid_request_from_errors",
@@ -139,6 +140,11 @@ def previous_response_not_found(response_id: str) -> InvalidRequest:
         param="previous_response_id",
         code="previous_response_not_found",
     )
+
+
+def model_not_found(model: str) -> NotFound:
+    """The 404 for a request's ``model`` that this server does not serve."""
+    return NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
 
 
 def conversation_not_found(conversation_id: str) -> NotFound:
