@@ -50,6 +50,7 @@ from .mcp_policy import (
     resolve_mcp_tool,
     try_connect,
 )
+from .ray_actors import start_actor
 from .raycall import ray_result
 from .settings import RuntimeSettings
 
@@ -218,7 +219,6 @@ class RayMcpClient:
         self.settings = settings
         self.max_concurrency = max_concurrency
         self._handles: OrderedDict[str, Any] = OrderedDict()
-        self._cls: Any = None
 
     def check_server(self, server: McpServer, index: int | None = None) -> None:
         """See :meth:`LocalMcpClient.check_server`."""
@@ -229,19 +229,18 @@ class RayMcpClient:
         key = connection_key(server)
         handle = self._handles.get(key)
         if handle is None:
-            import ray
-
-            self._cls = self._cls or ray.remote(McpConnection)
             s = self.settings
-            handle = self._cls.options(
+            handle = start_actor(
+                McpConnection,
+                server,
+                s.mcp_timeout_s,
+                s.mcp_list_ttl_s,
+                s.idle_timeout_s,
+                connect_guard(server, s),
                 name=actor_name(server),
                 namespace=s.namespace,
-                get_if_exists=True,
-                num_cpus=0,
                 max_concurrency=self.max_concurrency,
-                max_restarts=-1,
-                max_task_retries=0,
-            ).remote(server, s.mcp_timeout_s, s.mcp_list_ttl_s, s.idle_timeout_s, connect_guard(server, s))
+            )
             self._handles[key] = handle
             while len(self._handles) > 10_000:
                 self._handles.popitem(last=False)

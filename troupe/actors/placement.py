@@ -27,6 +27,7 @@ from troupe.protocol import ProtocolError, ServerError
 
 from .host import ConversationHost, HostClient, TurnJob
 from .idle import exit_when_idle
+from .ray_actors import start_actor
 from .raycall import ray_result
 from .settings import RuntimeSettings
 from .store_client import StoreClient
@@ -160,12 +161,6 @@ class HostActor(ConversationHost):
         return self.running
 
 
-def _actor_class() -> Any:
-    import ray
-
-    return ray.remote(HostActor)
-
-
 class RayHostClient:
     """A host reached through a Ray actor handle."""
 
@@ -214,17 +209,8 @@ class PooledPlacement:
     """K shared host actors; a thread's host is chosen by a stable hash of its id."""
 
     def __init__(self, settings: RuntimeSettings) -> None:
-        cls = _actor_class()
         self.handles = [
-            cls.options(
-                name=f"troupe-host-{i}",
-                namespace=settings.namespace,
-                get_if_exists=True,
-                num_cpus=0,
-                max_concurrency=10_000,
-                max_restarts=-1,
-                max_task_retries=0,
-            ).remote(settings)
+            start_actor(HostActor, settings, name=f"troupe-host-{i}", namespace=settings.namespace)
             for i in range(settings.pool_size)
         ]
 
@@ -249,21 +235,21 @@ class DedicatedPlacement:
 
     def __init__(self, settings: RuntimeSettings, *, max_cached_handles: int = 10_000) -> None:
         self.settings = settings
-        self._cls = _actor_class()
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self._max = max_cached_handles
 
     async def host_for(self, thread_id: str) -> HostClient:
         handle = self._handles.get(thread_id)
         if handle is None:
-            handle = self._cls.options(
+            handle = start_actor(
+                HostActor,
+                self.settings,
+                self.settings.idle_timeout_s,
                 name=f"troupe-conv-{thread_id}",
                 namespace=self.settings.namespace,
-                get_if_exists=True,
-                num_cpus=0,
                 max_concurrency=1_000,
-                max_restarts=0,
-            ).remote(self.settings, self.settings.idle_timeout_s)
+                max_restarts=0,  # it exits when idle; the next turn starts a fresh one
+            )
             self._handles[thread_id] = handle
             if len(self._handles) > self._max:
                 self._handles.popitem(last=False)

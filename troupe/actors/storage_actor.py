@@ -36,6 +36,7 @@ from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
 
+from .ray_actors import start_actor
 from .raycall import ray_result, ray_result_sync
 from .settings import RuntimeSettings
 from .store_client import AsyncStore, journal_of, open_store
@@ -105,19 +106,13 @@ class StorageService(AsyncStore):
 
 def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
     """The storage actor of this Ray namespace, created on the head node if it is not running."""
-    return (
-        ray.remote(StorageService)
-        .options(
-            name=STORAGE_ACTOR_NAME,
-            namespace=settings.namespace,
-            get_if_exists=True,
-            num_cpus=0,
-            max_concurrency=10_000,
-            max_restarts=-1,
-            # The DuckDB file lives on the head node's disk.
-            resources={"node:__internal_head__": 0.001},
-        )
-        .remote(settings.storage_path, settings.storage_memory_limit)
+    return start_actor(
+        StorageService,
+        settings.storage_path,
+        settings.storage_memory_limit,
+        name=STORAGE_ACTOR_NAME,
+        namespace=settings.namespace,
+        resources={"node:__internal_head__": 0.001},  # the DuckDB file lives on the head node's disk
     )
 
 

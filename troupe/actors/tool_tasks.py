@@ -13,7 +13,6 @@ function's type hints.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from troupe.agentloop.model import ToolCall
 from troupe.agentloop.tools import LocalFunctionExecutor, parse_arguments
 
 from ._tool_runner import ToolRunner, load_tool, run_tool
+from .ray_actors import start_actor
 from .raycall import ray_result
 from .settings import ToolSpec
 
@@ -144,23 +144,12 @@ def tool_runner(namespace: str, node_id: str) -> Any:
     """
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return _runner_class().options(
+    return start_actor(
+        ToolRunner,
         name=f"{TOOL_RUNNER_PREFIX}{node_id}",
         namespace=namespace,
-        get_if_exists=True,
-        num_cpus=0,
-        max_concurrency=10_000,
-        max_restarts=-1,
-        max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    ).remote()
-
-
-@functools.cache
-def _runner_class() -> Any:
-    import ray
-
-    return ray.remote(ToolRunner)
+    )
 
 
 def local_executor(specs: Sequence[ToolSpec]) -> LocalFunctionExecutor:

@@ -22,6 +22,7 @@ import ray
 from troupe.eval.dataset import Dataset, EvalCase
 from troupe.storage import EvalResultRecord, EvalRunRecord
 
+from ..ray_actors import start_actor
 from ..settings import RuntimeSettings
 from ..storage_actor import RayStoreClient
 from .worker import CaseTask, EvalWorker
@@ -149,17 +150,8 @@ def _new_worker(settings: RuntimeSettings, node_id: str | None) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     strategy = "DEFAULT" if node_id is None else NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return (
-        ray.remote(EvalWorker)
-        .options(
-            num_cpus=0,
-            max_concurrency=10_000,
-            max_restarts=-1,  # a worker killed by a sample comes back for the next ones
-            max_task_retries=0,
-            scheduling_strategy=strategy,
-        )
-        .remote(settings)
-    )
+    # Restarted when it dies (the default): a worker killed by a sample comes back for the next ones.
+    return start_actor(EvalWorker, settings, scheduling_strategy=strategy)
 
 
 class _Dispatcher:
