@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -28,23 +31,37 @@ from troupe.sim.model import SimSettings
 from troupe.sim.server import create_sim_app
 
 
-@pytest.fixture(scope="module")
-def sim_base_url() -> Iterator[str]:
-    with serve_app(create_sim_app(SimSettings())) as url:
-        yield f"{url}/v1"
+class CountingSim:
+    """The sim app, counting the Chat Completions requests it is sent."""
 
-
-class CountingClient:
-    """An OpenAIChatClient whose shared httpx pool counts the requests it sends."""
-
-    def __init__(self, base_url: str) -> None:
+    def __init__(self) -> None:
+        self.app = create_sim_app(SimSettings())
         self.sent = 0
-        self.base_url = base_url
-        self.http = httpx.AsyncClient(event_hooks={"request": [self._count]})
-        self.client = OpenAIChatClient(base_url, http_client=self.http, backoff_base_s=0.01)
 
-    async def _count(self, request: httpx.Request) -> None:
-        self.sent += 1
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            self.sent += 1
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture(scope="module")
+def sim_server() -> Iterator[tuple[str, CountingSim]]:
+    counting = CountingSim()
+    with serve_app(counting) as url:
+        yield f"{url}/v1", counting
+
+
+@dataclass
+class SimClient:
+    """An OpenAIChatClient on the sim, and the count of requests the sim was sent."""
+
+    base_url: str
+    server: CountingSim
+    client: OpenAIChatClient
+
+    @property
+    def sent(self) -> int:
+        return self.server.sent
 
     async def run(self, text: str) -> list[ModelChunk]:
         request = ChatRequest(model="sim", messages=[{"role": "user", "content": text}])
@@ -52,11 +69,11 @@ class CountingClient:
 
 
 @pytest.fixture
-async def sim(sim_base_url: str) -> AsyncIterator[CountingClient]:
-    counting = CountingClient(sim_base_url)
-    yield counting
-    await counting.client.aclose()
-    await counting.http.aclose()
+async def sim(sim_server: tuple[str, CountingSim]) -> AsyncIterator[SimClient]:
+    base_url, server = sim_server
+    server.sent = 0
+    async with OpenAIChatClient(base_url, backoff_base_s=0.01) as client:
+        yield SimClient(base_url, server, client)
 
 
 def _nonce() -> str:
@@ -64,7 +81,7 @@ def _nonce() -> str:
     return uuid.uuid4().hex[:8]
 
 
-async def test_streams_text_in_several_deltas(sim: CountingClient) -> None:
+async def test_streams_text_in_several_deltas(sim: SimClient) -> None:
     chunks = await sim.run("[[say hello big world]]")
     deltas = [c for c in chunks if isinstance(c, TextDelta)]
     end = chunks[-1]
@@ -75,7 +92,7 @@ async def test_streams_text_in_several_deltas(sim: CountingClient) -> None:
     assert sum(isinstance(c, TurnEnd) for c in chunks) == 1
 
 
-async def test_tool_call_arguments_arrive_split(sim: CountingClient) -> None:
+async def test_tool_call_arguments_arrive_split(sim: SimClient) -> None:
     chunks = await sim.run('[[call add {"a": 2, "b": 40}]]')
     starts = [c for c in chunks if isinstance(c, ToolCallStart)]
     arg_deltas = [c for c in chunks if isinstance(c, ToolCallArgumentsDelta)]
@@ -90,21 +107,21 @@ async def test_tool_call_arguments_arrive_split(sim: CountingClient) -> None:
     assert chunks.index(starts[0]) < chunks.index(arg_deltas[0])
 
 
-async def test_usage_is_reported(sim: CountingClient) -> None:
+async def test_usage_is_reported(sim: SimClient) -> None:
     end = (await sim.run("[[tokens 12]]"))[-1]
     assert isinstance(end, TurnEnd)
     assert end.usage.input_tokens > 0
     assert end.usage.output_tokens > 0
 
 
-async def test_503_once_is_retried_then_succeeds(sim: CountingClient) -> None:
+async def test_503_once_is_retried_then_succeeds(sim: SimClient) -> None:
     chunks = await sim.run(f"[[fail 503 once]] [[say recovered]] {_nonce()}")
     end = chunks[-1]
     assert isinstance(end, TurnEnd) and end.text == "recovered"
     assert sim.sent == 2
 
 
-async def test_400_is_not_retried_and_keeps_the_message(sim: CountingClient) -> None:
+async def test_400_is_not_retried_and_keeps_the_message(sim: SimClient) -> None:
     text = f"[[fail 400]] {_nonce()}"
     with pytest.raises(ModelError) as info:
         await sim.run(text)
@@ -112,20 +129,15 @@ async def test_400_is_not_retried_and_keeps_the_message(sim: CountingClient) -> 
     assert sim.sent == 1
     # The message is the server's own, as its error body states it.
     payload = ChatRequest(model="sim", messages=[{"role": "user", "content": text}]).to_payload()
-    raw = await sim.http.post(f"{sim.base_url}/chat/completions", json=payload)
+    async with httpx.AsyncClient() as http:
+        raw = await http.post(f"{sim.base_url}/chat/completions", json=payload)
     assert raw.status_code == 400
     assert info.value.message == raw.json()["error"]["message"]
 
 
-async def test_read_timeout_between_bytes_is_504_and_not_retried(sim_base_url: str) -> None:
-    sent: list[httpx.Request] = []
-
-    async def count(request: httpx.Request) -> None:
-        sent.append(request)
-
-    async with httpx.AsyncClient(event_hooks={"request": [count]}) as http:
-        timeout = httpx.Timeout(5.0, read=0.2)
-        client = OpenAIChatClient(sim_base_url, http_client=http, timeout=timeout)
+async def test_read_timeout_between_bytes_is_504_and_not_retried(sim: SimClient) -> None:
+    timeout = aiohttp.ClientTimeout(connect=5.0, sock_connect=5.0, sock_read=0.2)
+    async with OpenAIChatClient(sim.base_url, timeout=timeout) as client:
         request = ChatRequest(
             model="sim", messages=[{"role": "user", "content": "[[latency ttft=2000]] [[say late]]"}]
         )
@@ -133,7 +145,7 @@ async def test_read_timeout_between_bytes_is_504_and_not_retried(sim_base_url: s
             async for _ in client.stream(request):
                 pass
     assert info.value.status == 504
-    assert len(sent) == 1
+    assert sim.sent == 1
 
 
 async def test_consecutive_turns_reuse_one_connection():
