@@ -771,3 +771,19 @@ async def test_stopping_at_the_turn_end_keeps_the_connection(serve: Serve) -> No
                     break
     assert len(upstream.requests) == 2
     assert len({r.peer for r in upstream.requests}) == 1
+
+
+def test_tls_trusts_certifi_unless_ssl_cert_file_names_another(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import certifi
+
+    from troupe.agentloop import openai_client
+
+    build = openai_client._tls_context.__wrapped__  # the cached function, built afresh
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    assert build().cert_store_stats()["x509_ca"] > 100  # certifi's bundle, whatever the system has
+    one = tmp_path / "one.pem"
+    bundle = open(certifi.where(), encoding="ascii").read()
+    one.write_text(bundle[: bundle.index("-----END CERTIFICATE-----") + 26], encoding="ascii")
+    monkeypatch.setenv("SSL_CERT_FILE", str(one))
+    assert build().cert_store_stats()["x509_ca"] == 1

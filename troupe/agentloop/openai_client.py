@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import functools
 import json
+import os
 import random
+import ssl
 import urllib.parse
 import urllib.request
 import uuid
@@ -48,6 +51,7 @@ from types import MappingProxyType
 from typing import Any
 
 import aiohttp
+import certifi
 
 from troupe.agentloop.model import (
     ChatRequest,
@@ -73,6 +77,18 @@ aiohttp has no write timeout: the read timeout starts once the request body is s
 DEFAULT_LIMITS = MappingProxyType({"limit": 1000, "limit_per_host": 0, "keepalive_timeout": 5.0})
 """The connection pool (``aiohttp.TCPConnector`` arguments). Each streaming turn holds a
 connection for its whole length, so allow many; an idle one is kept 5 s."""
+
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """Certificates checked as the httpx client before did: certifi's bundle, unless
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` name others (the system's store is not used, so a
+    slim container without one still reaches an HTTPS model server). Built once: it costs
+    milliseconds."""
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    return ssl.create_default_context(cafile=cafile or (None if capath else certifi.where()), capath=capath)
+
 
 _MAX_BACKOFF_S = 8.0
 _DRAIN_S = 1.0
@@ -127,7 +143,7 @@ class OpenAIChatClient:
         if self._session is None:
             # Here, not in __init__: a session belongs to the event loop running when it is made.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(**DEFAULT_LIMITS),
+                connector=aiohttp.TCPConnector(ssl=_tls_context(), **DEFAULT_LIMITS),
                 timeout=self._timeout,
                 proxy=_env_proxy(self._base_url),
             )
