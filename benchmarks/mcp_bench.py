@@ -85,12 +85,12 @@ async def _timed(calls: int, concurrency: int, call: Callable[[int], Awaitable[A
 
 async def _measure(url: str, calls: int) -> dict[str, Any]:
     from troupe.actors.mcp import LocalMcpClient, McpSession, RayMcpClient
-    from troupe.actors.settings import RuntimeSettings
+    from troupe.actors.settings import McpSettings, RuntimeSettings
     from troupe.agentloop.mcp import McpServer
 
     # The bench's MCP server is on loopback, which the default URL policy refuses.
     settings = RuntimeSettings(
-        namespace="troupe-bench-mcp", storage_path=":memory:", mcp_allowed_urls=("http://127.0.0.1:*",)
+        namespace="troupe-bench-mcp", storage_path=":memory:", mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",))
     )
     server = McpServer(label="bench", url=url, require_approval="never")
     out: dict[str, Any] = {}
@@ -103,7 +103,7 @@ async def _measure(url: str, calls: int) -> dict[str, Any]:
     await local.call_tool(server, "add", {"a": 1, "b": 2})
 
     async def per_call(i: int) -> None:
-        session = McpSession(server, timeout_s=settings.mcp_timeout_s)
+        session = McpSession(server, timeout_s=settings.mcp.timeout_s)
         try:
             await session.call_tool("add", {"a": i, "b": 1})
         finally:

@@ -21,7 +21,7 @@ from openai import OpenAI
 
 from tests.servers import direct_ingress_root, served_local, wait_for
 from tests.mcp_servers import REPO_ROOT
-from troupe.actors.settings import McpServerSpec, RuntimeSettings
+from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
 PLACEMENTS = ("replica", "pooled", "dedicated")
@@ -69,9 +69,11 @@ def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
             namespace=f"e2e-{placement}-{uuid.uuid4().hex[:6]}",
             storage_path=str(tmp_path_factory.mktemp(placement) / "troupe.duckdb"),
             # The MCP test servers run on loopback, which the default policy refuses.
-            mcp_allowed_urls=("http://127.0.0.1:*",),
-            mcp_timeout_s=6.0,  # the hang test waits this long; a stdio server must start within it
-            mcp_servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
+            mcp=McpSettings(
+                allowed_urls=("http://127.0.0.1:*",),
+                timeout_s=6.0,  # the hang test waits this long; a stdio server must start within it
+                servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
+            ),
         )
         serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
         root = direct_ingress_root(placement)

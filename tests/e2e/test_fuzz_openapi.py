@@ -53,7 +53,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.servers import serve_app, wait_for
 from troupe.actors.runtime import Runtime
-from troupe.actors.settings import RuntimeSettings
+from troupe.actors.settings import McpSettings, RuntimeSettings
 from troupe.serve.app import create_app
 from troupe.serve.config import ServerSettings
 
@@ -130,7 +130,7 @@ class LazyRuntime:
             if self.runtime is None:
                 self.loop = asyncio.get_running_loop()
                 # No MCP server URL is allowed (.invalid never resolves): fuzzed tools stay off the network.
-                settings = RuntimeSettings(storage_path=self.path, mcp_allowed_urls=("http://fuzz.invalid/*",))
+                settings = RuntimeSettings(storage_path=self.path, mcp=McpSettings(allowed_urls=("http://fuzz.invalid/*",)))
                 self.runtime = Runtime.local(settings)
             return self.runtime
 

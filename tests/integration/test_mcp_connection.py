@@ -15,7 +15,7 @@ from tests.mcp_servers import REPO_ROOT, STDIO_COMMAND, McpTestServer, free_port
 from tests.servers import serve_app
 from troupe.actors.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
 from troupe.actors.mcp_policy import AddressGuard, check_url, pinned_transport
-from troupe.actors.settings import McpServerSpec, RuntimeSettings
+from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.agentloop.mcp import McpError, McpServer
 
 
@@ -23,9 +23,9 @@ ALLOW_LOOPBACK = ("http://127.0.0.1:*",)
 STDIO = McpServerSpec(label="stdio-test", command=STDIO_COMMAND)
 
 
-def make_settings(**overrides: Any) -> RuntimeSettings:
-    values: dict[str, Any] = {"mcp_allowed_urls": ALLOW_LOOPBACK, "mcp_servers": (STDIO,), "mcp_timeout_s": 10.0}
-    return RuntimeSettings(**(values | overrides))
+def make_settings(timeout_s: float = 10.0, **overrides: Any) -> RuntimeSettings:
+    mcp = McpSettings(allowed_urls=ALLOW_LOOPBACK, servers=(STDIO,), timeout_s=timeout_s)
+    return RuntimeSettings(mcp=mcp, **overrides)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ async def test_failing_tool_is_a_tool_error(client: LocalMcpClient, target: McpS
 
 async def test_hanging_tool_times_out(target: McpServer) -> None:
     # Long enough for a stdio server to start on a loaded machine, short enough for a test.
-    local = LocalMcpClient(make_settings(mcp_timeout_s=3.0))
+    local = LocalMcpClient(make_settings(timeout_s=3.0))
     try:
         with pytest.raises(McpError) as caught:
             await local.call_tool(target, "hang", {})
@@ -150,7 +150,7 @@ async def test_unresponsive_server_times_out() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         server = McpServer(label="silent", url=f"http://127.0.0.1:{silent.getsockname()[1]}/mcp")
-        local = LocalMcpClient(make_settings(mcp_timeout_s=0.5))
+        local = LocalMcpClient(make_settings(timeout_s=0.5))
         try:
             for _ in range(2):  # the second call makes a fresh attempt rather than waiting on the stuck one
                 with pytest.raises(McpError) as caught:
@@ -353,7 +353,7 @@ async def test_ray_refused_connection_is_reported_before_the_actor_is_up(ray_set
         assert "'down': could not connect" in caught.value.message
         # The contract: a refusal is reported within the configured timeout (the start-up of a
         # worker alone may take seconds; a loaded CI machine is no place for a tighter bound).
-        assert elapsed < ray_settings.mcp_timeout_s, f"took {elapsed:.2f} s"
+        assert elapsed < ray_settings.mcp.timeout_s, f"took {elapsed:.2f} s"
     finally:
         kill_actors(ray_client)
 
@@ -378,11 +378,10 @@ async def test_ray_actor_reconnects_after_restart(ray_settings: RuntimeSettings,
 
 async def test_idle_actor_exits_and_comes_back(ray_settings: RuntimeSettings, http_server: McpTestServer) -> None:
     import asyncio
-    import dataclasses
 
     import ray
 
-    settings = dataclasses.replace(ray_settings, idle_timeout_s=0.5)
+    settings = ray_settings.model_copy(update={"idle_timeout_s": 0.5})
     ray_client = RayMcpClient(settings)
     server = McpServer(label="ray-idle", url=http_server.url)
     try:

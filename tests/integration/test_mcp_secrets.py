@@ -8,6 +8,7 @@ import pytest
 
 from tests.mcp_servers import McpTestServer, serve_mcp
 from troupe.actors import Runtime, RuntimeSettings
+from troupe.actors.settings import McpSettings
 from troupe.protocol import parse_create_request
 from troupe.storage import DuckDBStore
 
@@ -21,7 +22,7 @@ def mcp_server() -> Iterator[McpTestServer]:
 async def test_no_row_of_any_table_holds_the_secret(tmp_path, mcp_server):
     path = str(tmp_path / "secrets.duckdb")
     secret = "sk-row-search-secret"
-    runtime = Runtime.local(RuntimeSettings(storage_path=path, mcp_allowed_urls=("http://127.0.0.1:*",)))
+    runtime = Runtime.local(RuntimeSettings(storage_path=path, mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",))))
     tool = {
         "type": "mcp", "server_label": "calc", "server_url": mcp_server.url, "require_approval": "never",
         "authorization": secret, "headers": {"X-Extra": secret},

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from troupe.actors.settings import DEFAULT_TOOLS, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
-from troupe.serve.config import ConfigError, ServerSettings, load_config, parse_api_keys, tenant_of_key
+from troupe.serve.config import (
+    ENV_SHORT_NAMES,
+    ConfigError,
+    ServerSettings,
+    TroupeConfig,
+    load_config,
+    parse_api_keys,
+    tenant_of_key,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "troupe.example.toml"
 
@@ -228,26 +237,32 @@ def test_unknown_keys_are_named(write, text, named):
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ('[server]\nport = "80"\n', "server.port: expected an integer"),
-        ("[server]\nport = 70000\n", "server.port: not a TCP port"),
-        ("[runtime]\npool_size = 0\n", "runtime.pool_size: must be greater than 0"),
-        ('[runtime]\nplacement = "random"\n', "runtime.placement: expected one of 'replica', 'pooled', 'dedicated'"),
-        ('[server]\ningress = "haproxy"\n', "server.ingress: expected one of 'direct', 'proxy'"),
+        ('[server]\nport = "eighty"\n', "server.port: Input should be a valid integer"),
+        ("[server]\nport = 70000\n", "server.port: Input should be less than or equal to 65535, got 70000"),
+        ("[runtime]\npool_size = 0\n", "runtime.pool_size: Input should be greater than 0, got 0"),
+        ('[runtime]\nplacement = "random"\n', "runtime.placement: Input should be 'replica', 'pooled' or 'dedicated'"),
+        ('[server]\ningress = "haproxy"\n', "server.ingress: Input should be 'direct' or 'proxy', got 'haproxy'"),
         ('[server]\nnum_replicas = 2\n[runtime]\nplacement = "replica"\n', "would give each replica its own copy"),
-        ('[runtime]\ntool_runner = "thread"\n', "runtime.tool_runner: expected one of 'actor', 'task'"),
-        ("[runtime]\nexample_tools = 1\n", "runtime.example_tools: expected a boolean"),
-        ("[runtime]\ntool_num_cpus = -1\n", "must not be negative"),
+        ('[runtime]\ntool_runner = "thread"\n', "runtime.tool_runner: Input should be 'actor' or 'task'"),
+        ('[runtime]\nexample_tools = "maybe"\n', "runtime.example_tools: Input should be a valid boolean"),
+        ("[runtime]\ntool_num_cpus = -1\n", "runtime.tool_num_cpus: Input should be greater than or equal to 0"),
         ('[runtime]\nstorage_memory_limit = "lots"\n', 'runtime.storage_memory_limit: expected a size such as "128MB"'),
-        ('[[models]]\nname = "m"\n', "models[0].base_url is required"),
-        ('[[models]]\nname = "m"\nkind = "vllm"\nbase_url = "u"\n', "models[0].kind: expected one of"),
+        ('[runtime]\nstorage_path = ""\n', "runtime.storage_path: String should have at least 1 character"),
+        ("[mcp]\ntimeout_s = 0\n", "mcp.timeout_s: Input should be greater than 0"),
+        ('[[mcp.servers]]\nlabel = "x"\n', "mcp.servers[0]: give exactly one of 'url' (HTTP) and 'command' (stdio)"),
+        ('[[models]]\nname = "m"\n', "models[0]: base_url is required for kind 'openai'"),
+        ('[[models]]\nname = "m"\nkind = "vllm"\nbase_url = "u"\n', "models[0].kind: Input should be 'sim' or 'openai'"),
         ('[[models]]\nkind = "sim"\n', "models[0]: missing required key 'name'"),
         ('[[tools]]\nname = "t"\n', "tools[0]: missing required key 'target'"),
-        ('[[tools]]\nname = "t"\ntarget = "no_colon"\n', "tools[0].target must look like"),
-        ('[[tools]]\nname = "t"\ntarget = "a:b"\nnum_cpus = -0.5\n', "tools[0].num_cpus: must not be negative"),
+        ('[[tools]]\nname = "t"\ntarget = "no_colon"\n', "tools[0].target: must look like 'package.module:function'"),
+        ('[[tools]]\nname = "t"\ntarget = "a:b"\nparameters = "{nope"\n', "tools[0]: parameters: not valid JSON"),
+        ('[[tools]]\nname = "t"\ntarget = "a:b"\nnum_cpus = -0.5\n', "tools[0].num_cpus: Input should be greater than or equal to 0"),
         ('[[tools]]\nname = "t"\ntarget = "a:b"\n[[tools]]\nname = "t"\ntarget = "a:c"\n', "'t' is configured twice"),
-        ('[auth]\nkeys = "sk-a"\n', "auth.keys: expected a table"),
-        ('[auth]\nkeys = {"sk-a" = 1}\n', "auth.keys: the tenant of each key"),
-        ("server = 1\n", "'server' must be a table"),
+        ('[auth]\nkeys = "sk-a"\n', "auth.keys: expected a table {key = tenant} or a list of keys"),
+        ('[auth]\nkeys = {"sk-a" = 1}\n', "auth.keys.sk-a: Input should be a valid string"),
+        ('[auth]\nkeys = {"sk-a" = ""}\n', "auth.keys.sk-a: String should have at least 1 character"),
+        ("server = 1\n", "server: expected a table, got 1"),
+        ("models = 1\n", "models: expected an array, got 1"),
         ("[server\n", "invalid TOML"),
     ],
 )
@@ -261,9 +276,9 @@ def test_bad_values_are_located(write, text, fragment):
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
-        ({"TROUPE_PORT": "eighty"}, "TROUPE_PORT: expected an integer"),
-        ({"TROUPE_POOL_SIZE": "-2"}, "TROUPE_POOL_SIZE: must be greater than 0"),
-        ({"TROUPE_PLACEMENT": "anywhere"}, "TROUPE_PLACEMENT: expected one of"),
+        ({"TROUPE_PORT": "eighty"}, "TROUPE_PORT: Input should be a valid integer"),
+        ({"TROUPE_POOL_SIZE": "-2"}, "TROUPE_POOL_SIZE: Input should be greater than 0"),
+        ({"TROUPE_PLACEMENT": "anywhere"}, "TROUPE_PLACEMENT: Input should be 'replica'"),
         ({"TROUPE_STORAGE_MEMORY_LIMIT": "12 parsecs"}, "TROUPE_STORAGE_MEMORY_LIMIT: expected a size"),
     ],
 )
@@ -277,31 +292,66 @@ def test_missing_file(tmp_path):
         load_config(tmp_path / "nope.toml", env={})
 
 
-def test_the_example_file_loads_and_documents_every_option():
+def test_every_error_is_reported_at_once(write):
+    with pytest.raises(ConfigError) as err:
+        load_config(write('[server]\nport = 0\n[runtime]\npool_size = 0\n'), env={})
+    assert "server.port" in str(err.value) and "runtime.pool_size" in str(err.value)
+
+
+def _tables() -> dict[str, type[BaseModel]]:
+    """Each table of the file and the model that declares its options."""
+    tables = {}
+    for name, field in TroupeConfig.model_fields.items():
+        model = typing.get_args(field.annotation)[0] if name in ("models", "tools") else field.annotation
+        tables[name] = model
+    tables["mcp.servers"] = McpServerSpec
+    return tables
+
+
+def test_every_option_is_documented_in_its_model():
+    tables = _tables()
+    assert set(tables) == {"server", "limits", "auth", "runtime", "models", "tools", "mcp", "mcp.servers"}
+    for table, model in tables.items():
+        assert model.__doc__, f"[{table}] has no description"
+        for name, field in model.model_fields.items():
+            assert field.description, f"{table}.{name} has no docstring"
+
+
+def test_the_example_file_shows_every_option_with_its_default():
     server, runtime = load_config(EXAMPLE, env={})
     assert [m.name for m in runtime.models] == ["sim", "llama", "sim-slow"]
     assert [t.name for t in runtime.tools][-1] == "get_weather"
+    assert [s.label for s in runtime.mcp.servers] == ["docs", "files"]
     text = EXAMPLE.read_text()
-    doc = tomllib.loads(text)
-    mcp_fields = {"mcp_allowed_urls": "allowed_urls", "mcp_timeout_s": "timeout_s", "mcp_list_ttl_s": "list_ttl_s"}
-    for f in dataclasses.fields(RuntimeSettings):
-        if f.name in mcp_fields:
-            assert mcp_fields[f.name] in doc["mcp"], f"mcp.{mcp_fields[f.name]} is not documented"
-        elif f.name not in ("models", "tools", "mcp_servers"):
-            assert f.name in doc["runtime"], f"runtime.{f.name} is not documented"
-            assert doc["runtime"][f.name] == f.default, f"runtime.{f.name}: the example should show the default"
-    assert [s.label for s in runtime.mcp_servers] == ["docs", "files"]
-    for f in dataclasses.fields(McpServerSpec):
-        assert f"{f.name} =" in text, f"McpServerSpec.{f.name} is not documented"
-    for f in dataclasses.fields(ServerSettings):
-        assert f.name in text or f.name == "api_keys", f"server.{f.name} is not documented"
-    for spec in (ModelSpec, ToolSpec):
-        for f in dataclasses.fields(spec):
-            assert f"{f.name} =" in text, f"{spec.__name__}.{f.name} is not documented"
-    for var in ("TROUPE_HOST", "TROUPE_PORT", "TROUPE_STORAGE_PATH", "TROUPE_PLACEMENT", "TROUPE_POOL_SIZE",
-                "TROUPE_API_KEYS", "TROUPE_RAY_ADDRESS", "TROUPE_CONFIG", "TROUPE_MCP_ALLOWED_URLS",
-                "TROUPE_STORAGE_MEMORY_LIMIT"):
-        assert var in text
+    # Every key appears as `key =` (commented out where the default is "unset").
+    doc = tomllib.loads(text.replace("# keys =", "keys =", 1))
+    for table, model in _tables().items():
+        for name, field in model.model_fields.items():
+            shown = f"{name} =" in text or f"[[{table}.{name}]]" in text
+            assert shown, f"{table}.{name} is not in docs/troupe.example.toml"
+            if table in ("server", "limits", "runtime") and name in doc[table]:
+                assert doc[table][name] == field.get_default(call_default_factory=True), (
+                    f"{table}.{name}: the example should show the default"
+                )
+    for var in (*ENV_SHORT_NAMES, "TROUPE_CONFIG", "TROUPE_<TABLE>__<KEY>"):
+        assert var in text, f"{var} is not in docs/troupe.example.toml"
+
+
+def test_every_option_has_an_environment_variable():
+    env = {"TROUPE_LIMITS__MAX_WAIT_S": "5", "TROUPE_RUNTIME__CACHE_SIZE": "7", "TROUPE_SERVER__DASHBOARD": "true",
+           "TROUPE_MCP__LIST_TTL_S": "1", "TROUPE_RUNTIME__EXAMPLE_TOOLS": "false",
+           "TROUPE_MODELS": '[{"name": "m", "base_url": "http://127.0.0.1:1/v1"}]'}
+    server, runtime = load_config(None, env=env)
+    assert (server.max_wait_s, server.dashboard, runtime.cache_size, runtime.mcp.list_ttl_s) == (5.0, True, 7, 1.0)
+    assert runtime.tools == () and [m.name for m in runtime.models] == ["sim", "m"]
+    with pytest.raises(ConfigError, match=r"^TROUPE_LIMITS__MAX_WAIT_S: Input should be greater than 0"):
+        load_config(None, env={"TROUPE_LIMITS__MAX_WAIT_S": "-1"})
+
+
+def test_mcp_allowed_urls_from_the_environment(write):
+    path = write('[mcp]\nallowed_urls = ["https://file.example/*"]\n')
+    runtime = load_config(path, env={"TROUPE_MCP_ALLOWED_URLS": "http://127.0.0.1:*, https://a.example/*,"})[1]
+    assert runtime.mcp.allowed_urls == ("http://127.0.0.1:*", "https://a.example/*"), "the variable replaces the file's"
 
 
 def test_storage_memory_limit_from_file_and_environment(write):

@@ -18,7 +18,7 @@ from troupe.actors.mcp_policy import (
     connection_key,
     resolve_mcp_tool,
 )
-from troupe.actors.settings import McpServerSpec, RuntimeSettings
+from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.agentloop.mcp import McpError, McpServer, listing_failed
 from troupe.protocol import InvalidRequest, ServerError
 from troupe.protocol.errors import ExternalConnectorError
@@ -236,12 +236,12 @@ def test_connect_guard_follows_the_policy(monkeypatch: pytest.MonkeyPatch) -> No
     public = McpServer(label="p", url="https://mcp.example.com/mcp")
     local = McpServer(label="l", url="http://127.0.0.1:9000/mcp")
     assert connect_guard(public, RuntimeSettings()) == AddressGuard(allow_private=False)
-    allowing = RuntimeSettings(mcp_allowed_urls=("http://127.0.0.1:*",))
+    allowing = RuntimeSettings(mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",)))
     assert connect_guard(local, allowing) == AddressGuard(allow_private=True)
     monkeypatch.setenv(ALLOWED_URLS_ENV, "http://127.0.0.1:9000/*")
     assert connect_guard(local, RuntimeSettings()) == AddressGuard(allow_private=True)
-    configured = RuntimeSettings(mcp_servers=(McpServerSpec(label="l", url="http://127.0.0.1:9000/mcp"),
-                                              McpServerSpec(label="s", command=("mcp-files",))))
+    configured = RuntimeSettings(mcp=McpSettings(servers=(McpServerSpec(label="l", url="http://127.0.0.1:9000/mcp"),
+                                              McpServerSpec(label="s", command=("mcp-files",)))))
     assert connect_guard(local, configured) is None  # configured servers are trusted
     assert connect_guard(McpServer(label="s", command=("mcp-files",)), configured) is None
     guard = connect_guard(public, RuntimeSettings())
@@ -268,7 +268,7 @@ def test_listing_failure_is_openais_424() -> None:
 
 
 def test_configured_servers_are_not_request_scoped() -> None:
-    settings = RuntimeSettings(mcp_servers=(McpServerSpec(label="wiki", url="https://x.example/mcp"),))
+    settings = RuntimeSettings(mcp=McpSettings(servers=(McpServerSpec(label="wiki", url="https://x.example/mcp"),)))
     server = resolve_mcp_tool({"type": "mcp", "server_label": "wiki"}, settings, 1)
     assert (server.from_request, server.param) == (False, "tools[1]")
 
@@ -303,7 +303,7 @@ def test_allowlist_from_settings_and_env(monkeypatch: pytest.MonkeyPatch) -> Non
     loopback = McpServer(label="local", url="http://127.0.0.1:9000/mcp")
     with pytest.raises(InvalidRequest):
         check_server(loopback, RuntimeSettings(), 0)
-    check_server(loopback, RuntimeSettings(mcp_allowed_urls=("http://127.0.0.1:*",)), 0)
+    check_server(loopback, RuntimeSettings(mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",))), 0)
     monkeypatch.setenv(ALLOWED_URLS_ENV, "https://other.example/*, http://127.0.0.1:9000/*")
     check_server(loopback, RuntimeSettings(), 0)
     # Once an allowlist exists, public URLs outside it are refused too.
@@ -324,10 +324,10 @@ def test_refusal_names_the_param_and_the_reason() -> None:
 
 
 def test_configured_servers_are_trusted() -> None:
-    settings = RuntimeSettings(mcp_servers=(
+    settings = RuntimeSettings(mcp=McpSettings(servers=(
         McpServerSpec(label="local", url="http://127.0.0.1:9000/mcp"),
         McpServerSpec(label="files", command=("mcp-files", "--root", "/srv")),
-    ))
+    )))
     check_server(McpServer(label="local", url="http://127.0.0.1:9000/mcp"), settings, 0)
     check_server(McpServer(label="files", command=("mcp-files", "--root", "/srv")), settings, 1)
     with pytest.raises(InvalidRequest, match="not a configured server"):
@@ -362,10 +362,10 @@ def test_authorization_keeps_an_explicit_scheme_and_replaces_a_header() -> None:
 
 def test_resolve_a_configured_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WIKI_TOKEN", "from-env")
-    settings = RuntimeSettings(mcp_servers=(McpServerSpec(
+    settings = RuntimeSettings(mcp=McpSettings(servers=(McpServerSpec(
         label="wiki", url="http://10.0.0.7/mcp", headers={"Authorization": "Bearer ${WIKI_TOKEN}", "X-A": "1"},
         allowed_tools=("search", "read"), require_approval="never", description="Internal wiki",
-    ),))
+    ),)))
     server = resolve_mcp_tool({"type": "mcp", "server_label": "wiki"}, settings, 3)
     assert server.url == "http://10.0.0.7/mcp"
     assert server.headers == {"Authorization": "Bearer from-env", "X-A": "1"}
@@ -387,8 +387,8 @@ def test_unknown_label_without_url_is_refused() -> None:
 
 def test_unset_env_var_is_a_server_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
-    settings = RuntimeSettings(mcp_servers=(McpServerSpec(label="w", url="https://x.example/",
-                                                          headers={"X-Key": "${NOT_SET_ANYWHERE}"}),))
+    settings = RuntimeSettings(mcp=McpSettings(servers=(McpServerSpec(label="w", url="https://x.example/",
+                                                          headers={"X-Key": "${NOT_SET_ANYWHERE}"}),)))
     with pytest.raises(ServerError, match="NOT_SET_ANYWHERE"):
         resolve_mcp_tool({"server_label": "w"}, settings)
 

@@ -753,10 +753,12 @@ async def test_warming_the_models_skips_one_configured_wrongly() -> None:
     from troupe.actors.models import ModelRegistry
     from troupe.actors.settings import ModelSpec
 
-    registry = ModelRegistry([ModelSpec(name="broken", kind="openai"), ModelSpec(name="sim", kind="sim")])
+    # The settings refuse an "openai" model without base_url; one built past them fails alone.
+    broken = ModelSpec.model_construct(name="broken", kind="openai", base_url=None)
+    registry = ModelRegistry([broken, ModelSpec(name="sim", kind="sim")])
     await registry.warm()  # no base_url: that model's requests fail, start-up does not
     with pytest.raises(ValueError, match="base_url"):
-        registry.client(ModelSpec(name="broken", kind="openai"))
+        registry.client(broken)
     await registry.close()
 
 

@@ -167,7 +167,7 @@ class LocalMcpClient:
         key = connection_key(server)
         session = self._sessions.get(key)
         if session is None:
-            session = McpSession(server, timeout_s=self.settings.mcp_timeout_s, list_ttl_s=self.settings.mcp_list_ttl_s,
+            session = McpSession(server, timeout_s=self.settings.mcp.timeout_s, list_ttl_s=self.settings.mcp.list_ttl_s,
                                  guard=connect_guard(server, self.settings))
             self._sessions[key] = session
             while len(self._sessions) > _MAX_SESSIONS:
@@ -179,7 +179,7 @@ class LocalMcpClient:
         return session
 
     async def list_tools(self, server: McpServer, refresh: bool = False) -> list[McpTool]:
-        """All the server's tools (cached for ``mcp_list_ttl_s``).
+        """All the server's tools (cached for ``mcp.list_ttl_s``).
 
         Raises:
             McpError: the server could not be reached, answered with an error, or timed out.
@@ -233,8 +233,8 @@ class RayMcpClient:
             handle = start_actor(
                 McpConnection,
                 server,
-                s.mcp_timeout_s,
-                s.mcp_list_ttl_s,
+                s.mcp.timeout_s,
+                s.mcp.list_ttl_s,
                 s.idle_timeout_s,
                 connect_guard(server, s),
                 name=actor_name(server),
@@ -255,7 +255,7 @@ class RayMcpClient:
         # A fresh actor: race its start-up with a plain connect (see the module docstring).
         # Only for a listing, which may run anyway: the probe never decides a tool call.
         listing = asyncio.ensure_future(self._call(server, "list_tools", refresh))
-        probe = asyncio.ensure_future(_probe(server, guard, self.settings.mcp_timeout_s))
+        probe = asyncio.ensure_future(_probe(server, guard, self.settings.mcp.timeout_s))
         try:
             await asyncio.wait({listing, probe}, return_when=asyncio.FIRST_COMPLETED)
             failure = None if listing.done() else await probe
@@ -287,7 +287,7 @@ class RayMcpClient:
         for attempt in range(2):
             handle = self.handle(server)
             try:
-                async with asyncio.timeout(self.settings.mcp_timeout_s + _RAY_GRACE_S):
+                async with asyncio.timeout(self.settings.mcp.timeout_s + _RAY_GRACE_S):
                     return await ray_result(getattr(handle, method).remote(*args), own=McpError)
             except TimeoutError as exc:
                 raise McpError(f"MCP server {server.label!r}: the connection actor did not answer") from exc

@@ -5,7 +5,7 @@
   without one the ``server_label`` must name a configured server
   (:class:`~troupe.actors.settings.McpServerSpec`).
 * :func:`check_server` is the URL policy. Configured servers are trusted. Any other URL
-  must be http(s) and either match the allowlist (``RuntimeSettings.mcp_allowed_urls`` plus
+  must be http(s) and either match the allowlist (``RuntimeSettings.mcp.allowed_urls`` plus
   the env var ``TROUPE_MCP_ALLOWED_URLS``, comma-separated, ``*`` wildcards on the whole
   URL) or, with no allowlist, be public: hosts that are or resolve to loopback, private,
   link-local or other non-public addresses are refused, because a request must not make
@@ -159,7 +159,7 @@ def _resolve(host: str) -> list[str] | None:
 def allowed_url_patterns(settings: RuntimeSettings) -> tuple[str, ...]:
     """The allowlist in force: the settings' patterns plus ``TROUPE_MCP_ALLOWED_URLS`` (read on each call)."""
     from_env = [p.strip() for p in os.environ.get(ALLOWED_URLS_ENV, "").split(",")]
-    return tuple(settings.mcp_allowed_urls) + tuple(p for p in from_env if p)
+    return tuple(settings.mcp.allowed_urls) + tuple(p for p in from_env if p)
 
 
 def _split(url: str) -> tuple[str, str, str]:
@@ -281,7 +281,7 @@ def check_url(url: str, patterns: Iterable[str] = (), *, resolver: Resolver = _r
 
 
 def _configured(server: McpServer, settings: RuntimeSettings) -> McpServerSpec | None:
-    for spec in settings.mcp_servers:
+    for spec in settings.mcp.servers:
         if server.command is not None and spec.command is not None and tuple(spec.command) == server.command:
             return spec
         if server.url is not None and spec.url == server.url:
@@ -524,7 +524,7 @@ def resolve_mcp_tool(tool: dict[str, Any], settings: RuntimeSettings, index: int
         return McpServer(label=label, url=str(tool["server_url"]), headers=headers, allowed_tools=allowed,
                          require_approval=approval or "always", description=description, from_request=True,
                          param=at)
-    spec = next((s for s in settings.mcp_servers if s.label == label), None)
+    spec = next((s for s in settings.mcp.servers if s.label == label), None)
     if spec is None:
         raise InvalidRequest(
             f"Missing required parameter: '{at}.server_url' (no MCP server labelled {label!r} is configured).",

@@ -1,77 +1,169 @@
-"""Runtime settings: what the actors need to know (models, tools, placement, storage, limits).
+"""Runtime settings: what the actors need to know (models, tools, placement, storage, MCP).
 
-Plain frozen dataclasses, picklable, so one value travels to every actor. The
-HTTP layer (``troupe.serve.config``) builds them from the TOML file and the
-environment; the defaults here are the embedded defaults: the ``sim`` model,
-the example tools, conversations hosted in the ingress replica, ``troupe.duckdb`` in the
-working directory.
+Frozen pydantic models, picklable, so one value travels to every actor. They are also
+the configuration's schema: ``troupe.serve.config`` reads the TOML file's ``[runtime]``,
+``[[models]]``, ``[[tools]]`` and ``[mcp]`` tables into them, so each option is declared,
+checked and documented (its docstring) here and nowhere else. The defaults are the
+embedded defaults: the ``sim`` model, the example tools, conversations hosted in the
+ingress replica, ``troupe.duckdb`` in the working directory.
+
+Example::
+
+    RuntimeSettings(storage_path=":memory:", pool_size=2)
+    RuntimeSettings(mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",)))
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import json
+import re
+from typing import Annotated, Any, Literal
 
-__all__ = ["ModelSpec", "ToolSpec", "McpServerSpec", "RuntimeSettings", "DEFAULT_TOOLS"]
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import model_validator
+
+__all__ = [
+    "DEFAULT_TOOLS",
+    "SETTINGS_CONFIG",
+    "McpServerSpec",
+    "NonEmpty",
+    "McpSettings",
+    "ModelSpec",
+    "RuntimeOptions",
+    "RuntimeSettings",
+    "ToolSpec",
+]
+
+SETTINGS_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+"""Every settings model: immutable, unknown keys refused, each field's docstring its description."""
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
+_MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|[KMGT]i?B)\Z", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
-    """A model clients can name in ``model``."""
+def _target(value: str) -> str:
+    if not _TARGET.match(value):
+        raise ValueError(f"must look like 'package.module:function', got {value!r}")
+    return value
 
-    name: str
-    """The name clients use."""
+
+def _memory_size(value: str) -> str:
+    if value and not _MEMORY_SIZE.match(value):
+        raise ValueError(f'expected a size such as "128MB" or "1GiB" ("" for DuckDB\'s default), got {value!r}')
+    return value
+
+
+class ModelSpec(BaseModel):
+    """A model clients can name in ``model`` (a ``[[models]]`` entry)."""
+
+    model_config = SETTINGS_CONFIG
+
+    name: NonEmpty
+    """The name clients send."""
     kind: Literal["sim", "openai"] = "openai"
-    """``sim``: the in-process simulated model; ``openai``: any OpenAI-compatible server."""
+    """``openai``: any OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp, OpenAI);
+    ``sim``: the in-process simulated model."""
     base_url: str | None = None
-    """For ``openai``: e.g. ``http://127.0.0.1:8001/v1``."""
+    """For ``openai`` (required): e.g. ``http://127.0.0.1:8001/v1``."""
     upstream_model: str | None = None
     """The name sent upstream (default: ``name``)."""
     api_key_env: str | None = None
     """Environment variable holding the upstream API key (read where the model is called)."""
-    ttft_ms: float = 0.0
+    ttft_ms: NonNegativeFloat = 0.0
     """For ``sim``: default time to first token."""
-    itl_ms: float = 0.0
+    itl_ms: NonNegativeFloat = 0.0
     """For ``sim``: default time between tokens."""
 
+    @model_validator(mode="after")
+    def _needs_a_server(self) -> ModelSpec:
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError("base_url is required for kind 'openai'")
+        return self
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolSpec:
-    """A server-side Python tool: ``module:function``, run as a Ray task."""
 
-    name: str
-    target: str
-    """``package.module:function``; sync or async; called with the JSON arguments as keywords."""
+class ToolSpec(BaseModel):
+    """A server-side Python tool, ``module:function``, run on Ray (a ``[[tools]]`` entry)."""
+
+    model_config = SETTINGS_CONFIG
+
+    name: NonEmpty
+    """The name the model calls."""
+    target: Annotated[str, AfterValidator(_target)]
+    """``package.module:function``, sync or async, importable on every Ray node; called with
+    the JSON arguments as keywords."""
     description: str = ""
+    """What the model is told the tool does."""
     parameters: dict[str, Any] | None = None
-    """JSON schema of the arguments; None derives it from the function's type hints."""
-    num_cpus: float | None = None
+    """JSON schema of the arguments (a TOML table, or a JSON string); None derives it from
+    the function's type hints."""
+    num_cpus: NonNegativeFloat | None = None
     """None (the default): calls run in the node's tool runner (``RuntimeSettings.tool_runner``).
     A number: each call is a Ray task of its own reserving this many CPUs, for CPU-bound
     tools that should run in parallel processes, anywhere in the cluster. Every running task
     occupies a Ray worker process, which Ray may have to start first."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _parameters_as_json(cls, data: Any) -> Any:
+        # A JSON schema is often easier to paste as a JSON string than to write as TOML.
+        if isinstance(data, dict) and isinstance(data.get("parameters"), str):
+            try:
+                data = {**data, "parameters": json.loads(data["parameters"])}
+            except ValueError as exc:
+                raise ValueError(f"parameters: not valid JSON: {exc}") from exc
+        return data
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class McpServerSpec:
-    """An MCP server the deployment configures; requests name it by ``server_label`` alone.
+
+class McpServerSpec(BaseModel):
+    """An MCP server the deployment configures; requests name it by ``server_label`` alone
+    (an ``[[mcp.servers]]`` entry).
 
     Configured servers are trusted: the URL allowlist does not apply to them.
     """
 
-    label: str
+    model_config = SETTINGS_CONFIG
+
+    label: NonEmpty
     """The ``server_label`` requests use."""
     url: str | None = None
-    """Streamable HTTP (or legacy SSE) endpoint; exactly one of ``url`` and ``command``."""
+    """Streamable HTTP endpoint (falls back to legacy SSE); exactly one of ``url`` and ``command``."""
     command: tuple[str, ...] | None = None
-    """A stdio server: the command line that starts it."""
-    headers: dict[str, str] = field(default_factory=dict, repr=False)
-    """HTTP headers; a value may name environment variables as ``${NAME}`` (read where the server is resolved)."""
+    """A stdio server: the command line that starts it, on the connection actor's node."""
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """HTTP headers; a value may name environment variables as ``${NAME}`` (read where the
+    server is resolved; never stored, logged or echoed)."""
     allowed_tools: tuple[str, ...] | None = None
-    """Only these tools are offered; None means all."""
+    """Only these tools are listed and callable; None means all."""
     require_approval: str | dict[str, Any] = "always"
     """``always``, ``never`` or ``{"always": {"tool_names": [...]}, "never": {"tool_names": [...]}}``."""
     description: str | None = None
+    """Shown to the model with the server's tools."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("give exactly one of 'url' (HTTP) and 'command' (stdio)")
+        return self
+
+
+class McpSettings(BaseModel):
+    """MCP: the servers requests may name by label, and the policy for the ``server_url``s
+    requests bring themselves (the ``[mcp]`` table)."""
+
+    model_config = SETTINGS_CONFIG
+
+    allowed_urls: tuple[str, ...] = ()
+    """URL patterns (``*`` wildcards, whole URL) a request's ``server_url`` must match; also the
+    env var ``TROUPE_MCP_ALLOWED_URLS`` (comma-separated). Empty: any public http(s) URL;
+    loopback, private, link-local and cloud metadata addresses are refused."""
+    timeout_s: PositiveFloat = 30.0
+    """An MCP tool call (or listing) taking longer fails with a timeout error."""
+    list_ttl_s: NonNegativeFloat = 300.0
+    """How long a server's ``tools/list`` answer is reused."""
+    servers: tuple[McpServerSpec, ...] = ()
+    """Configured MCP servers (trusted; requests name them by label)."""
 
 
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
@@ -81,57 +173,60 @@ DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
              description="Wait the given number of milliseconds, then say so."),
     ToolSpec(name="now", target="troupe.actors.example_tools:now",
              description="The current date and time in UTC, ISO 8601."),
-)
+)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeSettings:
-    """Everything the runtime needs; the embedded defaults need no file."""
+class RuntimeOptions(BaseModel):
+    """The runtime's scalar options (the ``[runtime]`` table)."""
 
-    models: tuple[ModelSpec, ...] = (ModelSpec(name="sim", kind="sim"),)
-    tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
-    tool_runner: Literal["actor", "task"] = "actor"
-    """Where calls of tools whose ToolSpec sets no ``num_cpus`` run. ``"actor"``: in the node's
-    long-lived tool runner (async tools on its event loop, sync tools on its threads), so no
-    call waits for a process to start. ``"task"``: each call is a Ray task reserving
-    ``tool_num_cpus``; a burst after an idle second waits for Ray to start worker processes."""
-    tool_num_cpus: float = 0.25
-    """CPUs each tool *task* reserves unless its ToolSpec says otherwise (0.25 lets 4 run per core)."""
-    tool_timeout_s: float = 60.0
-    """A tool call taking longer fails with a timeout error (fed back to the model)."""
+    model_config = SETTINGS_CONFIG
+
     placement: Literal["replica", "pooled", "dedicated"] = "replica"
     """Which host runs a conversation's turns: ``"replica"``, the ingress replica itself (no Ray
     hop per streamed batch; one ingress replica only: with more, the configuration loader picks
     ``"pooled"`` unless told otherwise); ``"pooled"``, ``pool_size`` host actors shared by all
     conversations and replicas; ``"dedicated"``, an actor per conversation."""
-    pool_size: int = 4
+    pool_size: PositiveInt = 4
     """Pooled placement: how many conversation hosts."""
-    idle_timeout_s: float = 300.0
+    idle_timeout_s: PositiveFloat = 300.0
     """Dedicated placement: a conversation actor exits after this long without a turn."""
-    cache_size: int = 1_000
+    cache_size: PositiveInt = 1_000
     """Conversations whose message cache a host keeps (least recently used are dropped; a
     dropped one is read back from storage on its next turn). With the default 4 hosts,
     4,000 warm conversations: enough that a 30-minute soak fills it during warm-up and then
     stays flat; at 10,000 each host still grew after half an hour. Raise it with memory."""
-    storage_path: str = "troupe.duckdb"
+    storage_path: NonEmpty = "troupe.duckdb"
     """The DuckDB file; ``:memory:`` keeps history in memory only."""
-    storage_memory_limit: str = "128MB"
+    storage_memory_limit: Annotated[str, AfterValidator(_memory_size)] = "128MB"
     """DuckDB's ``memory_limit`` in the process that owns the file: its cache of the file's
     blocks, and what a write or a checkpoint holds, stay within it (more spills to
     ``<storage_path>.tmp``). ``""``: DuckDB's default, 80% of the machine's memory, which the
     cache grows towards as history grows. 128MB stores 16 MB requests (about 80 MB of JSON each)."""
     client_tool_status: Literal["completed", "requires_action"] = "completed"
-    namespace: str = "troupe"
+    """Status of a response that stops at client function calls: ``completed`` (what OpenAI
+    does) or ``requires_action``."""
+    tool_runner: Literal["actor", "task"] = "actor"
+    """Where calls of tools whose ToolSpec sets no ``num_cpus`` run. ``"actor"``: in the node's
+    long-lived tool runner (async tools on its event loop, sync tools on its threads), so no
+    call waits for a process to start. ``"task"``: each call is a Ray task reserving
+    ``tool_num_cpus``; a burst after an idle second waits for Ray to start worker processes."""
+    tool_num_cpus: NonNegativeFloat = 0.25
+    """CPUs each tool *task* reserves unless its ToolSpec says otherwise (0.25 lets 4 run per core)."""
+    tool_timeout_s: PositiveFloat = 60.0
+    """A tool call taking longer fails with a timeout error (fed back to the model)."""
+    namespace: NonEmpty = "troupe"
     """Ray namespace of the named actors (hosts, storage)."""
-    mcp_servers: tuple[McpServerSpec, ...] = ()
-    """Configured MCP servers (trusted; requests name them by label)."""
-    mcp_allowed_urls: tuple[str, ...] = ()
-    """URL patterns (``*`` wildcards, whole URL) a request's ``server_url`` must match; also the env var
-    ``TROUPE_MCP_ALLOWED_URLS`` (comma-separated). Empty: any public http(s) URL."""
-    mcp_timeout_s: float = 30.0
-    """An MCP tool call (or listing) taking longer fails with a protocol error."""
-    mcp_list_ttl_s: float = 300.0
-    """How long a server's ``tools/list`` answer is reused."""
+
+
+class RuntimeSettings(RuntimeOptions):
+    """Everything the runtime needs; the embedded defaults need no file."""
+
+    models: tuple[ModelSpec, ...] = (ModelSpec(name="sim", kind="sim"),)
+    """The models clients can name."""
+    tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
+    """The server-side Python tools."""
+    mcp: McpSettings = McpSettings()
+    """MCP servers and policy."""
 
     def model(self, name: str) -> ModelSpec | None:
         return next((m for m in self.models if m.name == name), None)

@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import decimal
 import os
 import sys
@@ -117,7 +116,9 @@ def _add_serve(subcommands: Any) -> None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from troupe.serve.config import ConfigError, load_config
+    from pydantic import ValidationError
+
+    from troupe.serve.config import ConfigError, ServerSettings, load_config
 
     try:
         server, runtime = load_config(args.config)
@@ -125,7 +126,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"troupe serve: {exc}", file=sys.stderr)
         return 2
     flags = {"host": args.host, "port": args.port, "ray_address": args.address, "ingress": args.ingress}
-    server = dataclasses.replace(server, **{k: v for k, v in flags.items() if v is not None})
+    try:
+        server = ServerSettings(**{**dict(server), **{k: v for k, v in flags.items() if v is not None}})
+    except ValidationError as exc:
+        print(f"troupe serve: {exc}", file=sys.stderr)
+        return 2
 
     import logging
 

@@ -180,7 +180,7 @@ def _eval_runtime(args: argparse.Namespace, command: str) -> Any:
     path = args.db or runtime.storage_path
     if path != ":memory:":
         path = os.path.abspath(path)  # the storage actor's working directory may differ
-    return dataclasses.replace(runtime, storage_path=path)
+    return runtime.model_copy(update={"storage_path": path})
 
 
 def _init_ray(address: str | None, namespace: str) -> None:
