@@ -16,6 +16,7 @@ from troupe.protocol import (
     NotFound,
     ProtocolError,
     ServerError,
+    failed_response_error,
     encode_sse,
     new_id,
 )
@@ -195,3 +196,22 @@ def test_sse_needs_a_type(event: dict) -> None:
 
 def test_sse_done() -> None:
     assert SSE_DONE == b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "type_", "code"),
+    [
+        ({"code": "rate_limit_exceeded", "message": "slow down"}, 429, "rate_limit_error", "rate_limit_exceeded"),
+        ({"code": "server_error", "message": "boom"}, 500, "server_error", "server_error"),
+        (None, 500, "server_error", "server_error"),
+        ({"code": "external_connector_error", "message": "401"}, 424, "external_connector_error",
+         "external_connector_error"),
+        ({"code": "invalid_base64", "message": "bad image", "param": "input"}, 400, "invalid_request_error",
+         "invalid_base64"),
+    ],
+)
+def test_a_failed_response_answers_the_status_its_code_names(error, status, type_, code):
+    exc = failed_response_error(error)
+    body = exc.to_body()["error"]
+    assert (exc.status, body["type"], body["code"]) == (status, type_, code)
+    assert body["message"] == (error or {}).get("message", "The response failed.")

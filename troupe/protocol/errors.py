@@ -43,6 +43,7 @@ __all__ = [
     "conversation_not_found",
     "model_not_found",
     "check_id_format",
+    "failed_response_error",
     "format_param",
     "invalid_request_from_errors",
     "validate_as",
@@ -184,6 +185,30 @@ class ServerError(ProtocolError):
 
     default_status = 500
     default_type = "server_error"
+
+
+def failed_response_error(error: dict[str, Any] | None) -> ProtocolError:
+    """The HTTP error for a non-streaming response that ended ``failed`` with ``error``
+    (a stream reports the same failure in-band: ``error`` and ``response.failed``).
+
+    429 for an upstream rate limit (worth a retry); 500 for ``server_error``; 424 for an MCP
+    server that could not be used; any other code is the upstream refusing the request
+    itself (a malformed image, a prompt too long): 400 with that code.
+
+    Example::
+
+        failed_response_error({"code": "invalid_base64", "message": "bad image"}).status   # 400
+    """
+    error = error or {}
+    code = error.get("code") or "server_error"
+    message = error.get("message") or "The response failed."
+    if code == "rate_limit_exceeded":
+        return ProtocolError(message, type="rate_limit_error", code=code, status=429)
+    if code == "server_error":
+        return ServerError(message, code=code)
+    if code == "external_connector_error":
+        return ExternalConnectorError(message)
+    return InvalidRequest(message, code=code, param=error.get("param"))
 
 
 # --- The pydantic boundary -------------------------------------------------

@@ -55,6 +55,7 @@ from troupe.protocol import (
     check_metadata,
     decode_json_body,
     encode_sse,
+    failed_response_error,
     invalid_request_from_errors,
     parse_create_request,
     validate_input_items,
@@ -169,7 +170,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         if response.get("status") == "failed":
             # A stream reports a failure in-band (error + response.failed); a plain request has
             # only its status code. The failed response stays stored for GET.
-            raise _failure_of(response)
+            raise failed_response_error(response.get("error"))
         return JSONResponse(response)
 
     @app.get("/v1/responses")
@@ -288,26 +289,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_: Request, exc: Exception) -> Response:
         # Starlette still re-raises after answering, so the server logs the traceback.
         return error_response(ProtocolError("The server had an error while processing your request."))
-
-
-def _failure_of(response: dict[str, Any]) -> ProtocolError:
-    """The HTTP error for a non-streaming response that ended ``failed``.
-
-    429 for an upstream rate limit (worth a retry); 500 for ``server_error`` (with
-    ``x-should-retry: false``); the 4xx a failure's own code names (424 for an MCP server
-    that could not be used); any other code is the upstream refusing the request
-    itself (a malformed image, a prompt too long): 400 with that code.
-    """
-    error = response.get("error") or {}
-    code = error.get("code") or "server_error"
-    message = error.get("message") or "The response failed."
-    if code == "rate_limit_exceeded":
-        return ProtocolError(message, type="rate_limit_error", code=code, status=429)
-    if code == "server_error":
-        return ProtocolError(message, type="server_error", code=code, status=500)
-    if code == "external_connector_error":
-        return ProtocolError(message, type=code, code=code, status=424)
-    return InvalidRequest(message, code=code, param=error.get("param"))
 
 
 # -- request helpers -------------------------------------------------------------------
