@@ -64,24 +64,23 @@ def main() -> None:
         leftover.unlink(missing_ok=True)
     store = duckdb_store.DuckDBStore(str(path), memory_limit=args.memory_limit)
     process, pad, written, lsn, started = psutil.Process(), "lorem ipsum " * 20, 0, 0, time.monotonic()
-    conversations: list[str] = []
+    conversation = None  # the newest
     while written < args.responses:
         batch = []
         for _ in range(24):
             written += 1
-            conversation = None
-            if written % 5 == 0:
+            in_conversation = written % 5 == 0
+            if in_conversation:
                 conversation = f"conv_{written:09d}"
                 store.create_conversation("", {"id": conversation, "object": "conversation",
                                                "created_at": 1_700_000_000, "metadata": {}}, [])  # fmt: skip
-                conversations.append(conversation)
-            batch.append(_record(f"resp_{written:09d}", conversation, pad))
+            batch.append(_record(f"resp_{written:09d}", conversation if in_conversation else None, pad))
         lsn += len(batch)
         store.write_responses(batch, journal_lsn=lsn, journal="w-drift")
         store.get_response("", f"resp_{written - 7:09d}")
         store.list_input_items("", f"resp_{written - 3:09d}")
-        if conversations:
-            store.list_conversation_items("", conversations[-1])
+        if conversation:
+            store.list_conversation_items("", conversation)
         if written % args.every < 24:
             tags = dict(store.query("SELECT tag, memory_usage_bytes FROM duckdb_memory()")[1])
             counted, rss = sum(tags.values()) / 2**20, process.memory_info().rss / 2**20
