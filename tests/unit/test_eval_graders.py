@@ -205,11 +205,16 @@ def test_parse_verdict_takes_the_last_standalone_word() -> None:
         ({"contains": "x", "arguments": {}}, "unknown option"),
         ({"regex": "("}, "invalid regex"),
         ({"json_schema": {"type": "nonsense"}}, "invalid JSON schema"),
-        ({"tool_called": ""}, "tool name"),
+        ({"tool_called": ""}, "'tool_called': string should have at least 1 character"),
         ({"python": "no_such_module_xyz:fn"}, "python grader"),
         ({"python": "troupe.eval.graders"}, "python grader"),
         ({"judge": ""}, "rubric"),
-        ({"contains": []}, "string or a list"),
+        ({"contains": []}, "'contains': an empty list checks nothing"),
+        ({"contains": 5}, "'contains': expected a string or an array, got an integer"),
+        ({"judge": "rubric", "model": 5}, "'model': expected a string"),
+        ({"tool_called": "f", "arguments": []}, "'arguments': expected an object"),
+        ({"python": G + "long_answer", "args": 1}, "'args': expected an object"),
+        ({"json_schema": 3}, "'json_schema': expected an object or a boolean"),
         ({"contains": "x", "name": ""}, "'name'"),
         ("contains x", "must be an object"),
     ],
@@ -224,6 +229,8 @@ def test_expected_is_one_grader_or_a_list() -> None:
     assert [s.kind for s in parse_expected({"contains": "a"}, where="x")] == ["contains"]
     specs = parse_expected([{"contains": "a", "name": "has-a"}, {"regex": "b"}], where="x")
     assert [(s.kind, s.name) for s in specs] == [("contains", "has-a"), ("regex", "regex")]
+    with pytest.raises(GraderError, match=r"^x: invalid value for 'expected\[1\].regex': invalid regex"):
+        parse_expected([{"contains": "a"}, {"regex": "("}], where="x")
 
 
 def test_verdict() -> None:

@@ -87,7 +87,8 @@ def test_progress_bar_counts_and_eta() -> None:
 def test_every_eval_module_exports_what_it_names() -> None:
     import importlib
 
-    for name in ("troupe.eval", "troupe.eval.dataset", "troupe.eval.graders", "troupe.eval.metrics",
+    for name in ("troupe.eval", "troupe.eval.dataset", "troupe.eval.graders", "troupe.eval.grader_specs",
+                 "troupe.eval.metrics",
                  "troupe.eval.report", "troupe.eval.charts", "troupe.eval.progress", "troupe.eval.example_graders",
                  "troupe.eval.judge",
                  "troupe.serve.eval_cli", "troupe.actors.eval", "troupe.actors.eval.worker",

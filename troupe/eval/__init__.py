@@ -3,6 +3,7 @@
 - :mod:`.dataset` — :func:`load_dataset`: JSONL / Parquet cases, checked on load
 - :mod:`.graders` — ``equals``, ``contains``, ``regex``, ``json_schema``, ``tool_called``,
   Python graders and the LLM judge (:mod:`.judge`: its prompt and verdict); :func:`grade`
+- :mod:`.grader_specs` — the grader objects of a case's ``expected``, as pydantic models
 - :mod:`.metrics` — :func:`pass_at_k`, :func:`pass_hat_k` (unbiased estimators), :func:`summarize`
 - :mod:`.report` — the text report and the comparison of two runs
 - :mod:`.charts` — PNG charts (matplotlib)
@@ -13,6 +14,15 @@ The cases run on Ray in ``troupe.actors.eval``; the ``troupe eval`` commands
 """
 
 from .dataset import DEFAULT_MODEL, Dataset, DatasetError, EvalCase, input_text, load_dataset, parse_case
+from .grader_specs import (
+    ContainsSpec,
+    EqualsSpec,
+    JsonSchemaSpec,
+    JudgeSpec,
+    PythonSpec,
+    RegexSpec,
+    ToolCalledSpec,
+)
 from .graders import (
     GRADER_KINDS,
     Grade,
@@ -35,21 +45,28 @@ from .report import CaseDiff, compare_runs, format_table, render_comparison, ren
 
 __all__ = [
     "CaseDiff",
+    "ContainsSpec",
     "DEFAULT_MODEL",
     "Dataset",
     "DatasetError",
+    "EqualsSpec",
     "EvalCase",
     "GRADER_KINDS",
     "Grade",
     "GraderError",
     "GraderSpec",
+    "JsonSchemaSpec",
     "Judge",
+    "JudgeSpec",
     "Outcome",
     "PassK",
     "Progress",
+    "PythonSpec",
     "Quantiles",
+    "RegexSpec",
     "Summary",
     "ToolCallRecord",
+    "ToolCalledSpec",
     "compare_runs",
     "default_ks",
     "format_table",

@@ -39,19 +39,35 @@ Example::
     grades = await grade(specs, outcome)
     passed = verdict(grades, response["status"])
 
-One long module because every built-in grader and the checks of its specification, which the dataset loader shares.
+The specifications are checked when the dataset loads, by the pydantic models
+of :mod:`.grader_specs` (re-exported here: :data:`GraderSpec`, :func:`parse_expected`,
+:func:`parse_grader`, :class:`GraderError`).
 """
 
 from __future__ import annotations
 
-import pkgutil
 import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
+from .grader_specs import (
+    GRADER_KINDS,
+    ContainsSpec,
+    EqualsSpec,
+    GraderError,
+    GraderSpec,
+    JsonSchemaSpec,
+    JudgeSpec,
+    PythonSpec,
+    RegexSpec,
+    ToolCalledSpec,
+    load_function,
+    parse_expected,
+    parse_grader,
+)
 from .judge import judge_messages, parse_verdict
 
 __all__ = [
@@ -72,35 +88,8 @@ __all__ = [
     "verdict",
 ]
 
-GRADER_KINDS = ("equals", "contains", "regex", "json_schema", "tool_called", "python", "judge")
-
-_OPTIONS: dict[str, frozenset[str]] = {
-    "equals": frozenset({"ignore_case"}),
-    "contains": frozenset({"ignore_case"}),
-    "regex": frozenset({"ignore_case"}),
-    "json_schema": frozenset(),
-    "tool_called": frozenset({"arguments"}),
-    "python": frozenset({"args"}),
-    "judge": frozenset({"model"}),
-}
-
 Judge = Callable[[str, list[dict[str, Any]]], Awaitable[str]]
 """``judge(model_name, chat_messages) -> answer text``: one model call, no tools (see :mod:`.judge`)."""
-
-
-class GraderError(ValueError):
-    """A grader specification is malformed; the message says where and why."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GraderSpec:
-    """One parsed grader: its kind, its main argument, its options."""
-
-    kind: str
-    value: Any
-    options: dict[str, Any] = field(default_factory=dict)
-    name: str = ""
-    """The grade's label (``name`` option, default the kind)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,99 +130,6 @@ class Outcome:
     """The case's input as text (user messages joined), for the judge."""
     case_id: str = ""
     tags: tuple[str, ...] = ()
-
-
-# -- parsing --------------------------------------------------------------------
-
-
-def parse_expected(value: Any, *, where: str) -> tuple[GraderSpec, ...]:
-    """A case's ``expected`` (None, one grader object, or a list of them) as grader specs.
-
-    Raises:
-        GraderError: naming ``where`` and the offending grader.
-    """
-    if value is None:
-        return ()
-    entries = value if isinstance(value, list) else [value]
-    return tuple(parse_grader(entry, where=f"{where}: expected[{i}]") for i, entry in enumerate(entries))
-
-
-def parse_grader(entry: Any, *, where: str) -> GraderSpec:
-    """One grader object; checks its kind, options and argument (patterns compile, schemas are schemas)."""
-    if not isinstance(entry, dict):
-        raise GraderError(f"{where}: a grader must be an object like {{\"contains\": \"text\"}}, got {entry!r}")
-    kinds = [k for k in entry if k in GRADER_KINDS]
-    if len(kinds) != 1:
-        found = ", ".join(kinds) or "none"
-        raise GraderError(f"{where}: a grader needs exactly one of {', '.join(GRADER_KINDS)} (found {found})")
-    kind = kinds[0]
-    options = {k: v for k, v in entry.items() if k not in (kind, "name")}
-    unknown = sorted(set(options) - _OPTIONS[kind])
-    if unknown:
-        raise GraderError(f"{where}: unknown option(s) for '{kind}': {', '.join(unknown)}")
-    name = entry.get("name", kind)
-    if not isinstance(name, str) or not name:
-        raise GraderError(f"{where}: 'name' must be a non-empty string")
-    spec = GraderSpec(kind=kind, value=entry[kind], options=options, name=name)
-    _check(spec, where)
-    return spec
-
-
-def _check(spec: GraderSpec, where: str) -> None:
-    value, options = spec.value, spec.options
-    if "ignore_case" in options and not isinstance(options["ignore_case"], bool):
-        raise GraderError(f"{where}: 'ignore_case' must be true or false")
-    match spec.kind:
-        case "contains":
-            needles = value if isinstance(value, list) else [value]
-            if not needles or not all(isinstance(n, str) for n in needles):
-                raise GraderError(f"{where}: 'contains' takes a string or a list of strings")
-        case "regex":
-            if not isinstance(value, str):
-                raise GraderError(f"{where}: 'regex' takes a pattern string")
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise GraderError(f"{where}: invalid regex {value!r}: {exc}") from None
-        case "json_schema":
-            import jsonschema
-
-            if not isinstance(value, dict | bool):
-                raise GraderError(f"{where}: 'json_schema' takes a JSON schema object")
-            try:
-                jsonschema.validators.validator_for(value).check_schema(value)
-            except jsonschema.SchemaError as exc:
-                raise GraderError(f"{where}: invalid JSON schema: {exc.message}") from None
-        case "tool_called":
-            if not isinstance(value, str) or not value:
-                raise GraderError(f"{where}: 'tool_called' takes a tool name")
-            if not isinstance(options.get("arguments", {}), dict):
-                raise GraderError(f"{where}: 'arguments' must be an object")
-        case "python":
-            if not isinstance(options.get("args", {}), dict):
-                raise GraderError(f"{where}: 'args' must be an object")
-            try:
-                load_function(value)
-            except (ImportError, AttributeError, ValueError) as exc:
-                raise GraderError(f"{where}: python grader {value!r}: {exc}") from None
-        case "judge":
-            if not isinstance(value, str) or not value.strip():
-                raise GraderError(f"{where}: 'judge' takes the rubric text")
-            if not isinstance(options.get("model", ""), str):
-                raise GraderError(f"{where}: 'model' must be a model name")
-
-
-def load_function(target: str) -> Callable[..., Any]:
-    """Import ``package.module:function`` (ValueError if malformed or not callable)."""
-    if not isinstance(target, str):
-        raise ValueError("expected 'package.module:function'")
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError("expected 'package.module:function'")
-    obj = pkgutil.resolve_name(target)
-    if not callable(obj):
-        raise ValueError("not callable")
-    return obj
 
 
 # -- the outcome of a sample -----------------------------------------------------
@@ -316,52 +212,52 @@ def verdict(grades: Sequence[Grade], status: str | None) -> bool:
 
 async def _grade_one(spec: GraderSpec, outcome: Outcome, judge: Judge | None, judge_model: str | None) -> Grade:
     text = outcome.output_text
-    fold = spec.options.get("ignore_case", False)
-    match spec.kind:
-        case "equals":
-            return _equals(spec, text, fold)
-        case "contains":
-            needles = spec.value if isinstance(spec.value, list) else [spec.value]
+    match spec:
+        case EqualsSpec():
+            return _equals(spec, text)
+        case ContainsSpec():
+            fold = spec.ignore_case
             haystack = text.casefold() if fold else text
-            missing = [n for n in needles if (n.casefold() if fold else n) not in haystack]
+            missing = [n for n in spec.needles if (n.casefold() if fold else n) not in haystack]
             detail = f"missing {', '.join(map(repr, missing))}" if missing else "found all"
             return Grade(grader=spec.name, passed=not missing, detail=detail)
-        case "regex":
-            found = re.search(spec.value, text, re.IGNORECASE if fold else 0)
-            detail = f"matched {found.group(0)!r}" if found else f"no match for {spec.value!r}"
+        case RegexSpec():
+            found = re.search(spec.regex, text, re.IGNORECASE if spec.ignore_case else 0)
+            detail = f"matched {found.group(0)!r}" if found else f"no match for {spec.regex!r}"
             return Grade(grader=spec.name, passed=found is not None, detail=_clip(detail))
-        case "json_schema":
+        case JsonSchemaSpec():
             return _json_schema(spec, text)
-        case "tool_called":
+        case ToolCalledSpec():
             return _tool_called(spec, outcome.tool_calls)
-        case "python":
+        case PythonSpec():
             return await _python(spec, outcome)
-        case "judge":
+        case JudgeSpec():
             return await _judge(spec, outcome, judge, judge_model)
-    raise AssertionError(f"unknown grader kind {spec.kind}")  # parse_grader rules it out
+        case _:
+            assert_never(spec)
 
 
-def _equals(spec: GraderSpec, text: str, fold: bool) -> Grade:
-    if not isinstance(spec.value, str):
+def _equals(spec: EqualsSpec, text: str) -> Grade:
+    if not isinstance(spec.equals, str):
         try:
             parsed = json.loads(text)
         except json.JSONDecodeError:
             return Grade(grader=spec.name, passed=False, detail="the answer is not JSON")
-        return Grade(grader=spec.name, passed=parsed == spec.value, detail=_clip(f"got {parsed!r}"))
-    got, want = text.strip(), spec.value.strip()
-    if fold:
+        return Grade(grader=spec.name, passed=parsed == spec.equals, detail=_clip(f"got {parsed!r}"))
+    got, want = text.strip(), spec.equals.strip()
+    if spec.ignore_case:
         got, want = got.casefold(), want.casefold()
     return Grade(grader=spec.name, passed=got == want, detail="" if got == want else _clip(f"got {text.strip()!r}"))
 
 
-def _json_schema(spec: GraderSpec, text: str) -> Grade:
+def _json_schema(spec: JsonSchemaSpec, text: str) -> Grade:
     import jsonschema
 
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return Grade(grader=spec.name, passed=False, detail=f"the answer is not JSON: {exc.msg}")
-    validator = jsonschema.validators.validator_for(spec.value)(spec.value)
+    validator = jsonschema.validators.validator_for(spec.json_schema)(spec.json_schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is None:
         return Grade(grader=spec.name, passed=True, detail="valid")
@@ -369,12 +265,12 @@ def _json_schema(spec: GraderSpec, text: str) -> Grade:
     return Grade(grader=spec.name, passed=False, detail=_clip(f"at '/{path}': {error.message}"))
 
 
-def _tool_called(spec: GraderSpec, calls: Sequence[ToolCallRecord]) -> Grade:
-    named = [c for c in calls if c.name == spec.value]
-    wanted = spec.options.get("arguments")
+def _tool_called(spec: ToolCalledSpec, calls: Sequence[ToolCallRecord]) -> Grade:
+    named = [c for c in calls if c.name == spec.tool_called]
+    wanted = spec.arguments
     if not named:
         called = ", ".join(c.name for c in calls) or "none"
-        return Grade(grader=spec.name, passed=False, detail=f"'{spec.value}' not called (called: {called})")
+        return Grade(grader=spec.name, passed=False, detail=f"'{spec.tool_called}' not called (called: {called})")
     if not wanted:
         return Grade(grader=spec.name, passed=True, detail=f"called {len(named)}x")
     for call in named:
@@ -385,8 +281,8 @@ def _tool_called(spec: GraderSpec, calls: Sequence[ToolCallRecord]) -> Grade:
     return Grade(grader=spec.name, passed=False, detail=_clip(f"arguments differ: {seen}"))
 
 
-async def _python(spec: GraderSpec, outcome: Outcome) -> Grade:
-    result = load_function(spec.value)(outcome, **spec.options.get("args", {}))
+async def _python(spec: PythonSpec, outcome: Outcome) -> Grade:
+    result = load_function(spec.python)(outcome, **spec.args)
     if inspect.isawaitable(result):
         result = await result
     if isinstance(result, bool):
@@ -395,17 +291,17 @@ async def _python(spec: GraderSpec, outcome: Outcome) -> Grade:
         return Grade(grader=spec.name, passed=result[0], detail=_clip(str(result[1])))
     if isinstance(result, dict) and isinstance(result.get("passed"), bool):
         return Grade(grader=spec.name, passed=result["passed"], detail=_clip(str(result.get("detail", ""))))
-    raise TypeError(f"{spec.value} returned {result!r}; expected a bool, (bool, detail) or {{'passed': bool}}")
+    raise TypeError(f"{spec.python} returned {result!r}; expected a bool, (bool, detail) or {{'passed': bool}}")
 
 
 # -- the LLM judge (prompt and verdict in .judge) -----------------------------------
 
 
-async def _judge(spec: GraderSpec, outcome: Outcome, judge: Judge | None, judge_model: str | None) -> Grade:
-    model = spec.options.get("model") or judge_model
+async def _judge(spec: JudgeSpec, outcome: Outcome, judge: Judge | None, judge_model: str | None) -> Grade:
+    model = spec.model or judge_model
     if judge is None or not model:
         return Grade(grader=spec.name, passed=False, detail="no judge model available", error=True)
-    answer = await judge(model, judge_messages(spec.value, outcome.input_text, outcome.output_text))
+    answer = await judge(model, judge_messages(spec.judge, outcome.input_text, outcome.output_text))
     passed = parse_verdict(answer)
     if passed is None:
         return Grade(grader=spec.name, passed=False, detail=_clip(f"no PASS/FAIL verdict in {answer!r}"))
