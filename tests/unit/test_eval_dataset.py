@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import duckdb
@@ -58,17 +59,46 @@ def test_jsonl_rows(tmp_path: Path) -> None:
         ({"id": "a", "input": "x", "timeout_s": 0}, "'timeout_s'"),
         ({"id": "a", "input": "x", "params": {"stream": True}}, "may not set stream"),
         ({"id": "a", "input": "x", "expected": {"regex": "("}}, "invalid regex"),
-        ({"id": "a", "input": 42}, "invalid request"),
+        ({"id": "a", "input": 42}, "invalid type for 'input': expected a string or an array, got an integer"),
         ({"id": "a", "input": "x", "tool_choice": "required"}, "invalid request"),
         ("[1, 2]", "must be a JSON object"),
         ("{not json", "invalid JSON"),
+        # Caught since the rows are pydantic models; the hand-written checks let these through.
+        ({"id": "a", "input": "x", "tags": ""}, "invalid type for 'tags': expected an array"),
+        ({"id": "a", "input": "x", "params": []}, "invalid type for 'params': expected an object"),
+        ('{"id": "a", "input": "x", "timeout_s": NaN}', "'timeout_s': input should be a finite number"),
+        ('{"id": "a", "input": "x", "timeout_s": Infinity}', "'timeout_s': input should be a finite number"),
+        ({"id": "a", "input": "x", "expected": {"judge": "r", "model": ""}}, "'expected\\[0\\].model'"),
+        # Every message names the offending field, down to the grader's option.
+        ({"id": "a", "input": "x", "timeout_s": "5"}, "invalid type for 'timeout_s': expected a number, got a string"),
+        ({"id": True, "input": "x"}, "invalid type for 'id'"),
+        ({"id": "a", "input": "x", "tags": ["t", 1]}, "'tags\\[1\\]': expected a string"),
+        ({"id": "a", "input": "x", "expected": [{"contains": "x"}, {"regex": "(", "name": "r"}]},
+         "'expected\\[1\\].regex': invalid regex"),
+        ({"id": "a", "input": "x", "expected": {"contains": "x", "ignore_case": "yes"}},
+         "'expected\\[0\\].ignore_case': expected a boolean, got a string"),
+        ({"id": "a", "input": "x", "expected": {"contains": "x", "arguments": {}}},
+         "unknown option\\(s\\) for 'contains' in 'expected\\[0\\]': arguments \\('contains' takes name, ignore_case\\)"),
+        ({"id": "a", "input": "x", "expected": {"type": "contains", "value": "x"}},
+         "'expected\\[0\\]': a grader must be an object with exactly one of the keys equals, contains"),
     ],
-)
+)  # fmt: skip
 def test_invalid_rows_name_the_row(tmp_path: Path, row: object, message: str) -> None:
     path = write_jsonl(tmp_path / "cases.jsonl", [{"id": "ok", "input": "x"}, row])
     with pytest.raises(DatasetError, match=message) as info:
         load_dataset(path)
     assert "cases.jsonl:2" in str(info.value)
+
+
+def test_a_case_pickles_with_its_row(tmp_path: Path) -> None:
+    # Cases travel to the eval workers; the row number is not a field, so a row cannot set it.
+    path = write_jsonl(tmp_path / "cases.jsonl", ["", {"id": 7, "input": "x", "expected": {"judge": "r", "model": "m"}}])
+    [case] = load_dataset(path).cases
+    copy = pickle.loads(pickle.dumps(case))
+    assert copy == case and copy.row == 2 and copy.id == "7"
+    assert copy.expected[0].options == {"model": "m"} and copy.expected[0].value == "r"
+    with pytest.raises(DatasetError, match="unknown field\\(s\\) row"):
+        load_dataset(write_jsonl(tmp_path / "row.jsonl", [{"id": "a", "input": "x", "row": 3}]))
 
 
 def test_duplicate_ids_missing_files_and_empty_datasets(tmp_path: Path) -> None:

@@ -21,8 +21,13 @@ skipped). Parquet is read with DuckDB; nested columns may be structs/lists or
 JSON text (``input``, ``tools``, ``tool_choice``, ``expected``, ``params``), and
 struct fields that are NULL count as absent.
 
-Every case is checked when loaded, without running anything: its request must
-pass the same validation as ``POST /v1/responses`` and its graders must parse.
+Every case is checked when loaded, without running anything: the row by the
+:class:`EvalCase` model (JSON types as written, ``null`` counts as absent, graders
+by :mod:`.grader_specs`), then its request by the same validation as
+``POST /v1/responses``. A bad row raises :class:`DatasetError` naming the file,
+the line and the field::
+
+    cases.jsonl:3 (id 'q7'): invalid type for 'expected[0].ignore_case': expected a boolean, got a string
 
 Example::
 
@@ -38,18 +43,20 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import field_validator, model_validator
 
 from troupe.protocol import InvalidRequest, content_text, parse_create_request
 
-from .graders import GraderError, GraderSpec, parse_expected
+from .grader_specs import Expected, explain
 
 __all__ = ["DEFAULT_MODEL", "Dataset", "DatasetError", "EvalCase", "input_text", "load_dataset", "parse_case"]
 
 DEFAULT_MODEL = "sim"
 
-_FIELDS = ("id", "input", "instructions", "tools", "tool_choice", "model", "tags", "expected", "timeout_s", "params")
 # Request fields a case may not set through `params`: the runner owns them.
 _RESERVED_PARAMS = frozenset(
     {"model", "input", "instructions", "tools", "tool_choice", "stream", "store", "background", "conversation",
@@ -62,22 +69,53 @@ class DatasetError(ValueError):
     """The dataset cannot be read or a row is invalid; the message names the file and row."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EvalCase:
-    """One evaluation case (picklable: it travels to the eval workers)."""
+class EvalCase(BaseModel):
+    """One evaluation case: a dataset row, validated (picklable: it travels to the eval workers)."""
 
-    id: str
+    # strict: JSON types as written ("5" is not a number); extra="forbid": a typo
+    # does not silently drop a grader.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    id: Annotated[str, Field(min_length=1), BeforeValidator(lambda v: str(v) if type(v) is int else v)]
+    """Unique in the dataset; an integer id becomes its decimal text."""
     input: str | list[dict[str, Any]]
+    """A string, or a list of Responses input items."""
     instructions: str | None = None
+    """The system/developer instructions of the request."""
     tools: list[dict[str, Any]] | None = None
+    """Responses tool definitions; function tools are the client's, so the response ends with the call."""
     tool_choice: str | dict[str, Any] | None = None
-    model: str | None = None
-    tags: tuple[str, ...] = ()
-    expected: tuple[GraderSpec, ...] = ()
-    timeout_s: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    row: int = 0
-    """1-based row (line) number in the dataset, for messages."""
+    """``"auto"``, ``"none"``, ``"required"`` or an object such as ``{"type": "function", "name": ...}``."""
+    model: Annotated[str, Field(min_length=1)] | None = None
+    """The model to run (default :data:`DEFAULT_MODEL`; ``--model`` overrides every case)."""
+    tags: Annotated[tuple[str, ...], Field(strict=False)] = ()  # a JSON list is a tuple here
+    """For the success rate per tag in the report."""
+    expected: Expected = ()
+    """The graders; none: the sample passes when its response completes."""
+    timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """This case's time limit, overriding ``--timeout``."""
+    params: dict[str, Any] = {}
+    """Further Responses create parameters, e.g. ``{"max_output_tokens": 20}``."""
+    _row: int = PrivateAttr(0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        # As in Parquet, where a NULL cell is an absent field.
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @field_validator("params")
+    @classmethod
+    def _no_reserved_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        reserved = sorted(set(params) & _RESERVED_PARAMS)
+        if reserved:
+            raise ValueError(f"may not set {', '.join(reserved)}, which a case field or the runner sets")
+        return params
+
+    @property
+    def row(self) -> int:
+        """1-based row (line) number in the dataset, for messages; 0 when not loaded from a file."""
+        return self._row
 
     def request_body(self, model: str | None = None, metadata: dict[str, str] | None = None) -> dict[str, Any]:
         """The Responses create body for this case (``model`` overrides the case's own)."""
@@ -199,53 +237,16 @@ def _json_text(text: str, path: str, number: int, name: str) -> Any:
 
 
 def parse_case(row: Any, *, where: str, number: int = 0) -> EvalCase:
-    """One row as an :class:`EvalCase`; DatasetError (naming ``where``) if it is invalid."""
+    """One row as an :class:`EvalCase`; DatasetError (naming ``where`` and the field) if it is invalid."""
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: a case must be a JSON object")
-    unknown = sorted(set(row) - set(_FIELDS))
-    if unknown:
-        raise DatasetError(f"{where}: unknown field(s) {', '.join(unknown)}; a case has {', '.join(_FIELDS)}")
-    case_id = row.get("id")
-    if isinstance(case_id, int) and not isinstance(case_id, bool):
-        case_id = str(case_id)
-    if not isinstance(case_id, str) or not case_id:
-        raise DatasetError(f"{where}: 'id' must be a non-empty string")
-    where = f"{where} (id {case_id!r})"
-    if "input" not in row:
-        raise DatasetError(f"{where}: 'input' is required")
-    tags = row.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise DatasetError(f"{where}: 'tags' must be a list of strings")
-    timeout_s = row.get("timeout_s")
-    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
-                                  or timeout_s <= 0):  # fmt: skip
-        raise DatasetError(f"{where}: 'timeout_s' must be a positive number")
-    params = row.get("params") or {}
-    if not isinstance(params, dict):
-        raise DatasetError(f"{where}: 'params' must be an object")
-    reserved = sorted(set(params) & _RESERVED_PARAMS)
-    if reserved:
-        raise DatasetError(f"{where}: 'params' may not set {', '.join(reserved)} (a case field or the runner's)")
-    model = row.get("model")
-    if model is not None and (not isinstance(model, str) or not model):
-        raise DatasetError(f"{where}: 'model' must be a model name")
+    if type(row.get("id")) in (str, int) and row["id"] != "":  # a usable id names the case in messages
+        where = f"{where} (id {str(row['id'])!r})"
     try:
-        expected = parse_expected(row.get("expected"), where=where)
-    except GraderError as exc:
-        raise DatasetError(str(exc)) from None
-    case = EvalCase(
-        id=case_id,
-        input=row["input"],
-        instructions=row.get("instructions"),
-        tools=row.get("tools"),
-        tool_choice=row.get("tool_choice"),
-        model=model,
-        tags=tuple(tags),
-        expected=expected,
-        timeout_s=None if timeout_s is None else float(timeout_s),
-        params=params,
-        row=number,
-    )
+        case = EvalCase.model_validate(row)
+    except ValidationError as exc:
+        raise DatasetError(f"{where}: {explain(exc, fields=list(EvalCase.model_fields))}") from None
+    case._row = number
     try:  # the same validation as POST /v1/responses, without running anything
         parse_create_request(case.request_body())
     except InvalidRequest as exc:
