@@ -92,7 +92,8 @@ def test_invalid_rows_name_the_row(tmp_path: Path, row: object, message: str) ->
 
 def test_a_case_pickles_with_its_row(tmp_path: Path) -> None:
     # Cases travel to the eval workers; the row number is not a field, so a row cannot set it.
-    path = write_jsonl(tmp_path / "cases.jsonl", ["", {"id": 7, "input": "x", "expected": {"judge": "r", "model": "m"}}])
+    row = {"id": 7, "input": "x", "expected": {"judge": "r", "model": "m"}}
+    path = write_jsonl(tmp_path / "cases.jsonl", ["", row])
     [case] = load_dataset(path).cases
     copy = pickle.loads(pickle.dumps(case))
     assert copy == case and copy.row == 2 and copy.id == "7"

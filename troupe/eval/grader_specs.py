@@ -53,6 +53,7 @@ __all__ = [
     "parse_grader",
 ]
 
+
 class GraderError(ValueError):
     """A grader specification is malformed; the message says where and why."""
 
