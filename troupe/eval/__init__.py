@@ -41,7 +41,7 @@ from .graders import (
 )
 from .metrics import PassK, Quantiles, Summary, default_ks, pass_at_k, pass_hat_k, percentile, quantiles, summarize
 from .progress import Progress
-from .report import CaseDiff, compare_runs, format_table, render_comparison, render_report
+from .report import CaseDiff, compare_runs, render_comparison, render_report
 
 __all__ = [
     "CaseDiff",
@@ -69,7 +69,6 @@ __all__ = [
     "ToolCalledSpec",
     "compare_runs",
     "default_ks",
-    "format_table",
     "grade",
     "input_text",
     "judge_messages",

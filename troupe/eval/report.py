@@ -1,8 +1,8 @@
-"""Rendering evaluation runs: the report, the comparison of two runs, plain-text tables.
+"""Rendering evaluation runs: the report and the comparison of two runs.
 
 Everything here is pure: it takes result records (``troupe.storage.EvalResultRecord``
 or anything shaped like :class:`~troupe.eval.metrics.ResultLike`) and returns text.
-Charts are in :mod:`troupe.eval.charts`.
+Charts are in :mod:`troupe.eval.charts`; tables are drawn by :func:`troupe.tables.format_table`.
 
 Example::
 
@@ -19,42 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from troupe.tables import format_table
+
 from .metrics import ResultLike, Summary, quantiles, summarize
 
-__all__ = ["CaseDiff", "compare_runs", "export_parquet", "format_table", "render_comparison", "render_report"]
+__all__ = ["CaseDiff", "compare_runs", "export_parquet", "render_comparison", "render_report"]
 
 
-def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """An aligned text table; numbers right-aligned, None as ``-``.
-
-    Example::
-
-        >>> print(format_table(["tag", "n"], [("math", 12)]))
-        tag  |  n
-        -----+---
-        math | 12
-    """
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    numeric = [all(_is_number(r[i]) or r[i] is None for r in rows) and bool(rows) for i in range(len(columns))]
-
-    def line(values: Sequence[str]) -> str:
-        padded = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True))
-        return " | ".join(padded).rstrip()
-
-    return "\n".join([line(list(columns)), "-+-".join("-" * w for w in widths), *(line(r) for r in cells)])
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value).replace("\n", "\\n")
+def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    # The reports' style: "-" for a missing value, seconds and means to the millisecond.
+    return format_table(columns, rows, null="-", float_format=".3f")
 
 
 def _pct(value: float | None) -> str:
@@ -66,7 +40,7 @@ def _secs(value: float | None) -> str:
 
 
 def _section(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    return f"{title}\n{format_table(columns, rows)}" if rows else f"{title}\n(none)"
+    return f"{title}\n{_table(columns, rows)}" if rows else f"{title}\n(none)"
 
 
 def _when(ts: float | None) -> str:
@@ -252,7 +226,7 @@ def render_comparison(
         ("total tokens", sa.total_tokens, sb.total_tokens, f"{sb.total_tokens - sa.total_tokens:+d}"),
         ("tool calls", sa.tool_calls, sb.tool_calls, f"{sb.tool_calls - sa.tool_calls:+d}"),
     ]
-    out = [f"A = {run_a}, B = {run_b}", format_table(["", "A", "B", "B - A"], headline)]
+    out = [f"A = {run_a}, B = {run_b}", _table(["", "A", "B", "B - A"], headline)]
     diffs = compare_runs(a, b)
     counts: dict[str, int] = defaultdict(int)
     for d in diffs:

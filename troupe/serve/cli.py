@@ -25,14 +25,13 @@ Example::
 from __future__ import annotations
 
 import argparse
-import decimal
 import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser", "format_table"]
+__all__ = ["main", "build_parser"]
 
 
 def _add_sim(subcommands: Any) -> None:
@@ -199,47 +198,10 @@ def _run_sql(args: argparse.Namespace) -> int:
     except StorageError as exc:
         print(f"troupe sql: {exc}", file=sys.stderr)
         return 1
-    print(format_table(columns, rows))
+    from troupe.tables import format_table
+
+    print(format_table(columns, rows, count_rows=True))
     return 0
-
-
-def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Render a result as an aligned text table, numbers right-aligned, NULL for None.
-
-    Example::
-
-        >>> print(format_table(["status", "n"], [("completed", 12), ("failed", 1)]))
-        status    |  n
-        ----------+---
-        completed | 12
-        failed    |  1
-        (2 rows)
-    """
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    def is_number(value: Any) -> bool:
-        return isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool)
-
-    # A column is right-aligned when every non-NULL value in it is a number (and there is one).
-    numeric = [
-        any(is_number(r[i]) for r in rows) and all(is_number(r[i]) or r[i] is None for r in rows)
-        for i in range(len(columns))
-    ]
-
-    def line(values: Sequence[str]) -> str:
-        padded = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True))
-        return " | ".join(padded).rstrip()
-
-    out = [line(list(columns)), "-+-".join("-" * w for w in widths)]
-    out += [line(r) for r in cells]
-    out.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
-    return "\n".join(out)
-
-
-def _cell(value: Any) -> str:
-    text = "NULL" if value is None else str(value)
-    # One table row per result row: show embedded line breaks escaped.
-    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _add_bench(subcommands: Any) -> None:

@@ -470,7 +470,7 @@ def _eval_export(args: argparse.Namespace, reader: _EvalReader) -> int:
 def _eval_list(args: argparse.Namespace, reader: _EvalReader) -> int:
     import datetime
 
-    from troupe.eval.report import format_table
+    from troupe.tables import format_table
 
     runs = reader.call("list_eval_runs")
     rows = [
@@ -481,7 +481,7 @@ def _eval_list(args: argparse.Namespace, reader: _EvalReader) -> int:
         )
         for r in runs
     ]  # fmt: skip
-    print(format_table(["run_id", "status", "created (UTC)", "dataset", "cases", "samples", "model"], rows))
+    print(format_table(["run_id", "status", "created (UTC)", "dataset", "cases", "samples", "model"], rows, null="-"))
     return 0
 
 
