@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 
 import duckdb
+from rich.console import Console
 
 from troupe.eval.charts import write_charts
 from troupe.eval.metrics import summarize
@@ -66,7 +67,7 @@ def test_charts_are_png_files(tmp_path: Path) -> None:
 def test_progress_bar_counts_and_eta() -> None:
     now = [0.0]
     out = io.StringIO()
-    progress = Progress(10, done=2, stream=out, live=True, clock=lambda: now[0], min_interval_s=0)
+    progress = Progress(10, done=2, console=Console(file=out, force_terminal=True, width=150), clock=lambda: now[0])
     now[0] = 2.0
     progress.update(passed=True, error=False)
     progress.update(passed=False, error=False)
@@ -75,13 +76,18 @@ def test_progress_bar_counts_and_eta() -> None:
     line = progress.render()
     assert "5/10" in line and "passed 1 failed 1 errors 1" in line and "0.8/s" in line and "ETA 0:07" in line
     progress.close()
-    assert out.getvalue().count("\r") == 4 and out.getvalue().endswith("\n")
+    # Live on a terminal: rich's bar, left on screen with the final state.
+    assert "━" in out.getvalue() and "passed 1 failed 1 errors 1  0.8/s  ETA 0:07" in out.getvalue()
+    assert out.getvalue().endswith("\n\x1b[?25h")  # the line ended, the cursor shown again
+
     logged = io.StringIO()
-    quiet = Progress(100, stream=logged, live=False)
+    quiet = Progress(100, console=Console(file=logged, force_terminal=False))
     for _ in range(100):
         quiet.update(passed=True, error=False)
     quiet.close()
-    assert len(logged.getvalue().splitlines()) == 11  # the first result, then a line per tenth
+    lines = logged.getvalue().splitlines()
+    assert len(lines) == 11  # the first result, then a line per tenth
+    assert lines[-1].startswith("[" + "#" * 30 + "] 100/100 100%  passed 100 failed 0 errors 0")
 
 
 def test_every_eval_module_exports_what_it_names() -> None:
@@ -91,7 +97,7 @@ def test_every_eval_module_exports_what_it_names() -> None:
                  "troupe.eval.metrics",
                  "troupe.eval.report", "troupe.eval.charts", "troupe.eval.progress", "troupe.eval.example_graders",
                  "troupe.eval.judge",
-                 "troupe.serve.eval_cli", "troupe.actors.eval", "troupe.actors.eval.worker",
+                 "troupe.tables", "troupe.progress_bar", "troupe.actors.eval", "troupe.actors.eval.worker",
                  "troupe.actors.eval.dispatcher"):  # fmt: skip
         module = importlib.import_module(name)
         assert module.__doc__, name

@@ -3,7 +3,7 @@
 :class:`Progress` counts finished requests (warm-up ones apart), errors and the rate, on
 stderr. Bounded by a request count, the bar fills by requests; bounded only by a duration,
 it fills by time. Off a terminal rich draws nothing live, and ``enabled=False`` (``--quiet``)
-draws nothing at all.
+draws nothing at all. The bar looks like ``troupe eval run``'s (:func:`troupe.progress_bar.live_bar`).
 
 Example::
 
@@ -38,19 +38,12 @@ class Progress:
         self._started = time.perf_counter()
         if not self.enabled:
             return self
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as RichProgress
+        from rich.progress import MofNCompleteColumn, TextColumn
 
-        self._bar = RichProgress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn() if self.total is not None else TextColumn("{task.percentage:>3.0f}%"),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=False,
-        )
+        from troupe.progress_bar import live_bar
+
+        counted = MofNCompleteColumn() if self.total is not None else TextColumn("{task.percentage:>3.0f}%")
+        self._bar = live_bar(counted)
         self._bar.__enter__()
         total = self.total if self.total is not None else self.duration_s
         self._task = self._bar.add_task(self.label, total=total, info=self._info())

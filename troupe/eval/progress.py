@@ -1,36 +1,42 @@
-"""A live progress bar for evaluation runs: counts, errors, rate and ETA, on one line.
+"""The progress of an evaluation run: counts, errors, rate and ETA, on stderr.
 
-On a terminal the line is redrawn in place (at most every ``min_interval_s``);
-elsewhere (CI logs, pipes) a line is printed at the first result and at every tenth of the run, so logs
-stay short.
+On a terminal it is a live rich bar, drawn like ``troupe bench``'s
+(:func:`troupe.progress_bar.live_bar`); elsewhere (CI logs, pipes) a line is printed
+at the first result and at every tenth of the run, so logs stay short.
 
 Example::
 
     progress = Progress(total=200, done=50)      # 50 already done (a resumed run)
     progress.update(passed=True, error=False)
     progress.close()
-    # [########........................] 51/200  25%  passed 50 failed 0 errors 1  4.2/s  ETA 0:35
+    # on a terminal, live:
+    # eval ━━━━━━━━━━╺━━━━━━━━━━━━━━━━━━━━━━━━━━━━━  51/200  26% passed 1 failed 0 errors 0  4.2/s  ETA 0:35 0:00:01
+    # in a log, a line per tenth of the run:
+    # [########......................] 51/200  26%  passed 1 failed 0 errors 0  4.2/s  ETA 0:35
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["Progress"]
 
 
 class Progress:
-    """Counts finished samples and draws the bar.
+    """Counts finished samples and shows them.
 
     Args:
         total: samples in the run (including those already done).
         done: samples finished before this process started (a resumed run).
-        stream: where to draw (default stderr).
-        live: redraw in place; default: whether ``stream`` is a terminal.
-        width: characters of the bar itself.
+        console: where to draw (default: a rich console on stderr); live when it is a terminal.
+        label: the bar's title.
+        width: characters of the bar in log lines.
+        clock: seconds, for the rate and the ETA.
     """
 
     def __init__(
@@ -38,23 +44,30 @@ class Progress:
         total: int,
         *,
         done: int = 0,
-        stream: TextIO | None = None,
-        live: bool | None = None,
+        console: Console | None = None,
+        label: str = "eval",
         width: int = 30,
-        min_interval_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        from rich.console import Console
+
         self.total = total
         self.skipped = done
         self.passed = self.failed = self.errors = 0
-        self._stream = stream if stream is not None else sys.stderr
-        self._live = live if live is not None else bool(getattr(self._stream, "isatty", lambda: False)())
+        self._console = console if console is not None else Console(stderr=True)
         self._width = width
-        self._min_interval_s = min_interval_s
         self._clock = clock
         self._started = clock()
-        self._drawn_at = float("-inf")
         self._tenth = -1
+        self._bar: Any = None
+        if self._console.is_terminal:
+            from rich.progress import MofNCompleteColumn, TaskProgressColumn
+
+            from troupe.progress_bar import live_bar
+
+            self._bar = live_bar(MofNCompleteColumn(), TaskProgressColumn(), console=self._console)
+            self._task = self._bar.add_task(label, total=total, completed=done, info=self._info())
+            self._bar.start()
 
     @property
     def finished(self) -> int:
@@ -62,7 +75,7 @@ class Progress:
         return self.passed + self.failed + self.errors
 
     def update(self, *, passed: bool, error: bool) -> None:
-        """Count one finished sample and redraw if due."""
+        """Count one finished sample and show it (live), or log a line if a tenth more is done."""
         if error:
             self.errors += 1
         elif passed:
@@ -72,40 +85,37 @@ class Progress:
         self._draw()
 
     def render(self) -> str:
-        """The current line."""
+        """The state as one line of text, as logged off a terminal."""
         done = self.skipped + self.finished
         fraction = done / self.total if self.total else 1.0
         filled = int(round(fraction * self._width))
+        bar = f"[{'#' * filled}{'.' * (self._width - filled)}]"
+        return f"{bar} {done}/{self.total} {100 * fraction:3.0f}%  {self._info()}"
+
+    def close(self) -> None:
+        """Show the final state; a live bar stops (and stays on screen)."""
+        self._draw(final=True)
+        if self._bar is not None:
+            self._bar.stop()
+
+    def _info(self) -> str:
+        done = self.skipped + self.finished
         elapsed = self._clock() - self._started
         rate = self.finished / elapsed if elapsed > 0 else 0.0
         remaining = self.total - done
         eta = _clock_text(remaining / rate) if rate > 0 and remaining > 0 else ("0:00" if remaining <= 0 else "?")
-        return (
-            f"[{'#' * filled}{'.' * (self._width - filled)}] {done}/{self.total} {100 * fraction:3.0f}%  "
-            f"passed {self.passed} failed {self.failed} errors {self.errors}  {rate:.1f}/s  ETA {eta}"
-        )
-
-    def close(self) -> None:
-        """Draw the final state and end the line."""
-        self._draw(final=True)
-        if self._live:
-            self._stream.write("\n")
-            self._stream.flush()
+        return f"passed {self.passed} failed {self.failed} errors {self.errors}  {rate:.1f}/s  ETA {eta}"
 
     def _draw(self, final: bool = False) -> None:
-        now = self._clock()
-        if self._live:
-            if final or now - self._drawn_at >= self._min_interval_s:
-                self._stream.write("\r" + self.render())
-                self._stream.flush()
-                self._drawn_at = now
-            return
         done = self.skipped + self.finished
+        if self._bar is not None:
+            # rich redraws on its own clock (10 times a second); this only hands it the state.
+            self._bar.update(self._task, completed=done, info=self._info())
+            return
         tenth = int(10 * done / self.total) if self.total else 10
         if tenth > self._tenth or final:
             if not (final and tenth == self._tenth):
-                self._stream.write(self.render() + "\n")
-                self._stream.flush()
+                self._console.print(self.render(), highlight=False, markup=False, soft_wrap=True)
             self._tenth = tenth
 
 
