@@ -145,3 +145,13 @@ def test_input_text() -> None:
     items = [{"role": "user", "content": "a"}, {"type": "message", "role": "user",
              "content": [{"type": "input_text", "text": "b"}]}, {"type": "function_call_output", "output": "x"}]  # fmt: skip
     assert input_text(items) == "a\nb"
+
+
+def test_the_models_a_run_needs(tmp_path: Path) -> None:
+    dataset = load_dataset(write_jsonl(tmp_path / "cases.jsonl", [
+        {"id": "a", "input": "x", "expected": {"judge": "fair?"}},
+        {"id": "b", "input": "x", "model": "llama", "expected": {"judge": "fair?", "model": "judge-1"}},
+    ]))  # fmt: skip
+    assert dataset.models() == {"sim": "case 'a'", "llama": "case 'b'", "judge-1": "the judge of case 'b'"}
+    assert dataset.models(model="gpt", judge_model="j") == {"gpt": "case 'a'", "j": "the judge of case 'a'",
+                                                            "judge-1": "the judge of case 'b'"}  # fmt: skip

@@ -143,6 +143,24 @@ class Dataset:
     cases: list[EvalCase]
     sha256: str
 
+    def models(self, *, model: str | None = None, judge_model: str | None = None) -> dict[str, str]:
+        """Every model a run needs, each with its first user (``"case 'a'"``, ``"the judge of case 'a'"``).
+
+        Args:
+            model: the run's model, overriding every case's own (``--model``).
+            judge_model: the model of judge graders that name none (``--judge-model``);
+                without it a judge uses its case's model.
+        """
+        needed: dict[str, str] = {}
+        for case in self.cases:
+            case_model = model or case.model or DEFAULT_MODEL
+            needed.setdefault(case_model, f"case {case.id!r}")
+            for spec in case.expected:
+                if spec.kind == "judge":
+                    judge = spec.options.get("model") or judge_model or case_model
+                    needed.setdefault(judge, f"the judge of case {case.id!r}")
+        return needed
+
 
 def input_text(value: str | list[dict[str, Any]]) -> str:
     """A case input as text: the string, or the text of its user/system messages joined by newlines."""
