@@ -7,8 +7,9 @@
 - :mod:`.plots` — PNG charts (matplotlib, optional)
 - :mod:`.progress` — the live progress bar
 - :mod:`.machine` — what the benchmark ran on
-- :mod:`.cli` — the ``troupe bench`` command
+- :mod:`.runner` — one ``troupe bench`` invocation: its load levels in turn (:func:`~.runner.run_bench`)
 
+The command itself (options, output files, exit status) is ``troupe.cli.bench``.
 It talks HTTP only, so it measures Troupe, OpenAI, or any other gateway the same way.
 Names are imported on first use, so ``troupe --help`` does not pay for httpx or rich.
 """
@@ -33,6 +34,8 @@ __all__ = [
     "write_report",
     "write_plots",
     "machine_info",
+    "BenchSpec",
+    "run_bench",
 ]
 
 _HOMES = {
@@ -50,6 +53,8 @@ _HOMES = {
     "write_report": ".report",
     "write_plots": ".plots",
     "machine_info": ".machine",
+    "BenchSpec": ".runner",
+    "run_bench": ".runner",
 }
 
 
