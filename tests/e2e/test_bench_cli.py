@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from troupe.serve.cli import main
+from troupe.cli import main
 
 from .conftest import PART_PLACEMENTS
 

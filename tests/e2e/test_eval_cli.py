@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from tests.servers import wait_for
-from troupe.serve.cli import main
+from troupe.cli import main
 
 ROOT = Path(__file__).parents[2]
 SAMPLE = ROOT / "examples" / "eval" / "sample.jsonl"
@@ -27,11 +27,9 @@ ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def troupe(*args: str) -> list[str]:
-    """The installed console script, as a user would type it."""
-    script = Path(sys.executable).with_name("troupe")
-    if script.exists():
-        return [str(script), *args]
-    return [sys.executable, "-c", "import sys; from troupe.serve.cli import main; sys.exit(main())", *args]
+    """``python -m troupe ...``: the command line of the code under test (an installed console
+    script may still point at an older entry point until ``pip install -e .``)."""
+    return [sys.executable, "-m", "troupe", *args]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

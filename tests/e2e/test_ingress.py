@@ -73,9 +73,10 @@ def test_troupe_serve_as_users_start_it(tmp_path: Path) -> None:
     # The shared test session's direct-ingress ports are not this server's.
     for name in [n for n in env if n.startswith("RAY_SERVE_")]:
         del env[name]
-    troupe = Path(sys.executable).with_name("troupe")
+    # `python -m troupe`: the code under test, whether or not the console script was reinstalled.
+    troupe = [sys.executable, "-m", "troupe"]
     server = subprocess.Popen(
-        [str(troupe), "serve", "--port", str(port), "--config", str(config)],
+        [*troupe, "serve", "--port", str(port), "--config", str(config)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -93,7 +94,7 @@ def test_troupe_serve_as_users_start_it(tmp_path: Path) -> None:
         assert _title_while_streaming(root).startswith("ray::ServeReplica:troupe:TroupeIngress")
         # A second server on the same port is refused with a clear message, before Ray starts.
         clash = subprocess.run(
-            [str(troupe), "serve", "--port", str(port), "--config", str(config)],
+            [*troupe, "serve", "--port", str(port), "--config", str(config)],
             env=env, capture_output=True, text=True, timeout=60,
         )
         assert clash.returncode == 2

@@ -28,7 +28,7 @@ def main(dataset: str, db: str, run_id: str) -> int:
     import ray
     from ray.cluster_utils import Cluster
 
-    from troupe.serve.cli import main as troupe
+    from troupe.cli import main as troupe
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:

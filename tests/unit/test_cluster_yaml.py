@@ -4,7 +4,7 @@
 merged setup commands) and validates it against Ray's JSON schema (``validate_config``);
 this test runs the same two helpers without touching any machine. Ray's schema leaves the
 ``provider`` section open, so its keys are checked against the schema's list here, and the
-``troupe serve`` command the head runs is parsed by Troupe's own CLI parser.
+``troupe serve`` command the head runs is parsed by Troupe's own command line (click).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import ray.autoscaler
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from troupe.serve.cli import build_parser
+from troupe.cli import cli
 
 CLUSTER_YAML = Path(__file__).parents[2] / "cluster.yaml"
 
@@ -60,8 +60,9 @@ def test_setup_installs_troupe_and_the_head_starts_troupe_serve_on_the_cluster()
     assert len(serve) == 1
     words = shlex.split(serve[0].split("nohup", 1)[1].split(">", 1)[0])
     assert os.path.basename(words[0]) == "troupe"
-    args = build_parser().parse_args(words[1:])
-    assert (args.command, args.address) == ("serve", "auto")
+    command = cli.commands[words[1]]
+    params = command.make_context(words[1], words[2:]).params  # parsed as `troupe serve` would, not run
+    assert (command.name, params["address"]) == ("serve", "auto")
     starts = config["head_start_ray_commands"]
     assert any("ray start --head" in c for c in starts) and starts.index(serve[0]) == len(starts) - 1
 

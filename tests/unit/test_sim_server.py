@@ -12,10 +12,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from click.testing import CliRunner
 
 from tests.servers import serve_app
+from troupe.cli import cli, main
 from troupe.sim.model import SimSettings
-from troupe.serve import cli
 from troupe.sim.server import create_sim_app
 
 WEATHER = {
@@ -184,29 +185,34 @@ def test_openai_sdk_understands_the_stream(base_url: str) -> None:
 # --- the CLI --------------------------------------------------------------------------------
 
 
-def test_cli_sim_help(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main(["sim", "--help"])
-    assert exited.value.code == 0
-    out = capsys.readouterr().out
+def test_cli_sim_help() -> None:
+    result = CliRunner().invoke(cli, ["sim", "--help"])
+    assert result.exit_code == 0
     for option in ("--host", "--port", "--ttft-ms", "--itl-ms"):
-        assert option in out
+        assert option in result.output
 
 
 def test_cli_parses_sim_options() -> None:
-    args = cli.build_parser().parse_args(["sim", "--port", "9000", "--ttft-ms", "250", "--itl-ms", "20"])
-    assert (args.command, args.host, args.port, args.ttft_ms, args.itl_ms) == ("sim", "127.0.0.1", 9000, 250, 20)
+    params = cli.commands["sim"].make_context("sim", ["--port", "9000", "--ttft-ms", "250", "--itl-ms", "20"]).params
+    assert params == {"host": "127.0.0.1", "port": 9000, "ttft_ms": 250, "itl_ms": 20, "log_level": "info"}
 
 
 def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main([]) == 2
+    assert main([]) == 2
     assert "sim" in capsys.readouterr().out
+
+
+def test_python_dash_m_troupe() -> None:
+    result = subprocess.run([sys.executable, "-m", "troupe", "sim", "--help"], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 0
+    assert "--ttft-ms" in result.stdout
 
 
 def test_console_script_help() -> None:
     script = Path(sys.executable).parent / "troupe"
-    if not script.exists():
-        pytest.skip("the troupe console script is not installed in this environment")
+    if not script.exists() or "troupe.cli" not in script.read_text():
+        pytest.skip("no troupe console script of troupe.cli in this environment (`pip install -e .` makes one)")
     result = subprocess.run([str(script), "sim", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     assert "--ttft-ms" in result.stdout
