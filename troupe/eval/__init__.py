@@ -10,7 +10,7 @@
 - :mod:`.progress` — the live progress bar
 
 The cases run on Ray in ``troupe.actors.eval``; the ``troupe eval`` commands
-(``run``, ``report``, ``compare``, ``export``, ``list``) are in ``troupe.serve.cli``.
+(``run``, ``report``, ``compare``, ``export``, ``list``) are in ``troupe.cli.eval`` and ``troupe.cli.eval_run``.
 """
 
 from .dataset import DEFAULT_MODEL, Dataset, DatasetError, EvalCase, input_text, load_dataset, parse_case
