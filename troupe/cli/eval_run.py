@@ -120,6 +120,7 @@ def run(dataset_path: str, config: str | None, db: str | None, address: str | No
         main = _run_main(dataset, runtime, run_id, model=model, judge_model=judge_model, address=address, **options)
         return asyncio.run(main)
     except KeyboardInterrupt:
+        click.echo(err=True)  # past the ^C on the terminal
         fail("eval run", f"interrupted; resume with --run-id {run_id}", 130)
     except StorageError as exc:
         fail("eval run", f"storage failed: {exc}; resume with --run-id {run_id}")
