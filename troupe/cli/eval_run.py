@@ -29,13 +29,11 @@ __all__ = ["run", "eval_runtime", "init_ray"]
 
 def eval_runtime(config: str | None, db: str | None, command: str) -> RuntimeSettings:
     """The runtime settings of ``config``, with storage_path = ``db`` (absolute) when given."""
-    import dataclasses
-
     runtime = load_settings(config, f"eval {command}")[1]
     path = db or runtime.storage_path
     if path != ":memory:":
         path = os.path.abspath(path)  # the storage actor's working directory may differ
-    return dataclasses.replace(runtime, storage_path=path)
+    return runtime.model_copy(update={"storage_path": path})
 
 
 def init_ray(address: str | None, namespace: str) -> None:

@@ -39,9 +39,8 @@ def load_settings(path: str | None, command: str) -> tuple[ServerSettings, Runti
 
 def with_flags(server: ServerSettings, **flags: Any) -> ServerSettings:
     """``server`` with every flag given on the command line (not None) in place of its setting."""
-    import dataclasses
-
-    return dataclasses.replace(server, **{name: value for name, value in flags.items() if value is not None})
+    given = {name: value for name, value in flags.items() if value is not None}
+    return server.model_copy(update=given)
 
 
 @click.command(
@@ -56,7 +55,7 @@ then:
 """,
 )
 @click.option("--host", help="Interface to bind (default 127.0.0.1).")
-@click.option("--port", type=int, help="TCP port (default 8000).")
+@click.option("--port", type=click.IntRange(1, 65535), help="TCP port (default 8000).")
 @click.option("--config", metavar="PATH", help="TOML configuration file (default: $TROUPE_CONFIG or none).")
 @click.option("--address", metavar="RAY_ADDRESS", help="Join this Ray cluster instead of starting a local one.")
 @click.option(
