@@ -8,11 +8,11 @@ input items, a conversation's items), as the storage actor does under the soak. 
 difference (memory DuckDB does not count: its unmanaged allocations, Python), the file size
 and DuckDB's larger tags. ``--row-group-rows`` overrides ``ROW_GROUP_ROWS`` to compare.
 
-    .venv/bin/python -m benchmarks.storage_drift --responses 300000 --row-group-rows 2048
+    .venv/bin/python -m benchmarks.storage_drift --responses 300000 --row-group-rows 16384
 
 Measured on the 2-core machine (two runs side by side, 128MB limit), RSS − DuckDB from 50,000
-to 300,000 responses: 107 → 139 MiB with 2,048 rows per group, 112 → 127 with 122,880
-(README, "Load, overload and soak").
+to 300,000 responses: 107 → 139 MiB with 2,048 rows per group, 104 → 122 with 16,384,
+102 → 115 with 32,768, 112 → 127 with 122,880 (README, "Load, overload and soak").
 """
 
 from __future__ import annotations

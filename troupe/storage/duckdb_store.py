@@ -33,12 +33,17 @@ Memory, measured with DuckDB 2.0:
   does. With DuckDB's default of 122,880 rows per group and long values inline, that grew
   without bound: after 120 responses with 15 MB of input, storing one more made the process
   peak at 3.7 GB; under a ``memory_limit`` the checkpoint failed instead, with a FATAL error
-  that invalidates the database until it is reopened (96MB: at the 9th 12 MB value). So the
-  file is attached with row groups of :data:`ROW_GROUP_ROWS` rows, and a JSON value longer
-  than :data:`~troupe.storage.schema.LONG_VALUE_CHARS` is stored in ``value_parts`` rows
-  (schema version 5): what a checkpoint holds is bounded by rows times part size. Reads
-  join the parts back (:meth:`DuckDBStore._fetch_values`); in SQL, ``troupe_json(item,
-  item_parts)`` does.
+  that invalidates the database until it is reopened (96MB: at the 9th 12 MB value). So a
+  JSON value longer than :data:`~troupe.storage.schema.LONG_VALUE_CHARS` is stored in
+  ``value_parts`` rows (schema version 5); reads join the parts back
+  (:meth:`DuckDBStore._fetch_values`); in SQL, ``troupe_json(item, item_parts)`` does. With
+  values in parts, 40 values of 12 MB under a 96MB limit, and 10 of 60 MB under 128MB, store
+  with row groups of 2,048, 16,384 or 122,880 rows alike.
+* DuckDB keeps memory it does not count in ``duckdb_memory()``, growing with the rows
+  written, the more so the more row groups there are (``benchmarks/storage_drift.py``: from
+  50,000 to 300,000 responses, +13 MiB per 100,000 with 2,048-row groups, +7 with 16,384,
+  +5 with 32,768, +6 with 122,880). The file is attached with row groups of
+  :data:`ROW_GROUP_ROWS` rows.
 * DuckDB allocates through its own allocator (jemalloc), which by default keeps freed
   pages until later DuckDB work happens to purge them (8 requests with 10 MB of input left
   the process 540 MB larger for good). The store turns on the allocator's background
@@ -72,8 +77,8 @@ __all__ = ["DuckDBStore"]
 # Rows per multi-row INSERT; bounds the statement size (and parse time) for big batches.
 _CHUNK_ROWS = 256
 
-# Rows per row group (DuckDB's default is 122,880): bounds what a checkpoint holds in memory.
-ROW_GROUP_ROWS = 2048
+# Rows per row group (DuckDB's default is 122,880; module docstring, Memory).
+ROW_GROUP_ROWS = 16_384
 
 # How many conversations' next append positions are kept (the least recently used go first).
 _CONVERSATION_SEQ_CACHE = 4096
