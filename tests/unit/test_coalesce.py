@@ -1,4 +1,4 @@
-"""Adaptive batching of a turn's events (``troupe.actors.host.coalesce``) and what hosts yield."""
+"""Adaptive batching of a turn's events (``troupe.actors.batching.coalesce``) and what hosts yield."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import contextlib
 import pytest
 
 from troupe.actors import RuntimeSettings
-from troupe.actors.host import ConversationHost, TurnJob, coalesce
+from troupe.actors.batching import coalesce
+from troupe.actors.host import ConversationHost, TurnJob
 from troupe.actors.store_client import AsyncStore
 from troupe.protocol import parse_create_request
 

@@ -197,7 +197,7 @@ def test_conversation_id_from_either_form(conversation: Any) -> None:
 def test_every_parameter_is_accepted() -> None:
     full = body(
         input="hi", instructions="be kind", stream=True, stream_options={"include_obfuscation": False},
-        background=True, store=False, previous_response_id="resp_1", tools=[WEATHER], tool_choice="required",
+        background=True, store=True, previous_response_id="resp_1", tools=[WEATHER], tool_choice="required",
         parallel_tool_calls=False, max_tool_calls=3, max_output_tokens=100, temperature=0.5, top_p=0.9,
         top_logprobs=2, text={"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"},
                                         "strict": True}, "verbosity": "low"},

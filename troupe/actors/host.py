@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import StepTraced
@@ -41,14 +42,17 @@ from troupe.protocol import (
 )
 from troupe.storage import ResponseRecord, StepTrace
 
+from .batching import coalesce
 from .mcp_policy import resolve_mcp_tool
 from .models import ModelRegistry
+from .runs import LiveRun, LiveRuns
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
-__all__ = ["TurnJob", "ConversationHost", "HostClient", "coalesce", "DELTA_TYPES"]
+__all__ = ["TurnJob", "ConversationHost", "HostClient", "DELTA_TYPES"]
 
-T = TypeVar("T")
+log = logging.getLogger(__name__)
+
 
 DELTA_TYPES = frozenset(
     {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
@@ -72,6 +76,12 @@ class HostClient(Protocol):
     """How the runtime talks to a host, in-process or through a Ray actor handle."""
 
     def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]: ...
+
+    async def start_background(self, job: TurnJob) -> dict[str, Any]: ...
+
+    async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
+
+    async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
 
     async def add_conversation_items(
         self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
@@ -117,6 +127,8 @@ class ConversationHost:
         self.models = ModelRegistry(settings.models)
         self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
+        self.runs = LiveRuns()
+        """The responses accepted and not yet stored: read, cancelled and followed by id."""
         self.last_active = time.monotonic()
         self.running = 0
         """Turns in progress (the dedicated placement's idle check reads it)."""
@@ -171,19 +183,96 @@ class ConversationHost:
         Raises (before the first batch): InvalidRequest / NotFound for input that
         does not fit the thread.
         """
-        thread = self._thread(job.tenant, job.thread_id)
-        async with thread.lock:  # turns of one conversation never interleave
-            self.running += 1
-            try:
-                async with contextlib.aclosing(coalesce(self._run_turn(job, thread, stream=stream))) as batches:
-                    async for batch in batches:
-                        yield batch
-            finally:
-                self.running -= 1
-                self.last_active = time.monotonic()
+        run = self._accept(job)
+        async with contextlib.aclosing(self._turn(run, stream=stream)) as batches:
+            async for batch in batches:
+                yield batch
 
-    async def _run_turn(self, job: TurnJob, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
+    async def start_background(self, job: TurnJob) -> dict[str, Any]:
+        """Start a background response (``background: true``) and answer at once: the run goes
+        on in a task of this host. The Response it answers is ``queued`` when the conversation
+        is busy with another turn, else ``in_progress``.
+
+        Raises: InvalidRequest / NotFound for a request that does not fit, when the run could
+        start at once (a queued run that turns out not to fit is stored ``failed``).
+        """
+        if self.settings.model(job.request.model) is None:
+            raise model_not_found(job.request.model)
+        self._mcp_servers(job.request)  # a server this deployment may not reach: refused now
+        run = self._accept(job)
+        queued = self._thread(job.tenant, job.thread_id).lock.locked()
+        first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def batches() -> AsyncIterator[list[dict[str, Any]]]:
+            async with contextlib.aclosing(self._turn(run, stream=False)) as turn:
+                async for batch in turn:
+                    if not first.done():
+                        first.set_result(None)
+                    yield batch
+
+        async def failed(exc: BaseException) -> None:
+            if not queued and not first.done():
+                first.set_exception(exc)  # the request is answered with it
+            else:
+                await self._store_failure(run, exc)
+
+        self.runs.drive(batches(), on_error=failed)
+        if not queued:
+            await first
+        return run.snapshot()
+
+    async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """A response this host runs now, as it stands; None if it has none of that id."""
+        run = self.runs.get(tenant, response_id)
+        return None if run is None else run.snapshot()
+
+    async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """Cancel a response this host runs now (:meth:`LiveRuns.cancel`); None if it has none of that id."""
+        return await self.runs.cancel(tenant, response_id)
+
+    def _accept(self, job: TurnJob) -> LiveRun:
+        request = job.request
+        writer = WireWriter(
+            request, response_id=job.response_id, created_at=job.created_at, conversation_id=request.conversation_id
+        )
+        return self.runs.add(job, writer)
+
+    async def _turn(self, run: LiveRun, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
+        """The run, once it has its conversation's turn; it leaves :attr:`runs` when it ends."""
+        job = run.job
+        try:
+            thread = self._thread(job.tenant, job.thread_id)
+            async with thread.lock:  # turns of one conversation never interleave
+                run.started()
+                self.running += 1
+                try:
+                    async with contextlib.aclosing(coalesce(self._run_turn(run, thread, stream=stream))) as batches:
+                        async for batch in batches:
+                            yield batch
+                finally:
+                    self.running -= 1
+                    self.last_active = time.monotonic()
+        finally:
+            self.runs.remove(run)
+
+    async def _store_failure(self, run: LiveRun, exc: BaseException) -> None:
+        """Store a background run that failed before its loop could report it (a queued
+        request that turned out not to fit its thread, a storage error)."""
+        code, message = getattr(exc, "code", None), getattr(exc, "message", None)
+        error = {"code": code or "server_error", "message": message or f"The response failed: {exc}"}
+        response = dict(run.writer.response, status="failed", error=error, completed_at=int(time.time()))
+        record = ResponseRecord(
+            tenant=run.job.tenant, response=response, input_items=[], thread_id=run.job.thread_id,
+            started_at=time.time(), ended_at=time.time(), ttft_s=None, traces=[], append_to_conversation=False,
+        )  # fmt: skip
+        try:
+            await self.store.write_response(record)
+        except Exception:  # nothing more to do: it was never stored, and a GET says 404
+            log.exception("background response %s: its failure could not be stored", run.job.response_id)
+
+    async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
         started = time.time()
+        job, writer = run.job, run.writer
         request = job.request
         spec = self.settings.model(request.model)
         if spec is None:
@@ -191,15 +280,13 @@ class ConversationHost:
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
         prepared = prepare(request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers)
-        writer = WireWriter(
-            request, response_id=job.response_id, created_at=job.created_at, conversation_id=request.conversation_id
-        )
         events = run_loop(
             prepared,
             model=self.models.client(spec),
             executors=self.executors,
             settings=self.loop_settings,
             upstream_model=spec.upstream_model or spec.name,
+            cancel=run.cancel,
         )
         traces: list[StepTrace] = []
         ttft_s: float | None = None
@@ -210,6 +297,7 @@ class ConversationHost:
                     traces.append(_trace(job.response_id, len(traces), event))
                     continue
                 wire = writer.write(event)
+                run.add_events(wire)
                 if writer.finished:
                     # Durable before the client hears it is done.
                     await self._finish(
@@ -250,10 +338,11 @@ class ConversationHost:
         ttft_s: float | None,
         traces: list[StepTrace],
     ) -> None:
-        if not job.request.store or response["status"] == "cancelled":
+        if not job.request.store:
             return  # nothing written, and the cache still matches storage
         in_conversation = job.request.conversation_id is not None
-        appended = response["status"] != "failed"  # a failed turn does not become conversation history
+        # A failed or cancelled turn does not become conversation history.
+        appended = response["status"] not in ("failed", "cancelled")
         record = ResponseRecord(
             tenant=job.tenant,
             response=response,
@@ -301,63 +390,10 @@ class ConversationHost:
         await self.models.warm()
 
     async def close(self) -> None:
+        await self.runs.close()
         await self.models.close()
         if self.mcp_client is not None:
             await self.mcp_client.close()
-
-
-MAX_PENDING_EVENTS = 4096
-"""Events a turn may make ahead of its consumer before it waits for it (a stalled client's bound)."""
-
-
-async def coalesce(batches: AsyncIterator[list[T]], *, max_pending: int = MAX_PENDING_EVENTS) -> AsyncIterator[list[T]]:
-    """Re-batch a stream so each batch holds everything made since the consumer took the last one.
-
-    Nagle's rule for event streams: a consumer that keeps up gets every batch the moment it is
-    made (no added latency, true inter-token gaps); one that falls behind (a loaded ingress,
-    a slow hop) gets what piled up meanwhile in one piece, so the cost per hop is paid once per
-    batch rather than once per event, and bigger batches come exactly when they help.
-
-    The source runs ahead in its own task, but no further than ``max_pending`` events: past
-    that it waits until the consumer takes them, so a consumer that stops taking (a client
-    that stops reading) holds at most that many events, not the whole response. Its
-    exception, if any, is raised here after the batches it made before it. Closing this
-    generator cancels the source and waits for it.
-    """
-    pending: list[T] = []
-    made = asyncio.Event()
-    taken = asyncio.Event()
-
-    async def pump() -> None:
-        async with contextlib.aclosing(batches):
-            async for batch in batches:
-                pending.extend(batch)
-                made.set()
-                while len(pending) >= max_pending:
-                    taken.clear()
-                    await taken.wait()
-
-    task = asyncio.create_task(pump())
-    task.add_done_callback(lambda _: made.set())
-    try:
-        while True:
-            if not pending and not task.done():
-                await made.wait()
-                made.clear()
-            if pending:
-                out = pending[:]
-                pending.clear()
-                taken.set()
-                yield out
-            elif task.done():
-                task.result()  # the source's error, after everything it made before it
-                return
-    finally:
-        if not task.done():
-            task.cancel()
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved (and raised above when it mattered): no "never retrieved" log
 
 
 def _trace(response_id: str, seq: int, event: StepTraced) -> StepTrace:

@@ -66,6 +66,10 @@ class Placement(Protocol):
         """Whether routing a turn of ``thread_id`` now would start a new host process."""
         ...
 
+    async def running_host(self, thread_id: str) -> HostClient | None:
+        """The host of ``thread_id`` if one is up; never starts one (to read or cancel a run)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -96,6 +100,9 @@ class LocalPlacement:
 
     def would_start_process(self, thread_id: str) -> bool:
         return False
+
+    async def running_host(self, thread_id: str) -> HostClient | None:
+        return await self.host_for(thread_id)
 
     async def close(self) -> None:
         await self.host.close()
@@ -147,14 +154,21 @@ class HostActor(ConversationHost):
         self._watcher: asyncio.Task[None] | None = None
 
     async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
-        if self._idle_timeout_s is not None and self._watcher is None:
-            # The next turn for this conversation creates a fresh actor, rebuilt from storage.
-            self._watcher = asyncio.create_task(
-                exit_when_idle(self._idle_timeout_s, lambda: None if self.running else self.last_active, poll_s=5.0)
-            )
+        self._watch_idle()
         async with contextlib.aclosing(super().respond(job, stream=stream)) as batches:
             async for batch in batches:
                 yield batch
+
+    async def start_background(self, job: TurnJob) -> dict[str, Any]:
+        self._watch_idle()
+        return await super().start_background(job)
+
+    def _watch_idle(self) -> None:
+        if self._idle_timeout_s is not None and self._watcher is None:
+            # The next turn for this conversation creates a fresh actor, rebuilt from storage.
+            self._watcher = asyncio.create_task(
+                exit_when_idle(self._idle_timeout_s, lambda: None if self.runs else self.last_active, poll_s=5.0)
+            )
 
     async def ping(self) -> int:
         """Turns running now (tests wait on it; a health probe just awaits it)."""
@@ -171,7 +185,7 @@ class RayHostClient:
         import ray
 
         # Backpressure of one batch: the host holds its next batch until this one is taken, and
-        # meanwhile gathers what the turn makes into it (host.coalesce): under load, fewer and
+        # meanwhile gathers what the turn makes into it (batching.coalesce): under load, fewer and
         # bigger hops instead of a queue of one-event objects.
         refs = self.handle.respond.options(
             num_returns="streaming", _generator_backpressure_num_objects=1
@@ -190,6 +204,23 @@ class RayHostClient:
         finally:
             if not done:
                 ray.cancel(refs)  # the client went away (or the host failed): stop the turn
+
+    async def start_background(self, job: TurnJob) -> dict[str, Any]:
+        return await self._call("start_background", job)
+
+    async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        return await self._call("live_response", tenant, response_id)
+
+    async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        return await self._call("cancel", tenant, response_id)
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        try:
+            return await ray_result(getattr(self.handle, method).remote(*args), own=ProtocolError)
+        except ray.exceptions.RayActorError as exc:
+            raise HostFailed("The conversation host is not available; retry the request.") from exc
 
     async def add_conversation_items(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> Any:
         ref = self.handle.add_conversation_items.remote(tenant, conversation_id, items)
@@ -225,6 +256,9 @@ class PooledPlacement:
 
     def would_start_process(self, thread_id: str) -> bool:
         return False
+
+    async def running_host(self, thread_id: str) -> HostClient | None:
+        return await self.host_for(thread_id)
 
     async def close(self) -> None:
         """The hosts serve every replica; they end with the Ray namespace."""
@@ -265,6 +299,18 @@ class DedicatedPlacement:
     def would_start_process(self, thread_id: str) -> bool:
         # An actor this replica routed to before is (or was recently) alive.
         return thread_id not in self._handles
+
+    async def running_host(self, thread_id: str) -> HostClient | None:
+        import ray
+
+        handle = self._handles.get(thread_id)
+        if handle is None:
+            try:  # another replica may have started it
+                name = f"troupe-conv-{thread_id}"
+                handle = await asyncio.to_thread(ray.get_actor, name, namespace=self.settings.namespace)
+            except ValueError:
+                return None
+        return RayHostClient(handle)
 
     async def close(self) -> None:
         self._handles.clear()

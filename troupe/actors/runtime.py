@@ -26,12 +26,13 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import (
     CreateResponseRequest,
+    InvalidRequest,
     NotFound,
     ServerError,
     conversation_not_found,
@@ -56,6 +57,7 @@ _START_WAIT_S = 10.0
 a dedicated actor being recreated) before the request fails with HostFailed."""
 
 EventBatches = AsyncIterator[list[dict[str, Any]]]
+T = TypeVar("T")
 
 
 async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
@@ -153,24 +155,50 @@ class Runtime:
             raise ServerError("The response ended without a result.")
         return final
 
+    async def background(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
+        """Start a background response (``background: true``); the Response at once, ``queued``
+        or ``in_progress``. It runs on its conversation's host; ``get_response`` shows its
+        progress and ``cancel_response`` stops it.
+
+        Raises: as :meth:`stream`, before anything runs.
+        """
+        job = await self._job(tenant, request)
+
+        async def start(host: HostClient) -> dict[str, Any]:
+            return await host.start_background(job)
+
+        return await self._on_host(job, start)
+
     async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
+        job = await self._job(tenant, request)
+
+        async def start(host: HostClient) -> EventBatches:
+            batches = host.respond(job, stream=stream)
+            # Pull the first batch now so a bad request fails as an HTTP error, not mid-stream.
+            first = await anext(batches)
+            return _prepend(first, batches)
+
+        return await self._on_host(job, start)
+
+    async def _job(self, tenant: str, request: CreateResponseRequest) -> TurnJob:
         thread_id = await self._thread_of(tenant, request)
         if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
             raise model_not_found(request.model)  # the host checks the model; no process starts for that
-        job = TurnJob(
+        return TurnJob(
             tenant=tenant,
             request=request,
             response_id=new_response_id(thread_id),
             created_at=int(time.time()),
             thread_id=thread_id,
         )
+
+    async def _on_host(self, job: TurnJob, start: Callable[[HostClient], Awaitable[T]]) -> T:
+        """``start(host)`` on the job's host, trying a fresh host while none can take it."""
         deadline = time.monotonic() + _START_WAIT_S
         for attempt in itertools.count():
             host = await self.placement.host_for(job.thread_id)
-            batches = host.respond(job, stream=stream)
-            # Pull the first batch now so a bad request fails as an HTTP error, not mid-stream.
             try:
-                first = await anext(batches)
+                return await start(host)
             except HostFailed:
                 # Nothing ran yet (a host that just died or exited idle): try a fresh one. Ray
                 # releases a dead actor's name asynchronously, hence the short, growing pauses.
@@ -179,8 +207,6 @@ class Runtime:
                 if time.monotonic() + pause > deadline:
                     raise
                 await asyncio.sleep(pause)
-                continue
-            return _prepend(first, batches)
         raise AssertionError("unreachable")
 
     async def _thread_of(self, tenant: str, request: CreateResponseRequest) -> str:
@@ -209,10 +235,50 @@ class Runtime:
         return new_id("thread")
 
     async def get_response(self, tenant: str, response_id: str) -> dict[str, Any]:
+        """A stored response, or one its host runs now (a background run's progress)."""
         found = await self.store.get_response(tenant, response_id)
+        if found is None:
+            found = await self._live(tenant, response_id, lambda host: host.live_response(tenant, response_id))
+        if found is None:  # it may have been stored meanwhile
+            found = await self.store.get_response(tenant, response_id)
         if found is None:
             raise _not_found("Response", response_id, "response_id")
         return found
+
+    async def cancel_response(self, tenant: str, response_id: str) -> dict[str, Any]:
+        """Cancel a running (or queued) response, background or streaming: the Response,
+        ``cancelled``. Cancelling a cancelled response answers it again.
+
+        Raises:
+            NotFound: no such response.
+            InvalidRequest: it has already ended otherwise (``completed``, ``failed``, …).
+        """
+        found = await self._live(tenant, response_id, lambda host: host.cancel(tenant, response_id))
+        if found is None:
+            found = await self.store.get_response(tenant, response_id)
+        if found is None:
+            raise _not_found("Response", response_id, "response_id")
+        if found["status"] != "cancelled":
+            raise InvalidRequest(
+                f"Cannot cancel a response with status '{found['status']}': only a queued or in-progress "
+                "response can be cancelled.",
+                param="response_id",
+            )
+        return found
+
+    async def _live(
+        self, tenant: str, response_id: str, ask: Callable[[HostClient], Awaitable[dict[str, Any] | None]]
+    ) -> dict[str, Any] | None:
+        """``ask`` the host that would run ``response_id`` now; None when no host could (its
+        thread has none: a host is never started just to be asked)."""
+        thread = thread_of_response(response_id)
+        host = None if thread is None else await self.placement.running_host(thread)
+        if host is None:
+            return None
+        try:
+            return await ask(host)
+        except HostFailed:
+            return None
 
     async def delete_response(self, tenant: str, response_id: str) -> dict[str, Any]:
         if not await self.store.delete_response(tenant, response_id):

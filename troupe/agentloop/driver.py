@@ -198,6 +198,8 @@ class _Run:
             async for event in self._list_mcp_tools():
                 yield event
         while True:
+            if self.cancel.is_set():  # also before the first step: cancelled while it waited its turn
+                self.state = replace(self.state, cancelled=True)
             action = decide(self.state)
             match action:
                 case CallModel():
@@ -226,8 +228,6 @@ class _Run:
                     incomplete_reason=action.incomplete_reason,
                 )
                 return
-            if self.cancel.is_set():
-                self.state = replace(self.state, cancelled=True)
 
     # -- MCP listing -------------------------------------------------------------
 
@@ -407,17 +407,30 @@ class _Run:
                 )
                 yield ev.McpCallArgumentsDone(item_id=item_id, arguments=call.arguments)
                 self.p.transcript.add_call(call)
+        started = self.clock()
         tasks = [asyncio.ensure_future(self._run_tool(call)) for call in action.calls]
         results: dict[str, _ToolOutcome] = {}
         if tasks:
             waiter = asyncio.ensure_future(self.cancel.wait())
             gathered = asyncio.gather(*tasks)
-            await asyncio.wait({gathered, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            if not gathered.done():  # cancelled while tools ran
-                gathered.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await gathered
+            try:
+                await asyncio.wait({gathered, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when the turn itself is cancelled (its client went away)
+                waiter.cancel()
+                cut_short = not gathered.done()
+                if cut_short:
+                    gathered.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await gathered
+            if cut_short:  # the response was cancelled while tools ran
+                ended = self.clock()
+                for call, task in zip(action.calls, tasks, strict=True):  # each call's step, cut short or not
+                    outcome = None if task.cancelled() else task.result()
+                    yield ev.StepTraced(
+                        kind="tool", name=call.name, call_id=call.call_id,
+                        started_at=outcome.started if outcome else started, ended_at=outcome.ended if outcome else ended,
+                        error=outcome.error_text if outcome else "cancelled",
+                    )  # fmt: skip
                 self.state = replace(self.state, cancelled=True)
                 return
             results = dict(zip((c.call_id for c in action.calls), gathered.result(), strict=True))

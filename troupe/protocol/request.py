@@ -242,6 +242,9 @@ class CreateResponseRequest(BaseModel):
         # wraps ValueError/AssertionError), so nested params keep precise paths.
         if self.previous_response_id is not None and self.conversation is not None:
             raise _fail(("conversation",), "'previous_response_id' and 'conversation' cannot both be set.")
+        if self.background and not self.store:
+            raise _fail(("background",), "Invalid value for 'background': a background response is stored "
+                        "(that is how it is retrieved); 'store' must be true.")
         if isinstance(self.input, list):
             validate_input_items(self.input)
         for name, adapter in NESTED_ADAPTERS.items():

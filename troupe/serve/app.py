@@ -166,6 +166,8 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
                 keepalive_s=settings.stream_keepalive_s or None,
                 on_close=close_stream,
             )
+        if body.background:
+            return JSONResponse(await runtime.background(who, body))
         response = await runtime.respond(who, body)
         if response.get("status") == "failed":
             # A stream reports a failure in-band (error + response.failed); a plain request has
@@ -189,6 +191,10 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         if stream:  # replaying a stored response as SSE (background resumption) is not offered
             raise InvalidRequest("Streaming a stored response is not supported.", param="stream", code="invalid_value")
         return await get_runtime().get_response(who, _response_id(response_id))
+
+    @app.post("/v1/responses/{response_id}/cancel")
+    async def cancel_response(response_id: str, who: str = who_dep) -> dict[str, Any]:
+        return await get_runtime().cancel_response(who, _response_id(response_id))
 
     @app.delete("/v1/responses/{response_id}")
     async def delete_response(response_id: str, who: str = who_dep) -> dict[str, Any]:

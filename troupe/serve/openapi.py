@@ -74,6 +74,7 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "DeleteResponse": ("delete", "/v1/responses/{response_id}", _RESPONSE),
         "ListInputItems": ("get", "/v1/responses/{response_id}/input_items", _RESPONSE),
         "GetStepTraces": ("get", "/v1/responses/{response_id}/step_traces", _RESPONSE),
+        "CancelResponse": ("post", "/v1/responses/{response_id}/cancel", _RESPONSE),
     },
     ("post", "/v1/conversations"): {
         "GetConversation": ("get", "/v1/conversations/{conversation_id}", _CONVERSATION),

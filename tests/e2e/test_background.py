@@ -1,0 +1,85 @@
+"""Background responses and cancel through the ``openai`` SDK, on every deployment (``url``:
+in-process, and Ray Serve with replica, pooled and dedicated placement)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.servers import wait_for
+
+SLEEP_30_S = '[[call sleep {"ms": 30000}]]'
+
+
+def status_of(client: openai.OpenAI, response_id: str) -> str:
+    return client.responses.retrieve(response_id).status
+
+
+def test_background_create_then_poll_until_completed(client):
+    started = client.responses.create(model="sim", input="[[latency ttft=100]] [[say done in the background]]",
+                                      background=True)  # fmt: skip
+    assert started.status in ("queued", "in_progress") and started.background is True
+    wait_for(lambda: status_of(client, started.id) == "completed", what="the background response")
+    done = client.responses.retrieve(started.id)
+    assert done.output_text == "done in the background" and done.background is True
+
+
+def test_background_needs_store(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="sim", input="x", background=True, store=False)
+    assert err.value.body["param"] == "background"
+
+
+def test_cancel_a_running_response_stops_its_tool_call(client):
+    started = client.responses.create(model="sim", input=SLEEP_30_S, background=True)
+
+    def tool_running() -> bool:
+        return any(item.type == "function_call" for item in client.responses.retrieve(started.id).output)
+
+    wait_for(tool_running, what="the sleep tool call to start")
+    before = time.monotonic()
+    cancelled = client.responses.cancel(started.id)
+    assert cancelled.status == "cancelled"
+    assert time.monotonic() - before < 10, "the cancel waited for the 30 s tool"
+    wait_for(lambda: status_of(client, started.id) == "cancelled", what="the cancelled response")
+    traces = httpx.get(f"{client.base_url}responses/{started.id}/step_traces").json()
+    tool = [t for t in traces if t["kind"] == "tool"]
+    assert len(tool) == 1 and tool[0]["duration_s"] < 10 and tool[0]["error"] == "cancelled"
+    assert client.responses.cancel(started.id).status == "cancelled", "cancelling again answers the same"
+
+
+def test_cancel_a_finished_response_is_refused(client):
+    done = client.responses.create(model="sim", input="[[say hi]]")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.cancel(done.id)
+    assert "'completed'" in err.value.body["message"]
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_0123456789abcdef")
+
+
+def test_cancel_a_foreground_stream_from_another_connection(client):
+    types: list[str] = []
+    first_call = threading.Event()
+    response_id: list[str] = []
+
+    def read() -> None:
+        with client.responses.stream(model="sim", input=SLEEP_30_S) as stream:
+            for event in stream:
+                types.append(event.type)
+                if event.type == "response.created":
+                    response_id.append(event.response.id)
+                if event.type == "response.output_item.added":
+                    first_call.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert first_call.wait(20), "the stream's tool call did not start"
+    assert client.responses.cancel(response_id[0]).status == "cancelled"
+    reader.join(15)
+    assert not reader.is_alive(), "the stream did not end"
+    assert "response.completed" not in types
+    wait_for(lambda: status_of(client, response_id[0]) == "cancelled", what="the cancelled response")

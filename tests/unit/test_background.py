@@ -1,0 +1,153 @@
+"""Background responses and cancel, in-process (no Ray): the runtime facade and its hosts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.servers import wait_until
+from troupe.actors import Runtime, RuntimeSettings
+from troupe.protocol import InvalidRequest, NotFound, parse_create_request
+
+SLEEP_30_S = '[[call sleep {"ms": 30000}]]'
+
+
+@pytest.fixture
+async def runtime(tmp_path):
+    rt = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb")))
+    yield rt
+    await rt.close()
+
+
+def req(**body):
+    return parse_create_request({"model": "sim", **body})
+
+
+async def status_is(runtime: Runtime, response_id: str, *statuses: str) -> bool:
+    return (await runtime.get_response("", response_id))["status"] in statuses
+
+
+async def test_a_background_response_answers_at_once_and_completes_for_a_poll(runtime):
+    started = await runtime.background("", req(input="[[latency ttft=50 itl=10]] [[tokens 20]]", background=True))
+    assert started["status"] == "in_progress" and started["background"] is True
+    assert started["output"] == []
+    await wait_until(lambda: status_is(runtime, started["id"], "completed"), what="the background run")
+    done = await runtime.get_response("", started["id"])
+    foreground = await runtime.respond("", req(input="[[tokens 20]]"))
+    assert done["output"][-1]["content"] == foreground["output"][-1]["content"]
+    assert done["background"] is True and done["usage"] is not None
+
+
+def test_background_requires_store():
+    with pytest.raises(InvalidRequest) as info:
+        req(input="x", background=True, store=False)
+    assert info.value.param == "background" and "'store' must be true" in info.value.message
+
+
+async def test_a_bad_background_request_is_refused_before_it_runs(runtime):
+    with pytest.raises(InvalidRequest) as info:
+        await runtime.background("", req(input="x", background=True, previous_response_id="resp_nope"))
+    assert info.value.code == "previous_response_not_found"
+    with pytest.raises(NotFound):
+        await runtime.background("", req(model="nope", input="x", background=True))
+
+
+async def test_a_background_turn_waits_queued_behind_its_conversations_turn(runtime):
+    conv = (await runtime.create_conversation(""))["id"]
+    first = await runtime.background("", req(input=SLEEP_30_S, conversation=conv, background=True))
+    second = await runtime.background("", req(input="[[say second]]", conversation=conv, background=True))
+    assert second["status"] == "queued"
+    assert (await runtime.get_response("", second["id"]))["status"] == "queued"
+    await runtime.cancel_response("", first["id"])
+    await wait_until(lambda: status_is(runtime, second["id"], "completed"), what="the queued run")
+    items = (await runtime.list_conversation_items("", conv, order="asc")).data
+    texts = [part["text"] for item in items if item["type"] == "message" for part in item["content"]]
+    assert texts == ["[[say second]]", "second"], "the cancelled turn is not conversation history"
+
+
+async def test_cancelling_a_running_response_cancels_its_tool_call(runtime):
+    started = await runtime.background("", req(input=SLEEP_30_S, background=True))
+
+    async def tool_running() -> bool:
+        output = (await runtime.get_response("", started["id"]))["output"]
+        return any(item["type"] == "function_call" for item in output)
+
+    await wait_until(tool_running, what="the sleep tool call")
+    before = time.monotonic()
+    cancelled = await runtime.cancel_response("", started["id"])
+    assert cancelled["status"] == "cancelled"
+    assert time.monotonic() - before < 10, "the cancel did not wait for the 30 s tool"
+    stored = await runtime.get_response("", started["id"])
+    assert stored["status"] == "cancelled"
+    assert [item["type"] for item in stored["output"]][0] == "function_call"
+    traces = await runtime.step_traces("", started["id"])
+    tool = [t for t in traces if t["kind"] == "tool"]
+    assert len(tool) == 1 and tool[0]["duration_s"] < 10, "the tool's step ended early"
+    # Again: the same answer.
+    assert (await runtime.cancel_response("", started["id"]))["status"] == "cancelled"
+
+
+async def test_cancelling_a_queued_response_answers_at_once(runtime):
+    conv = (await runtime.create_conversation(""))["id"]
+    first = await runtime.background("", req(input=SLEEP_30_S, conversation=conv, background=True))
+    queued = await runtime.background("", req(input="[[say never]]", conversation=conv, background=True))
+    before = time.monotonic()
+    assert (await runtime.cancel_response("", queued["id"]))["status"] == "cancelled"
+    assert time.monotonic() - before < 10, "the cancel waited for the turn before it"
+    assert (await runtime.get_response("", queued["id"]))["status"] == "cancelled"
+    await runtime.cancel_response("", first["id"])
+    await wait_until(lambda: status_is(runtime, queued["id"], "cancelled"), what="the queued run to be stored")
+    stored = await runtime.get_response("", queued["id"])
+    assert stored["output"] == [], "a run cancelled before its turn made nothing"
+
+
+async def test_a_finished_response_cannot_be_cancelled(runtime):
+    done = await runtime.respond("", req(input="[[say hi]]"))
+    with pytest.raises(InvalidRequest) as info:
+        await runtime.cancel_response("", done["id"])
+    assert "'completed'" in info.value.message and info.value.param == "response_id"
+    with pytest.raises(NotFound):
+        await runtime.cancel_response("", "resp_nope")
+    with pytest.raises(NotFound):
+        await runtime.cancel_response("other-tenant", done["id"])
+
+
+async def test_another_tenant_neither_sees_nor_cancels_a_running_response(runtime):
+    started = await runtime.background("", req(input=SLEEP_30_S, background=True))
+    with pytest.raises(NotFound):
+        await runtime.get_response("other-tenant", started["id"])
+    with pytest.raises(NotFound):
+        await runtime.cancel_response("other-tenant", started["id"])
+    assert (await runtime.cancel_response("", started["id"]))["status"] == "cancelled"
+
+
+async def test_a_foreground_stream_is_cancelled_from_another_caller(runtime):
+    events: list[dict] = []
+    batches = await runtime.stream("", req(input=SLEEP_30_S, stream=True))
+
+    async def read() -> None:
+        async for batch in batches:
+            events.extend(batch)
+
+    reader = asyncio.create_task(read())
+    await wait_until(lambda: asyncio.sleep(0, any(e["type"] == "response.output_item.added" for e in events)),
+                     what="the tool call's event")  # fmt: skip
+    response_id = events[0]["response"]["id"]
+    assert (await runtime.cancel_response("", response_id))["status"] == "cancelled"
+    await asyncio.wait_for(reader, 10)
+    assert not any(e["type"] in ("response.completed", "response.failed") for e in events)
+    assert (await runtime.get_response("", response_id))["status"] == "cancelled"
+
+
+async def test_a_queued_run_that_does_not_fit_its_thread_is_stored_failed(runtime):
+    conv = (await runtime.create_conversation(""))["id"]
+    first = await runtime.background("", req(input=SLEEP_30_S, conversation=conv, background=True))
+    orphan = [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]
+    queued = await runtime.background("", req(input=orphan, conversation=conv, background=True))
+    assert queued["status"] == "queued"
+    await runtime.cancel_response("", first["id"])
+    await wait_until(lambda: status_is(runtime, queued["id"], "failed"), what="the queued run to fail")
+    failed = await runtime.get_response("", queued["id"])
+    assert "call_nope" in failed["error"]["message"]

@@ -1,0 +1,163 @@
+"""The responses a host is running now: their live state, cancel, and background runs.
+
+Every turn a :class:`~troupe.actors.host.ConversationHost` runs is a :class:`LiveRun` in
+its :class:`LiveRuns` from the moment it is accepted until it is stored. That is what lets
+another connection
+
+* read a response that is not stored yet (``GET /v1/responses/{id}`` of a background
+  run: ``queued`` while it waits for its conversation's turn, then ``in_progress`` with the
+  output so far);
+* cancel it (``POST /v1/responses/{id}/cancel``): the loop stops at its next chunk or tool
+  boundary, a tool call in flight is cancelled, and the response is stored ``cancelled``
+  with the output it had;
+* follow its events (a background stream: the events are kept while it runs, so a client
+  that dropped may come back with ``starting_after``).
+
+A background run is driven by a task of the host itself (:meth:`LiveRuns.drive`), not by
+the request that started it: the HTTP answer returns at once and the run goes on.
+
+Example::
+
+    run = runs.add(job, writer)           # queued
+    run.started()                          # it has its conversation's turn
+    runs.get(tenant, response_id).snapshot()
+    await runs.cancel(tenant, response_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from troupe.agentloop.writer import WireWriter
+
+if TYPE_CHECKING:
+    from .host import TurnJob
+
+__all__ = ["LiveRun", "LiveRuns", "CANCEL_WAIT_S"]
+
+log = logging.getLogger(__name__)
+
+CANCEL_WAIT_S = 10.0
+"""How long a cancel waits for a running loop to stop and store itself before answering
+with the run's state as it stands (``cancelled``, the store catching up)."""
+
+
+@dataclass(eq=False)
+class LiveRun:
+    """One response a host has accepted and not yet stored."""
+
+    job: TurnJob
+    writer: WireWriter
+    """The run's wire writer: its ``response`` is the Response as it stands."""
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to stop the loop (the driver checks it at every chunk and tool boundary)."""
+    running: bool = False
+    """False while the run waits for its conversation's turn (``queued``)."""
+    events: list[dict[str, Any]] | None = None
+    """Every wire event so far, for followers; kept only for background runs."""
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when events were added or the run ended (followers wait on it, then clear it)."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the run is stored (or ended without being stored)."""
+
+    def started(self) -> None:
+        self.running = True
+
+    def add_events(self, events: list[dict[str, Any]]) -> None:
+        if self.events is not None:
+            self.events.extend(events)
+            self.changed.set()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The Response as it stands: ``queued`` before its turn, ``cancelled`` once asked to."""
+        response = self.writer.response
+        if response["status"] == "in_progress":
+            if self.cancel.is_set():
+                response["status"] = "cancelled"
+            elif not self.running:
+                response["status"] = "queued"
+        return response
+
+
+class LiveRuns:
+    """A host's live runs by response id, and the tasks that drive its background runs."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, LiveRun] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def add(self, job: TurnJob, writer: WireWriter) -> LiveRun:
+        run = LiveRun(job, writer, events=[] if job.request.background else None)
+        self._runs[job.response_id] = run
+        return run
+
+    def remove(self, run: LiveRun) -> None:
+        if self._runs.get(run.job.response_id) is run:
+            del self._runs[run.job.response_id]
+        run.ended.set()
+        run.changed.set()
+
+    def get(self, tenant: str, response_id: str) -> LiveRun | None:
+        """The live run of this id, if it is the caller's (another tenant's is not there)."""
+        run = self._runs.get(response_id)
+        return run if run is not None and run.job.tenant == tenant else None
+
+    async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """Stop a live run; its Response once stored (or, after :data:`CANCEL_WAIT_S`, as it
+        stands). None: no such live run (it may be stored already)."""
+        run = self.get(tenant, response_id)
+        if run is None:
+            return None
+        run.cancel.set()
+        if not run.running:
+            return run.snapshot()  # it stops as soon as it has its turn, before calling the model
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CANCEL_WAIT_S):
+                await run.ended.wait()
+        return run.snapshot()
+
+    def drive(self, batches: AsyncIterator[list[dict[str, Any]]], *, on_error: Callable[[BaseException], Any]) -> None:
+        """Consume a background run's batches in a task of this host (the run goes on after
+        the request that started it has been answered)."""
+
+        async def consume() -> None:
+            try:
+                async with contextlib.aclosing(batches):
+                    async for _ in batches:
+                        pass
+            except Exception as exc:  # the run failed before the loop could report it
+                await on_error(exc)
+
+        task = asyncio.create_task(consume())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def follow(self, run: LiveRun, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        """A background run's events after sequence number ``starting_after``, as they come,
+        until it ends."""
+        assert run.events is not None, "only background runs keep their events"
+        sent = 0
+        while True:
+            run.changed.clear()
+            fresh = [e for e in run.events[sent:] if e["sequence_number"] > starting_after]
+            sent = len(run.events)
+            if fresh:
+                yield fresh
+            if run.ended.is_set():
+                if len(run.events) == sent:
+                    return
+                continue
+            await run.changed.wait()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
