@@ -83,3 +83,28 @@ def test_cancel_a_foreground_stream_from_another_connection(client):
     assert not reader.is_alive(), "the stream did not end"
     assert "response.completed" not in types
     wait_for(lambda: status_of(client, response_id[0]) == "cancelled", what="the cancelled response")
+
+
+def test_background_stream_dropped_and_resumed_equals_the_whole_stream(client):
+    first = []
+    stream = client.responses.create(model="sim", input="[[latency itl=20]] [[tokens 30]]", background=True,
+                                     stream=True)  # fmt: skip
+    for event in stream:
+        first.append(event)
+        if len(first) == 6:
+            break
+    stream.close()  # the client drops; the run goes on
+    response_id = first[0].response.id
+    rest = list(client.responses.retrieve(response_id, stream=True, starting_after=first[-1].sequence_number))
+    assert rest[-1].type == "response.completed"
+    whole = list(client.responses.retrieve(response_id, stream=True))  # finished: replayed from its log
+    assert [e.to_dict() for e in first + rest] == [e.to_dict() for e in whole]
+    assert [e.sequence_number for e in whole] == list(range(len(whole)))
+    assert whole[-1].response.output_text == client.responses.retrieve(response_id).output_text
+
+
+def test_only_a_background_response_can_be_streamed_again(client):
+    done = client.responses.create(model="sim", input="[[say hi]]")
+    with pytest.raises(openai.BadRequestError) as err:
+        list(client.responses.retrieve(done.id, stream=True))
+    assert err.value.body["param"] == "stream"

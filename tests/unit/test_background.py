@@ -151,3 +151,44 @@ async def test_a_queued_run_that_does_not_fit_its_thread_is_stored_failed(runtim
     await wait_until(lambda: status_is(runtime, queued["id"], "failed"), what="the queued run to fail")
     failed = await runtime.get_response("", queued["id"])
     assert "call_nope" in failed["error"]["message"]
+
+
+async def collect(batches) -> list[dict]:
+    return [event async for batch in batches for event in batch]
+
+
+async def test_a_background_stream_followed_live_equals_its_replay(runtime):
+    started = await runtime.background("", req(input="[[latency itl=5]] [[tokens 30]]", background=True))
+    live = await collect(await runtime.follow_response("", started["id"]))
+    assert [e["sequence_number"] for e in live] == list(range(len(live)))
+    assert live[0]["type"] == "response.created" and live[-1]["type"] == "response.completed"
+    assert live[-1]["response"] == await runtime.get_response("", started["id"])
+    assert await collect(await runtime.follow_response("", started["id"])) == live, "the stored log replays it"
+    tail = await collect(await runtime.follow_response("", started["id"], starting_after=9))
+    assert tail == live[10:]
+
+
+async def test_a_background_stream_resumed_after_a_drop_misses_nothing(runtime):
+    started = await runtime.background("", req(input="[[latency itl=20]] [[tokens 40]]", background=True))
+    first: list[dict] = []
+    batches = await runtime.follow_response("", started["id"])
+    async for batch in batches:
+        first.extend(batch)
+        if len(first) >= 8:
+            break
+    await batches.aclose()  # the client dropped; the run goes on
+    rest = await collect(await runtime.follow_response("", started["id"], starting_after=first[-1]["sequence_number"]))
+    whole = await collect(await runtime.follow_response("", started["id"]))
+    assert first + rest == whole and whole[-1]["type"] == "response.completed"
+
+
+async def test_only_a_background_response_streams_again(runtime):
+    done = await runtime.respond("", req(input="[[say hi]]"))
+    with pytest.raises(InvalidRequest) as info:
+        await runtime.follow_response("", done["id"])
+    assert info.value.param == "stream"
+    with pytest.raises(NotFound):
+        await runtime.follow_response("", "resp_nope")
+    started = await runtime.background("", req(input="[[say hi]]", background=True))
+    with pytest.raises(NotFound):
+        await runtime.follow_response("other-tenant", started["id"])

@@ -443,6 +443,18 @@ def test_step_traces_round_trip(store: Store) -> None:
     assert store.step_traces("acme", "resp_missing") == []
 
 
+def test_event_logs_round_trip_and_go_with_their_response(store: Store) -> None:
+    events = [{"type": "response.created", "sequence_number": 0}]
+    events += [{"type": "response.output_text.delta", "sequence_number": i, "delta": "x" * 300} for i in range(1, 60)]
+    logged = dataclasses.replace(make_record("resp_1"), events=events)  # long: stored in parts in DuckDB
+    store.write_responses([logged, make_record("resp_2")])
+    assert store.response_events("acme", "resp_1") == events
+    assert store.response_events("acme", "resp_2") is None, "a response that kept no log has none"
+    assert store.response_events("other", "resp_1") is None, "tenants see only their own"
+    assert store.delete_response("acme", "resp_1")
+    assert store.response_events("acme", "resp_1") is None
+
+
 # -- atomicity and copies ------------------------------------------------------------
 
 

@@ -83,6 +83,8 @@ class HostClient(Protocol):
 
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
 
+    def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]: ...
+
     async def add_conversation_items(
         self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
     ) -> list[dict[str, Any]] | None: ...
@@ -230,6 +232,12 @@ class ConversationHost:
         """Cancel a response this host runs now (:meth:`LiveRuns.cancel`); None if it has none of that id."""
         return await self.runs.cancel(tenant, response_id)
 
+    async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        """A background response's events after ``starting_after`` as it runs (:meth:`LiveRuns.follow`)."""
+        async with contextlib.aclosing(self.runs.follow(tenant, response_id, starting_after)) as batches:
+            async for batch in batches:
+                yield batch
+
     def _accept(self, job: TurnJob) -> LiveRun:
         request = job.request
         writer = WireWriter(
@@ -301,7 +309,7 @@ class ConversationHost:
                 if writer.finished:
                     # Durable before the client hears it is done.
                     await self._finish(
-                        job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces
+                        job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces, run.events
                     )
                     yield wire
                     return
@@ -337,6 +345,7 @@ class ConversationHost:
         started: float,
         ttft_s: float | None,
         traces: list[StepTrace],
+        events: list[dict[str, Any]] | None,
     ) -> None:
         if not job.request.store:
             return  # nothing written, and the cache still matches storage
@@ -353,6 +362,7 @@ class ConversationHost:
             ttft_s=ttft_s,
             traces=traces,
             append_to_conversation=appended,
+            events=events,
         )
         await self.store.write_response(record)
         if not in_conversation:

@@ -181,15 +181,28 @@ class RayHostClient:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
+    def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
+        # When the client goes away the turn stops (its streaming task is cancelled).
+        failed = (
+            "The conversation host failed during the response; the conversation's history is intact, "
+            "and the next request will continue it."
+        )
+        return self._stream("respond", job, stream=stream, failed=failed)
+
+    def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+        # When the follower goes away only the following stops; the run goes on.
+        failed = "The conversation host failed while the response was followed."
+        return self._stream("follow", tenant, response_id, starting_after, failed=failed)
+
+    async def _stream(self, method: str, *args: Any, failed: str, **kwargs: Any) -> AsyncIterator[list[dict[str, Any]]]:
+        """A host method's batches over a Ray streaming generator; cancelled when not read to the end."""
         import ray
 
         # Backpressure of one batch: the host holds its next batch until this one is taken, and
         # meanwhile gathers what the turn makes into it (batching.coalesce): under load, fewer and
         # bigger hops instead of a queue of one-event objects.
-        refs = self.handle.respond.options(
-            num_returns="streaming", _generator_backpressure_num_objects=1
-        ).remote(job, stream=stream)
+        options = {"num_returns": "streaming", "_generator_backpressure_num_objects": 1}
+        refs = getattr(self.handle, method).options(**options).remote(*args, **kwargs)
         done = False
         try:
             async for ref in refs:
@@ -197,13 +210,10 @@ class RayHostClient:
                 yield await ray_result(ref, own=ProtocolError)
             done = True
         except ray.exceptions.RayActorError as exc:
-            raise HostFailed(
-                "The conversation host failed during the response; the conversation's history is intact, "
-                "and the next request will continue it."
-            ) from exc
+            raise HostFailed(failed) from exc
         finally:
             if not done:
-                ray.cancel(refs)  # the client went away (or the host failed): stop the turn
+                ray.cancel(refs)
 
     async def start_background(self, job: TurnJob) -> dict[str, Any]:
         return await self._call("start_background", job)

@@ -34,17 +34,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from troupe.agentloop.writer import WireWriter
+from troupe.protocol import InvalidRequest, NotFound
 
 if TYPE_CHECKING:
     from .host import TurnJob
 
-__all__ = ["LiveRun", "LiveRuns", "CANCEL_WAIT_S"]
+__all__ = ["LiveRun", "LiveRuns", "NoLiveRun", "CANCEL_WAIT_S"]
 
 log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 10.0
 """How long a cancel waits for a running loop to stop and store itself before answering
 with the run's state as it stands (``cancelled``, the store catching up)."""
+
+
+class NoLiveRun(NotFound):
+    """The host runs no response of that id (it may be stored, or it never was)."""
 
 
 @dataclass(eq=False)
@@ -140,10 +145,22 @@ class LiveRuns:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def follow(self, run: LiveRun, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+    async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
         """A background run's events after sequence number ``starting_after``, as they come,
-        until it ends."""
-        assert run.events is not None, "only background runs keep their events"
+        until it ends. The first batch is empty: it says the run is live.
+
+        Raises (before the first batch): NoLiveRun; InvalidRequest for a run that keeps no
+        events (not a background one).
+        """
+        run = self.get(tenant, response_id)
+        if run is None:
+            raise NoLiveRun(f"No running response with id '{response_id}'.", param="response_id")
+        if run.events is None:
+            raise InvalidRequest(
+                "Only a background response can be streamed again; this one streams to the request that made it.",
+                param="stream",
+            )
+        yield []
         sent = 0
         while True:
             run.changed.clear()

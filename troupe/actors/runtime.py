@@ -47,6 +47,7 @@ from troupe.storage import Order, Page
 
 from .host import HostClient, TurnJob
 from .placement import HostFailed, LocalPlacement, Placement
+from .runs import NoLiveRun
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
@@ -245,6 +246,34 @@ class Runtime:
             raise _not_found("Response", response_id, "response_id")
         return found
 
+    async def follow_response(self, tenant: str, response_id: str, starting_after: int | None = None) -> EventBatches:
+        """A background response's events after sequence number ``starting_after`` (all when
+        None): live from its host while it runs, then to its terminal event; replayed from its
+        stored event log once it has ended.
+
+        Raises (before anything is streamed):
+            NotFound: no such response.
+            InvalidRequest: it keeps no event log (it was not a background response).
+        """
+        after = -1 if starting_after is None else starting_after
+        thread = thread_of_response(response_id)
+        host = None if thread is None else await self.placement.running_host(thread)
+        if host is not None:
+            batches = host.follow(tenant, response_id, after)
+            try:
+                first = await anext(batches)  # [] while it runs; NoLiveRun when it does not
+            except (NoLiveRun, HostFailed, StopAsyncIteration):
+                pass
+            else:
+                return _failures_as_events(_prepend(first, batches))
+        events = await self.store.response_events(tenant, response_id)
+        if events is None:
+            await self.get_response(tenant, response_id)  # 404 when there is no such response
+            raise InvalidRequest(
+                "This response kept no event log: only a background response can be streamed again.", param="stream"
+            )
+        return _replay([e for e in events if e["sequence_number"] > after])
+
     async def cancel_response(self, tenant: str, response_id: str) -> dict[str, Any]:
         """Cancel a running (or queued) response, background or streaming: the Response,
         ``cancelled``. Cancelling a cancelled response answers it again.
@@ -393,6 +422,10 @@ async def _failures_as_events(batches: EventBatches) -> EventBatches:
         except HostFailed as exc:
             error = {"code": "server_error", "message": exc.message}
             yield WireWriter.failure_after(snapshot, last_seq, error, int(time.time()))
+
+
+async def _replay(events: list[dict[str, Any]]) -> EventBatches:
+    yield events
 
 
 async def _prepend(first: list[dict[str, Any]], rest: EventBatches) -> EventBatches:

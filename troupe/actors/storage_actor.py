@@ -169,6 +169,9 @@ class RayStoreClient:
     async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         return await self._call(self.handle.chain_items, tenant, response_id)
 
+    async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        return await self._call(self.handle.response_events, tenant, response_id)
+
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         return await self._call(self.handle.step_traces, tenant, response_id)
 

@@ -72,6 +72,7 @@ class StoreClient(Protocol):
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page | None: ...
     async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
+    async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]: ...
     async def create_conversation(
         self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
@@ -148,6 +149,9 @@ class AsyncStore:
 
     async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         return await self._run(self.store.chain_items, tenant, response_id)
+
+    async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        return await self._run(self.store.response_events, tenant, response_id)
 
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         return await self._run(self.store.step_traces, tenant, response_id)

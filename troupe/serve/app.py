@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -72,6 +72,11 @@ __all__ = ["create_app", "error_response"]
 _MAX_ITEMS = 20
 _RETRYABLE = frozenset({429, 503})
 
+_RESPONSE_OR_EVENTS = {
+    "description": "The Response as it stands; with `stream=true`, a background response's events after "
+    "`starting_after` as Server-Sent Events (live while it runs, then from its event log).",
+    "content": {"application/json": {"schema": {"type": "object"}}, SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
+}
 LimitParam = Annotated[int, Query(ge=1, le=100, description="Page size, 1–100.")]
 OrderParam = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc` (by creation time).")]
 
@@ -154,18 +159,10 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         # Streaming is the body's call, never the Accept header's: the Agents SDK sends
         # `Accept: application/json` with "stream": true.
         if body.stream:
-            close_stream = tenant_limits.open_stream(who)
-            try:
-                batches = await runtime.stream(who, body)
-            except BaseException:
-                close_stream()
-                raise
-            return EventStreamResponse(
-                batches,
-                stall_timeout_s=settings.stream_stall_timeout_s,
-                keepalive_s=settings.stream_keepalive_s or None,
-                on_close=close_stream,
-            )
+            if body.background:  # the run goes on if this stream is dropped; GET resumes it
+                started = await runtime.background(who, body)
+                return await event_stream(who, runtime.follow_response(who, started["id"]))
+            return await event_stream(who, runtime.stream(who, body))
         if body.background:
             return JSONResponse(await runtime.background(who, body))
         response = await runtime.respond(who, body)
@@ -186,11 +183,33 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         page = await get_runtime().list_responses(who, model=model, after=after, limit=limit, order=order)
         return page.to_list_object()
 
-    @app.get("/v1/responses/{response_id}")
-    async def get_response(response_id: str, stream: bool = False, who: str = who_dep) -> dict[str, Any]:
-        if stream:  # replaying a stored response as SSE (background resumption) is not offered
-            raise InvalidRequest("Streaming a stored response is not supported.", param="stream", code="invalid_value")
-        return await get_runtime().get_response(who, _response_id(response_id))
+    async def event_stream(who: str, opening: Awaitable[EventBatches]) -> EventStreamResponse:
+        """The SSE answer for the batches ``opening`` gives (counted against the tenant's streams)."""
+        close_stream = tenant_limits.open_stream(who)
+        try:
+            batches = await opening
+        except BaseException:
+            close_stream()
+            raise
+        return EventStreamResponse(
+            batches,
+            stall_timeout_s=settings.stream_stall_timeout_s,
+            keepalive_s=settings.stream_keepalive_s or None,
+            on_close=close_stream,
+        )
+
+    @app.get("/v1/responses/{response_id}", response_model=None, responses={200: _RESPONSE_OR_EVENTS})
+    async def get_response(
+        response_id: str,
+        stream: bool = False,
+        starting_after: Annotated[int | None, Query(ge=-1)] = None,
+        include_obfuscation: bool | None = None,
+        who: str = who_dep,
+    ) -> dict[str, Any] | EventStreamResponse:
+        response_id = _response_id(response_id)
+        if stream:  # a background response's events: live while it runs, then from its log
+            return await event_stream(who, get_runtime().follow_response(who, response_id, starting_after))
+        return await get_runtime().get_response(who, response_id)
 
     @app.post("/v1/responses/{response_id}/cancel")
     async def cancel_response(response_id: str, who: str = who_dep) -> dict[str, Any]:

@@ -116,6 +116,9 @@ class ResponseRecord:
     traces: list[StepTrace] = field(default_factory=list)
     append_to_conversation: bool = True
     """With ``response["conversation"]``: append the input and output items to it."""
+    events: list[dict[str, Any]] | None = None
+    """The response's wire events in order (its event log, which ``GET ?stream=true`` replays);
+    None: none kept (only background responses keep theirs)."""
 
     @property
     def id(self) -> str:
@@ -246,6 +249,10 @@ class Store(abc.ABC):
         first, or to a deleted link), oldest first: for each response its input
         items then its output items. None if ``response_id`` is unknown.
         """
+
+    @abc.abstractmethod
+    def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """A stored response's event log (:attr:`ResponseRecord.events`); None if it kept none."""
 
     @abc.abstractmethod
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:

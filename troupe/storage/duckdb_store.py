@@ -385,7 +385,7 @@ class DuckDBStore(Store):
         on_commit: list[Callable[[], None]] = []
         with self._transaction(on_commit) as conn:
             seq = self._next_response_seq
-            responses, items, traces, appended, parts = [], [], [], [], []
+            responses, items, traces, appended, parts, logs = [], [], [], [], [], []
             next_seq: dict[tuple[str, str], int | None] = {}
             for offset, record in enumerate(records):
                 rid = record.response.get("id")
@@ -405,6 +405,8 @@ class DuckDBStore(Store):
                         for pos, (iid, text) in enumerate(role_items)
                     )
                 traces.extend(schema.trace_row(record.tenant, t) for t in record.traces)
+                if record.events is not None:
+                    logs.append((record.tenant, rid, *self._stored(schema.dump_json(record.events), parts)))
                 conversation_id = schema.nested(record.response, "conversation", "id")
                 if record.append_to_conversation and conversation_id is not None:
                     key = (record.tenant, conversation_id)
@@ -423,6 +425,7 @@ class DuckDBStore(Store):
             self._append(conn, "response_items", schema.ITEM_COLUMNS, items)
             self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
+            self._append(conn, "response_events", schema.EVENT_LOG_COLUMNS, logs)
             self._append(conn, "value_parts", schema.PART_COLUMNS, parts)
             if journal_lsn is not None:
                 conn.execute(
@@ -471,7 +474,11 @@ class DuckDBStore(Store):
                 [tenant, response_id],
             ).fetchall()
             conn.execute("DELETE FROM step_traces WHERE tenant = ? AND response_id = ?", [tenant, response_id])
-            self._delete_parts(conn, [*found, *items])
+            logs = conn.execute(
+                "DELETE FROM response_events WHERE tenant = ? AND response_id = ? RETURNING events_parts",
+                [tenant, response_id],
+            ).fetchall()
+            self._delete_parts(conn, [*found, *items, *logs])
         return bool(found)
 
     def list_responses(
@@ -541,6 +548,12 @@ class DuckDBStore(Store):
         )
         rows.sort(key=lambda r: (rank[r[0]], r[1] != "input", r[2]))
         return [r[3] for r in rows]
+
+    def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.response_events`."""
+        sql = "SELECT events, events_parts FROM response_events WHERE tenant = ? AND response_id = ?"
+        rows = self._fetch_values(sql, [tenant, response_id])
+        return rows[0][0] if rows else None
 
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         """See :meth:`Store.step_traces`."""

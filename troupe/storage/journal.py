@@ -107,6 +107,7 @@ def encode_record(record: ResponseRecord) -> bytes:
         "ttft_s": record.ttft_s,
         "traces": [[getattr(t, name) for name in _TRACE_FIELDS] for t in record.traces],
         "append_to_conversation": record.append_to_conversation,
+        "events": record.events,
     }
     try:
         # Not ASCII-escaped: encoding to UTF-8 refuses a lone surrogate here, before the record

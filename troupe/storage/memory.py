@@ -68,6 +68,8 @@ class _Response:
     """``(id, JSON)`` in input order."""
     output_items: list[str]
     traces: list[StepTrace]
+    events: str | None = None
+    """The event log, as JSON."""
 
 
 @dataclass(slots=True)
@@ -146,6 +148,7 @@ class InMemoryStore(Store):
                 input_items=_encode_items(record.input_items),
                 output_items=[text for _, text in outputs],
                 traces=list(record.traces),
+                events=None if record.events is None else _dump(record.events),
             )
             staged.append((record, stored, outputs))
         return staged
@@ -224,6 +227,12 @@ class InMemoryStore(Store):
                 t for stored in reversed(chain) for t in [*(t for _, t in stored.input_items), *stored.output_items]
             ]
             return [json.loads(t) for t in texts]
+
+    def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.response_events`."""
+        with self._lock:
+            stored = self._responses.get((tenant, response_id))
+            return None if stored is None or stored.events is None else json.loads(stored.events)
 
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         """See :meth:`Store.step_traces`."""

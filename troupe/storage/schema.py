@@ -237,7 +237,20 @@ _V5 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
+# Version 6: the event logs of background responses, which GET ?stream=true replays; one row per
+# response, the events as one JSON array (in value_parts when long). No key: few responses keep one.
+_V6 = [
+    """
+    CREATE TABLE response_events (
+        tenant       VARCHAR NOT NULL,
+        response_id  VARCHAR NOT NULL,
+        events       JSON,
+        events_parts BIGINT
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -254,6 +267,7 @@ RESPONSE_COLUMNS = (
 ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item, item_parts"
 CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item, item_parts"
 PART_COLUMNS = "id, part, text"
+EVENT_LOG_COLUMNS = "tenant, response_id, events, events_parts"
 
 LONG_VALUE_CHARS = 8192
 """A JSON value longer than this (in characters) is stored in parts (version 5 above)."""
