@@ -86,3 +86,17 @@ def test_storage_actor_restart_keeps_every_response(root):
 
     wait_for(served, timeout_s=60, what="the old response served again")
     assert client.responses.retrieve(old.id).output_text == "before the restart"
+
+
+def test_a_background_response_whose_host_died_is_failed_not_lost(actor_root):
+    # Until runs are resumed (issue 13), a run its host died with must at least end visibly.
+    client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
+    started = client.responses.create(model="sim", input='[[call sleep {"ms": 30000}]]', background=True)
+    hosts: list = []
+    wait_for(lambda: bool(hosts.extend(_running_hosts()) or hosts), what="the run on a host")
+    for host in hosts:
+        ray.kill(host, no_restart=False)
+    wait_for(lambda: client.responses.retrieve(started.id).status == "failed", what="the lost run to be failed")
+    failed = client.responses.retrieve(started.id)
+    assert failed.error.code == "server_error" and "not resumed" in failed.error.message
+    assert failed.background is True

@@ -21,6 +21,7 @@ from troupe.storage import (
     InMemoryStore,
     Page,
     ResponseRecord,
+    RunRecord,
     StepTrace,
     StorageError,
     Store,
@@ -453,6 +454,29 @@ def test_event_logs_round_trip_and_go_with_their_response(store: Store) -> None:
     assert store.response_events("other", "resp_1") is None, "tenants see only their own"
     assert store.delete_response("acme", "resp_1")
     assert store.response_events("acme", "resp_1") is None
+
+
+def test_old_event_logs_are_pruned(store: Store) -> None:
+    events = [{"type": "response.created", "sequence_number": 0}]
+    store.write_responses([dataclasses.replace(make_record("resp_1"), events=events)])
+    assert store.prune_event_logs(T0) == 0, "it ended after T0"
+    assert store.prune_event_logs(T0 + 3600) == 1
+    assert store.response_events("acme", "resp_1") is None
+    assert store.get_response("acme", "resp_1") is not None, "the response stays"
+
+
+def test_a_run_lasts_until_its_response_is_stored(store: Store) -> None:
+    request = {"model": "sim", "input": "x" * 10_000, "background": True}  # long: in parts in DuckDB
+    run = RunRecord(tenant="acme", response_id="resp_1", thread_id="thread_1", created_at=int(T0), request=request)
+    other = RunRecord(tenant="acme", response_id="resp_2", thread_id="thread_2", created_at=int(T0) + 1, request={})
+    store.start_run(run)
+    store.start_run(other)
+    assert store.get_run("acme", "resp_1") == run
+    assert store.get_run("other", "resp_1") is None
+    assert store.unfinished_runs() == [run, other]
+    store.write_responses([make_record("resp_1")])
+    assert store.get_run("acme", "resp_1") is None
+    assert store.unfinished_runs() == [other]
 
 
 # -- atomicity and copies ------------------------------------------------------------

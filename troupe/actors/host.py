@@ -15,6 +15,9 @@ thread from storage: the conversation's items, or the ``previous_response_id``
 chain. A finished response is made durable in storage (its journal) *before* its
 terminal event is released, so a client that saw ``response.completed`` can
 always retrieve the response.
+
+One long module because a turn's life on its host (accepted, queued on its thread's lock,
+run, stored, cancelled or driven in the background) is one sequence over the host's state.
 """
 
 from __future__ import annotations
@@ -40,12 +43,12 @@ from troupe.protocol import (
     model_not_found,
     previous_response_not_found,
 )
-from troupe.storage import ResponseRecord, StepTrace
+from troupe.storage import ResponseRecord, RunRecord, StepTrace
 
 from .batching import coalesce
 from .mcp_policy import resolve_mcp_tool
 from .models import ModelRegistry
-from .runs import LiveRun, LiveRuns
+from .runs import LiveRun, LiveRuns, failed_record
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
@@ -202,6 +205,13 @@ class ConversationHost:
             raise model_not_found(job.request.model)
         self._mcp_servers(job.request)  # a server this deployment may not reach: refused now
         run = self._accept(job)
+        try:  # recorded before it is answered: a run its host dies with is known to be lost
+            request = job.request.model_dump(mode="json", exclude_unset=True)
+            await self.store.start_run(RunRecord(tenant=job.tenant, response_id=job.response_id,
+                                                 thread_id=job.thread_id, created_at=job.created_at, request=request))
+        except BaseException:
+            self.runs.remove(run)
+            raise
         queued = self._thread(job.tenant, job.thread_id).lock.locked()
         first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -268,11 +278,7 @@ class ConversationHost:
         request that turned out not to fit its thread, a storage error)."""
         code, message = getattr(exc, "code", None), getattr(exc, "message", None)
         error = {"code": code or "server_error", "message": message or f"The response failed: {exc}"}
-        response = dict(run.writer.response, status="failed", error=error, completed_at=int(time.time()))
-        record = ResponseRecord(
-            tenant=run.job.tenant, response=response, input_items=[], thread_id=run.job.thread_id,
-            started_at=time.time(), ended_at=time.time(), ttft_s=None, traces=[], append_to_conversation=False,
-        )  # fmt: skip
+        record = failed_record(run.job.tenant, run.job.thread_id, run.writer, error, started_at=run.job.created_at)
         try:
             await self.store.write_response(record)
         except Exception:  # nothing more to do: it was never stored, and a GET says 404

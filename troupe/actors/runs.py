@@ -29,17 +29,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from troupe.agentloop.writer import WireWriter
-from troupe.protocol import InvalidRequest, NotFound
+from troupe.protocol import InvalidRequest, NotFound, parse_create_request
+from troupe.storage import ResponseRecord, RunRecord
 
 if TYPE_CHECKING:
     from .host import TurnJob
 
-__all__ = ["LiveRun", "LiveRuns", "NoLiveRun", "CANCEL_WAIT_S"]
+__all__ = ["LiveRun", "LiveRuns", "NoLiveRun", "CANCEL_WAIT_S", "failed_record", "lost_run_record"]
 
 log = logging.getLogger(__name__)
 
@@ -178,3 +180,32 @@ class LiveRuns:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+LOST_RUN_MESSAGE = (
+    "The server stopped, or the host running this background response failed, before it finished; "
+    "it was not resumed. Its conversation's history is intact."
+)
+
+
+def lost_run_record(run: RunRecord) -> ResponseRecord:
+    """The record that ends a background run its host died with: the response, ``failed``."""
+    request = parse_create_request(run.request)
+    writer = WireWriter(
+        request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
+    )
+    error = {"code": "server_error", "message": LOST_RUN_MESSAGE}
+    return failed_record(run.tenant, run.thread_id, writer, error, started_at=run.created_at)
+
+
+def failed_record(
+    tenant: str, thread_id: str, writer: WireWriter, error: dict[str, Any], *, started_at: float
+) -> ResponseRecord:
+    """A response that failed before its loop could say so: ``writer``'s Response, ``failed``
+    with ``error``, no input or output stored, nothing added to its conversation."""
+    now = time.time()
+    response = dict(writer.response, status="failed", error=error, completed_at=int(now))
+    return ResponseRecord(
+        tenant=tenant, response=response, input_items=[], thread_id=thread_id, started_at=started_at, ended_at=now,
+        append_to_conversation=False,
+    )

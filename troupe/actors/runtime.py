@@ -33,21 +33,20 @@ from troupe.agentloop.writer import WireWriter
 from troupe.protocol import (
     CreateResponseRequest,
     InvalidRequest,
-    NotFound,
     ServerError,
     conversation_not_found,
     model_not_found,
     new_id,
     new_response_id,
-    normalize_input,
     previous_response_not_found,
     thread_of_response,
 )
-from troupe.storage import Order, Page
+from troupe.storage import Order, Page, RunRecord, StorageError
 
+from .conversations import ConversationCalls, not_found
 from .host import HostClient, TurnJob
 from .placement import HostFailed, LocalPlacement, Placement
-from .runs import NoLiveRun
+from .runs import NoLiveRun, lost_run_record
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
@@ -79,7 +78,7 @@ async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
     return runners
 
 
-class Runtime:
+class Runtime(ConversationCalls):
     """What the HTTP layer talks to. Build it with :meth:`local` or :meth:`on_ray`."""
 
     def __init__(self, settings: RuntimeSettings, *, store: StoreClient, placement: Placement) -> None:
@@ -88,6 +87,7 @@ class Runtime:
         self.placement = placement
         self._tool_runners: list[Any] = []
         """On Ray: the tool runner actors, held so that they live as long as the runtime."""
+        self._pruner: asyncio.Task[None] | None = None
 
     # -- construction ------------------------------------------------------------
 
@@ -117,9 +117,19 @@ class Runtime:
         _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))
         runtime = cls(settings, store=store, placement=placement)
         runtime._tool_runners = runners
+        await runtime.recover()
+        runtime._pruner = asyncio.create_task(runtime._prune_event_logs_hourly())
         return runtime
 
+    async def _prune_event_logs_hourly(self) -> None:
+        while True:
+            await asyncio.sleep(3600)
+            with contextlib.suppress(Exception):  # the next hour tries again
+                await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
+
     async def close(self) -> None:
+        if self._pruner is not None:
+            self._pruner.cancel()
         await self.placement.close()
         await self.store.close()
 
@@ -242,9 +252,36 @@ class Runtime:
             found = await self._live(tenant, response_id, lambda host: host.live_response(tenant, response_id))
         if found is None:  # it may have been stored meanwhile
             found = await self.store.get_response(tenant, response_id)
+        if found is None and (run := await self.store.get_run(tenant, response_id)) is not None:
+            found = await self._fail_lost(run)  # accepted, neither running nor stored: its host died
         if found is None:
-            raise _not_found("Response", response_id, "response_id")
+            raise not_found("Response", response_id, "response_id")
         return found
+
+    async def recover(self) -> int:
+        """After a start: fail every background response that no host runs and none stored
+        (the server stopped, or its host died, while it ran), and drop event logs past
+        their retention. How many responses were failed.
+
+        :meth:`on_ray` calls it; an in-process runtime on a file may.
+        """
+        failed = 0
+        for run in await self.store.unfinished_runs():
+            live = await self._live(run.tenant, run.response_id, lambda h, r=run: h.live_response(r.tenant, r.response_id))
+            if live is None and await self.store.get_response(run.tenant, run.response_id) is None:
+                await self._fail_lost(run)
+                failed += 1
+        await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
+        return failed
+
+    async def _fail_lost(self, run: RunRecord) -> dict[str, Any]:
+        """Store a background response whose run was lost as ``failed``; the Response."""
+        record = lost_run_record(run)
+        try:
+            await self.store.write_response(record)
+        except StorageError:  # failed by another caller meanwhile
+            return await self.store.get_response(run.tenant, run.response_id) or record.response
+        return record.response
 
     async def follow_response(self, tenant: str, response_id: str, starting_after: int | None = None) -> EventBatches:
         """A background response's events after sequence number ``starting_after`` (all when
@@ -286,7 +323,7 @@ class Runtime:
         if found is None:
             found = await self.store.get_response(tenant, response_id)
         if found is None:
-            raise _not_found("Response", response_id, "response_id")
+            raise not_found("Response", response_id, "response_id")
         if found["status"] != "cancelled":
             raise InvalidRequest(
                 f"Cannot cancel a response with status '{found['status']}': only a queued or in-progress "
@@ -311,7 +348,7 @@ class Runtime:
 
     async def delete_response(self, tenant: str, response_id: str) -> dict[str, Any]:
         if not await self.store.delete_response(tenant, response_id):
-            raise _not_found("Response", response_id, "response_id")
+            raise not_found("Response", response_id, "response_id")
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     async def list_responses(
@@ -324,7 +361,7 @@ class Runtime:
     ) -> Page:
         page = await self.store.list_input_items(tenant, response_id, after=after, limit=limit, order=order)
         if page is None:
-            raise _not_found("Response", response_id, "response_id")
+            raise not_found("Response", response_id, "response_id")
         return page
 
     async def step_traces(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
@@ -334,79 +371,6 @@ class Runtime:
             {f: getattr(t, f) for f in t.__slots__}  # type: ignore[attr-defined]
             for t in await self.store.step_traces(tenant, response_id)
         ]
-
-    # -- conversations -----------------------------------------------------------
-    # Item writes go through the conversation's host, so they queue behind any running
-    # turn of that conversation and its message cache stays true.
-
-    async def create_conversation(
-        self, tenant: str, *, items: list[dict[str, Any]] | None = None, metadata: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        conversation = {
-            "id": new_id("conv"),
-            "object": "conversation",
-            "created_at": int(time.time()),
-            "metadata": metadata or {},
-        }
-        await self.store.create_conversation(tenant, conversation, normalize_input(items or []))
-        return conversation
-
-    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]:
-        found = await self.store.get_conversation(tenant, conversation_id)
-        if found is None:
-            raise _not_found("Conversation", conversation_id, "conversation_id")
-        return found
-
-    async def update_conversation(self, tenant: str, conversation_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
-        found = await self.store.update_conversation(tenant, conversation_id, metadata)
-        if found is None:
-            raise _not_found("Conversation", conversation_id, "conversation_id")
-        return found
-
-    async def delete_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]:
-        host = await self._conversation_host(tenant, conversation_id)
-        if not await host.delete_conversation(tenant, conversation_id):
-            raise _not_found("Conversation", conversation_id, "conversation_id")
-        return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
-
-    async def add_conversation_items(
-        self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        host = await self._conversation_host(tenant, conversation_id)
-        added = await host.add_conversation_items(tenant, conversation_id, normalize_input(items))
-        if added is None:
-            raise _not_found("Conversation", conversation_id, "conversation_id")
-        return Page(data=added, has_more=False).to_list_object()
-
-    async def list_conversation_items(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        page = await self.store.list_conversation_items(tenant, conversation_id, after=after, limit=limit, order=order)
-        if page is None:
-            raise _not_found("Conversation", conversation_id, "conversation_id")
-        return page
-
-    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any]:
-        await self.get_conversation(tenant, conversation_id)
-        item = await self.store.get_conversation_item(tenant, conversation_id, item_id)
-        if item is None:
-            raise _not_found("Item", item_id, "item_id")
-        return item
-
-    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any]:
-        """Returns the Conversation (what the API answers to an item delete)."""
-        conversation = await self.get_conversation(tenant, conversation_id)
-        host = await self._conversation_host(tenant, conversation_id)
-        if not await host.delete_conversation_item(tenant, conversation_id, item_id):
-            raise _not_found("Item", item_id, "item_id")
-        return conversation
-
-    async def _conversation_host(self, tenant: str, conversation_id: str) -> HostClient:
-        return await self.placement.host_for(conversation_id)
-
-
-def _not_found(kind: str, object_id: str, param: str) -> NotFound:
-    return NotFound(f"{kind} with id '{object_id}' not found.", param=param)
 
 
 async def _failures_as_events(batches: EventBatches) -> EventBatches:

@@ -216,6 +216,9 @@ class RuntimeOptions(BaseModel):
     """A tool call taking longer fails with a timeout error (fed back to the model)."""
     namespace: NonEmpty = "troupe"
     """Ray namespace of the named actors (hosts, storage)."""
+    event_log_retention_s: PositiveFloat = 7 * 24 * 3600.0
+    """How long a background response's event log (what ``GET ?stream=true`` replays) is kept
+    after the response ended; the response itself stays."""
 
 
 class RuntimeSettings(RuntimeOptions):

@@ -31,7 +31,16 @@ import psutil
 import ray
 from ray.exceptions import RayActorError
 
-from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError
+from troupe.storage import (
+    EvalResultRecord,
+    EvalRunRecord,
+    Order,
+    Page,
+    ResponseRecord,
+    RunRecord,
+    StepTrace,
+    StorageError,
+)
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
@@ -171,6 +180,18 @@ class RayStoreClient:
 
     async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         return await self._call(self.handle.response_events, tenant, response_id)
+
+    async def prune_event_logs(self, ended_before: float) -> int:
+        return await self._call(self.handle.prune_event_logs, ended_before)
+
+    async def start_run(self, run: RunRecord) -> None:
+        await self._call(self.handle.start_run, run)
+
+    async def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
+        return await self._call(self.handle.get_run, tenant, response_id)
+
+    async def unfinished_runs(self) -> list[RunRecord]:
+        return await self._call(self.handle.unfinished_runs)
 
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         return await self._call(self.handle.step_traces, tenant, response_id)

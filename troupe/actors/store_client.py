@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, Store
+from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, RunRecord, StepTrace, Store
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, journal_dir
 
@@ -73,6 +73,10 @@ class StoreClient(Protocol):
     ) -> Page | None: ...
     async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
     async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
+    async def prune_event_logs(self, ended_before: float) -> int: ...
+    async def start_run(self, run: RunRecord) -> None: ...
+    async def get_run(self, tenant: str, response_id: str) -> RunRecord | None: ...
+    async def unfinished_runs(self) -> list[RunRecord]: ...
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]: ...
     async def create_conversation(
         self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
@@ -152,6 +156,18 @@ class AsyncStore:
 
     async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         return await self._run(self.store.response_events, tenant, response_id)
+
+    async def prune_event_logs(self, ended_before: float) -> int:
+        return await self._run(self.store.prune_event_logs, ended_before)
+
+    async def start_run(self, run: RunRecord) -> None:
+        await self._run(self.store.start_run, run)
+
+    async def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
+        return await self._run(self.store.get_run, tenant, response_id)
+
+    async def unfinished_runs(self) -> list[RunRecord]:
+        return await self._run(self.store.unfinished_runs)
 
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         return await self._run(self.store.step_traces, tenant, response_id)

@@ -9,7 +9,17 @@ Example::
     writer = GroupCommitWriter(store.write_responses)
 """
 
-from .base import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError, Store
+from .base import (
+    EvalResultRecord,
+    EvalRunRecord,
+    Order,
+    Page,
+    ResponseRecord,
+    RunRecord,
+    StepTrace,
+    StorageError,
+    Store,
+)
 from .duckdb_store import DuckDBStore
 from .group_commit import GroupCommitWriter
 from .memory import InMemoryStore
@@ -24,6 +34,7 @@ __all__ = [
     "Order",
     "Page",
     "ResponseRecord",
+    "RunRecord",
     "SCHEMA_VERSION",
     "StepTrace",
     "StorageError",

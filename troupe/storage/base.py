@@ -126,6 +126,19 @@ class ResponseRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """A background response accepted and not yet stored (a row of ``runs``). Storing the
+    response ends it; one left behind by a host that died was lost."""
+
+    tenant: str
+    response_id: str
+    thread_id: str
+    created_at: int
+    request: dict[str, Any]
+    """The create request's body (what a parser accepts again)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvalRunRecord:
     """One batch evaluation run (a row of ``eval_runs``); written again as the run progresses."""
 
@@ -253,6 +266,24 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """A stored response's event log (:attr:`ResponseRecord.events`); None if it kept none."""
+
+    @abc.abstractmethod
+    def prune_event_logs(self, ended_before: float) -> int:
+        """Drop the event logs of responses that ended before ``ended_before`` (Unix seconds); how many."""
+
+    # -- background runs ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def start_run(self, run: RunRecord) -> None:
+        """Record a background response as accepted; :meth:`write_responses` of its response ends it."""
+
+    @abc.abstractmethod
+    def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
+        """The run of ``response_id`` if it has not been stored yet."""
+
+    @abc.abstractmethod
+    def unfinished_runs(self) -> list[RunRecord]:
+        """Every run whose response is not stored yet, oldest first."""
 
     @abc.abstractmethod
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:

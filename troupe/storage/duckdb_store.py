@@ -70,7 +70,17 @@ from typing import Any
 import duckdb
 
 from . import journal, schema
-from .base import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError, Store
+from .base import (
+    EvalResultRecord,
+    EvalRunRecord,
+    Order,
+    Page,
+    ResponseRecord,
+    RunRecord,
+    StepTrace,
+    StorageError,
+    Store,
+)
 
 __all__ = ["DuckDBStore"]
 
@@ -132,6 +142,8 @@ class DuckDBStore(Store):
             self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
             # The next value_parts id (ids a rolled-back transaction took are never used: harmless).
             self._next_parts_id: int = self._fetchone("SELECT coalesce(max(id) + 1, 0) FROM value_parts")[0]
+            # Rows of runs: a batch of responses looks for its runs only while there are some.
+            self._open_runs: int = self._fetchone("SELECT count(*) FROM runs")[0]
             if self.path != ":memory:":
                 # Responses made durable in the journal but not yet stored here (a crash).
                 journal.replay_all(self, journal.journal_dir(self.path))
@@ -406,7 +418,8 @@ class DuckDBStore(Store):
                     )
                 traces.extend(schema.trace_row(record.tenant, t) for t in record.traces)
                 if record.events is not None:
-                    logs.append((record.tenant, rid, *self._stored(schema.dump_json(record.events), parts)))
+                    events = self._stored(schema.dump_json(record.events), parts)
+                    logs.append((record.tenant, rid, *events, record.ended_at))
                 conversation_id = schema.nested(record.response, "conversation", "id")
                 if record.append_to_conversation and conversation_id is not None:
                     key = (record.tenant, conversation_id)
@@ -426,6 +439,7 @@ class DuckDBStore(Store):
             self._append(conn, "step_traces", schema.TRACE_COLUMNS, traces)
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
             self._append(conn, "response_events", schema.EVENT_LOG_COLUMNS, logs)
+            ended = self._end_runs(conn, records)
             self._append(conn, "value_parts", schema.PART_COLUMNS, parts)
             if journal_lsn is not None:
                 conn.execute(
@@ -433,7 +447,7 @@ class DuckDBStore(Store):
                     "DO UPDATE SET applied_lsn = greatest(applied_lsn, excluded.applied_lsn)",
                     [journal, journal_lsn],
                 )
-            on_commit.append(lambda: self._advance(seq + len(records), next_seq))
+            on_commit.append(lambda: self._advance(seq + len(records), next_seq, ended))
 
     def journal_lsn(self, journal: str = "") -> int:
         """The highest log sequence number of the journal named ``journal`` that this store holds (0: none)."""
@@ -445,9 +459,12 @@ class DuckDBStore(Store):
         with self._transaction() as conn:
             conn.execute("DELETE FROM journal_positions WHERE journal = ?", [journal])
 
-    def _advance(self, next_response_seq: int, conversation_seqs: dict[tuple[str, str], int | None]) -> None:
+    def _advance(
+        self, next_response_seq: int, conversation_seqs: dict[tuple[str, str], int | None], runs_ended: int
+    ) -> None:
         """Move the counters past a committed batch of responses (under the lock)."""
         self._next_response_seq = next_response_seq
+        self._open_runs -= runs_ended
         for key, start in conversation_seqs.items():
             if start is not None:
                 self._remember_conversation_seq(key, start)
@@ -548,6 +565,54 @@ class DuckDBStore(Store):
         )
         rows.sort(key=lambda r: (rank[r[0]], r[1] != "input", r[2]))
         return [r[3] for r in rows]
+
+    def _end_runs(self, conn: duckdb.DuckDBPyConnection, records: Sequence[ResponseRecord]) -> int:
+        """Delete the runs of ``records`` (inside their transaction); how many there were."""
+        if not self._open_runs:
+            return 0
+        keys = [[r.tenant, r.id] for r in records]
+        ended = conn.execute(
+            "DELETE FROM runs WHERE [tenant, response_id] IN (SELECT unnest(?)) RETURNING request_parts", [keys]
+        ).fetchall()
+        self._delete_parts(conn, ended)
+        return len(ended)
+
+    def start_run(self, run: RunRecord) -> None:
+        """See :meth:`Store.start_run`."""
+        on_commit: list[Callable[[], None]] = []
+        with self._transaction(on_commit) as conn:
+            parts: list[tuple[int, int, str]] = []
+            request = self._stored(schema.dump_json(run.request), parts)
+            row = (run.tenant, run.response_id, run.thread_id, run.created_at, *request)
+            self._insert(conn, "runs", schema.RUN_COLUMNS, [row])
+            self._insert(conn, "value_parts", schema.PART_COLUMNS, parts)
+            on_commit.append(self._count_run)
+
+    def _count_run(self) -> None:
+        self._open_runs += 1
+
+    def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
+        """See :meth:`Store.get_run`."""
+        found = [r for r in self._runs("WHERE tenant = ? AND response_id = ?", [tenant, response_id])]
+        return found[0] if found else None
+
+    def unfinished_runs(self) -> list[RunRecord]:
+        """See :meth:`Store.unfinished_runs`."""
+        return self._runs("ORDER BY created_at", [])
+
+    def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
+        sql = f"SELECT tenant, response_id, thread_id, created_at, request, request_parts FROM runs {where}"
+        fields = ("tenant", "response_id", "thread_id", "created_at", "request")
+        return [RunRecord(**dict(zip(fields, row, strict=True))) for row in self._fetch_values(sql, params)]
+
+    def prune_event_logs(self, ended_before: float) -> int:
+        """See :meth:`Store.prune_event_logs`."""
+        with self._transaction() as conn:
+            dropped = conn.execute(
+                "DELETE FROM response_events WHERE ended_at < ? RETURNING events_parts", [ended_before]
+            ).fetchall()
+            self._delete_parts(conn, dropped)
+        return len(dropped)
 
     def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Store.response_events`."""

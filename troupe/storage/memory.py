@@ -15,7 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, StepTrace, StorageError, Store
+from .base import (
+    EvalResultRecord,
+    EvalRunRecord,
+    Order,
+    Page,
+    ResponseRecord,
+    RunRecord,
+    StepTrace,
+    StorageError,
+    Store,
+)
 
 __all__ = ["InMemoryStore"]
 
@@ -68,6 +78,7 @@ class _Response:
     """``(id, JSON)`` in input order."""
     output_items: list[str]
     traces: list[StepTrace]
+    ended_at: float = 0.0
     events: str | None = None
     """The event log, as JSON."""
 
@@ -97,6 +108,8 @@ class InMemoryStore(Store):
         self._responses: dict[tuple[str, str], _Response] = {}
         self._conversations: dict[tuple[str, str], _Conversation] = {}
         self._next_seq = 0
+        self._runs: dict[tuple[str, str], str] = {}
+        """(tenant, response id) → the run's fields as JSON."""
         self._eval_runs: dict[str, str] = {}
         """run_id → the run's fields as JSON."""
         self._eval_results: dict[tuple[str, str, int], str] = {}
@@ -117,6 +130,7 @@ class InMemoryStore(Store):
                 raise StorageError(f"{type(exc).__name__}: {exc}") from exc
             for record, stored, outputs in staged:
                 self._responses[(record.tenant, record.id)] = stored
+                self._runs.pop((record.tenant, record.id), None)
                 conversation = self._appended_conversation(record)
                 if conversation is not None:
                     conversation.append(stored.input_items)
@@ -148,6 +162,7 @@ class InMemoryStore(Store):
                 input_items=_encode_items(record.input_items),
                 output_items=[text for _, text in outputs],
                 traces=list(record.traces),
+                ended_at=record.ended_at,
                 events=None if record.events is None else _dump(record.events),
             )
             staged.append((record, stored, outputs))
@@ -227,6 +242,32 @@ class InMemoryStore(Store):
                 t for stored in reversed(chain) for t in [*(t for _, t in stored.input_items), *stored.output_items]
             ]
             return [json.loads(t) for t in texts]
+
+    def prune_event_logs(self, ended_before: float) -> int:
+        """See :meth:`Store.prune_event_logs`."""
+        with self._lock:
+            old = [r for r in self._responses.values() if r.events is not None and r.ended_at < ended_before]
+            for stored in old:
+                stored.events = None
+            return len(old)
+
+    def start_run(self, run: RunRecord) -> None:
+        """See :meth:`Store.start_run`."""
+        encoded = _dump(dataclasses.asdict(run))
+        with self._lock:
+            self._runs[(run.tenant, run.response_id)] = encoded
+
+    def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
+        """See :meth:`Store.get_run`."""
+        with self._lock:
+            encoded = self._runs.get((tenant, response_id))
+        return None if encoded is None else RunRecord(**json.loads(encoded))
+
+    def unfinished_runs(self) -> list[RunRecord]:
+        """See :meth:`Store.unfinished_runs`."""
+        with self._lock:
+            runs = [RunRecord(**json.loads(encoded)) for encoded in self._runs.values()]
+        return sorted(runs, key=lambda r: r.created_at)
 
     def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Store.response_events`."""

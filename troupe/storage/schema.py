@@ -250,7 +250,24 @@ _V6 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# Version 7: background runs accepted and not yet stored (storing the response deletes its row;
+# a row left behind by a host that died is a lost run), and when each event log's response
+# ended, for the logs' retention.
+_V7 = [
+    """
+    CREATE TABLE runs (
+        tenant        VARCHAR NOT NULL,
+        response_id   VARCHAR NOT NULL,
+        thread_id     VARCHAR NOT NULL,
+        created_at    BIGINT  NOT NULL,
+        request       JSON,
+        request_parts BIGINT
+    )
+    """,
+    "ALTER TABLE response_events ADD COLUMN ended_at DOUBLE",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -267,7 +284,8 @@ RESPONSE_COLUMNS = (
 ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item, item_parts"
 CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item, item_parts"
 PART_COLUMNS = "id, part, text"
-EVENT_LOG_COLUMNS = "tenant, response_id, events, events_parts"
+EVENT_LOG_COLUMNS = "tenant, response_id, events, events_parts, ended_at"
+RUN_COLUMNS = "tenant, response_id, thread_id, created_at, request, request_parts"
 
 LONG_VALUE_CHARS = 8192
 """A JSON value longer than this (in characters) is stored in parts (version 5 above)."""
