@@ -208,3 +208,8 @@ async def both(body: dict[str, Any], make_model: Callable[[], Any], **kw: Any) -
         if hasattr(model, "assert_complete"):
             model.assert_complete()
     return streamed, streamed_model
+
+
+def sim_request(**body: Any) -> Any:
+    """A parsed create request for the ``sim`` model, with ``body``'s parameters."""
+    return parse_create_request({"model": "sim", **body})

@@ -9,20 +9,12 @@ import pytest
 
 from tests.servers import wait_until
 from troupe.actors import Runtime, RuntimeSettings
-from troupe.protocol import InvalidRequest, NotFound, parse_create_request
+from tests.loop_harness import sim_request as req
+from troupe.protocol import InvalidRequest, NotFound
 
 SLEEP_30_S = '[[call sleep {"ms": 30000}]]'
 
 
-@pytest.fixture
-async def runtime(tmp_path):
-    rt = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb")))
-    yield rt
-    await rt.close()
-
-
-def req(**body):
-    return parse_create_request({"model": "sim", **body})
 
 
 async def status_is(runtime: Runtime, response_id: str, *statuses: str) -> bool:

@@ -9,18 +9,10 @@ import pytest
 from troupe.actors import Runtime, RuntimeSettings
 from troupe.actors.placement import LocalPlacement
 from troupe.actors.store_client import AsyncStore
-from troupe.protocol import InvalidRequest, NotFound, parse_create_request
+from tests.loop_harness import sim_request as req
+from troupe.protocol import InvalidRequest, NotFound
 
 
-@pytest.fixture
-async def runtime(tmp_path):
-    rt = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb")))
-    yield rt
-    await rt.close()
-
-
-def req(**body):
-    return parse_create_request({"model": "sim", **body})
 
 
 async def test_respond_and_retrieve(runtime):
@@ -121,7 +113,7 @@ async def test_errors_before_streaming(runtime):
         await runtime.stream("", req(input="x", conversation="conv_nope"))
     assert info.value.param == "conversation"
     with pytest.raises(NotFound) as info:
-        await runtime.stream("", parse_create_request({"model": "gpt-nope", "input": "x"}))
+        await runtime.stream("", req(model="gpt-nope", input="x"))
     assert info.value.code == "model_not_found"
     with pytest.raises(InvalidRequest) as info:
         await runtime.stream("", req(input=[{"type": "function_call_output", "call_id": "call_x", "output": "1"}]))
