@@ -301,6 +301,7 @@ class ConversationHost:
             settings=self.loop_settings,
             upstream_model=spec.upstream_model or spec.name,
             cancel=run.cancel,
+            context_window=spec.context_window,
         )
         traces: list[StepTrace] = []
         ttft_s: float | None = None

@@ -71,6 +71,11 @@ class ModelSpec(BaseModel):
     """The name sent upstream (default: ``name``)."""
     api_key_env: str | None = None
     """Environment variable holding the upstream API key (read where the model is called)."""
+    context_window: PositiveInt | None = None
+    """The model's context window in tokens, as Troupe estimates them (about four characters
+    a token; ``troupe.agentloop.context``). Set: a request whose thread does not fit is a 400
+    ``context_length_exceeded``, or with ``truncation: "auto"`` loses its oldest items. None:
+    not checked (the upstream server decides)."""
     ttft_ms: NonNegativeFloat = 0.0
     """For ``sim``: default time to first token."""
     itl_ms: NonNegativeFloat = 0.0

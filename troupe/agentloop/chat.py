@@ -20,6 +20,7 @@ from typing import Any, get_args
 
 from openai.types.responses.response_error import ResponseError
 
+from .context import ContextOverflow
 from .decide import CallModel
 from .model import ModelError
 
@@ -90,6 +91,8 @@ def response_error(exc: Exception) -> dict[str, Any]:
     """``Response.error`` for a failed model call: ``rate_limit_exceeded`` for an upstream
     429, the upstream's code (or its enum twin, or ``invalid_prompt``) for an upstream
     400/413/422, else ``server_error``."""
+    if isinstance(exc, ContextOverflow):  # found here, before any upstream call
+        return {"code": "invalid_prompt", "message": exc.message}
     if not isinstance(exc, ModelError):
         return {"code": "server_error", "message": f"The model call failed: {exc}"}
     upstream = f"upstream status {exc.status}"

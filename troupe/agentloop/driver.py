@@ -31,6 +31,7 @@ from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
 from . import events as ev
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
+from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
 from .model import ChatRequest, ModelClient, ToolCall, TurnEnd
 from .model import ReasoningDelta as ModelReasoningDelta
@@ -166,8 +167,10 @@ class _Run:
         upstream_model: str | None,
         cancel: asyncio.Event,
         clock: Callable[[], float],
+        context_window: int | None = None,
     ) -> None:
         self.p = prepared
+        self.context_window = context_window
         self.req = prepared.request
         self.model = model
         self.mcp = prepared.mcp
@@ -193,6 +196,10 @@ class _Run:
         if self.mcp is not None:
             # Before the first event: a request's MCP server that cannot be listed is an HTTP 424.
             await self.mcp.prefetch()
+        budget = self._budget()
+        if budget is not None and self.req.truncation != "auto":
+            # Before the first event too: a thread that does not fit is OpenAI's HTTP 400.
+            check_fits(*self._messages_and_tools(), budget, self.upstream_model)
         yield ev.ResponseStarted()
         if self.mcp is not None:
             async for event in self._list_mcp_tools():
@@ -249,18 +256,42 @@ class _Run:
 
     # -- model turn --------------------------------------------------------------
 
-    def _chat_request(self, action: CallModel) -> ChatRequest:
+    def _messages_and_tools(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The upstream messages (the whole transcript) and tool definitions of the next call."""
         req = self.req
-        choice = plain(req.tool_choice)
-        effort = (plain(req.reasoning) or {}).get("effort")
         definitions = list(self.p.tool_definitions)
         if self.mcp is not None:
             known = {d["name"] for d in definitions}
             definitions += [d for d in self.mcp.definitions() if d["name"] not in known]
+        messages = self.p.transcript.to_chat_messages(req.instructions if isinstance(req.instructions, str) else None)
+        return messages, chat_tools(definitions, self.p.policy.allowed)
+
+    def _budget(self) -> int | None:
+        """The estimated input tokens the next call may send (module ``context``); None: unchecked."""
+        if self.context_window is None:
+            return None
+        return self.context_window - (self.state.output_tokens_left or 0)
+
+    def _fitted(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` within the context window: as they are, or with the oldest dropped
+        (``truncation: "auto"``). Raises ModelError (``context_length_exceeded``) otherwise."""
+        budget = self._budget()
+        if budget is None or estimate_tokens(messages, tools) <= budget:
+            return messages
+        fitted = fit_messages(messages, budget, tools) if self.req.truncation == "auto" else None
+        if fitted is None:
+            raise too_long(estimate_tokens(messages, tools), budget, self.upstream_model)
+        return fitted
+
+    def _chat_request(self, action: CallModel) -> ChatRequest:
+        req = self.req
+        choice = plain(req.tool_choice)
+        effort = (plain(req.reasoning) or {}).get("effort")
+        messages, tools = self._messages_and_tools()
         return ChatRequest(
             model=self.upstream_model,
-            messages=self.p.transcript.to_chat_messages(req.instructions if isinstance(req.instructions, str) else None),
-            tools=chat_tools(definitions, self.p.policy.allowed),
+            messages=self._fitted(messages, tools),
+            tools=tools,
             tool_choice=chat_tool_choice(choice, action),
             parallel_tool_calls=req.parallel_tool_calls,
             max_tokens=self.state.output_tokens_left,
@@ -308,7 +339,6 @@ class _Run:
         return any(call.call_id == starts[index].call_id for call in plan.ignored)
 
     async def _call_model(self, action: CallModel) -> AsyncIterator[ev.LoopEvent]:
-        chat = self._chat_request(action)
         started, first_at = self.clock(), None
         message_id = reasoning_id = None
         text = reasoning = ""
@@ -318,6 +348,7 @@ class _Run:
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
         try:
+            chat = self._chat_request(action)  # a thread grown past the context window fails here
             async with contextlib.aclosing(self.model.stream(chat)) as chunks:
                 async for chunk in chunks:
                     first_at = first_at or self.clock()
@@ -376,7 +407,7 @@ class _Run:
             yield ev.FunctionCallDone(item_id=call_items[index], arguments="", status="incomplete")
         usage = turn.usage if turn is not None else None
         yield ev.StepTraced(
-            kind="model", name=chat.model, started_at=started, ended_at=ended,
+            kind="model", name=self.upstream_model, started_at=started, ended_at=ended,
             ttft_s=None if first_at is None else first_at - started,
             input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
             error=None if error is None else error["message"],
@@ -494,6 +525,7 @@ def run_loop(
     upstream_model: str | None = None,
     cancel: asyncio.Event | None = None,
     clock: Callable[[], float] = time.time,
+    context_window: int | None = None,
 ) -> AsyncIterator[ev.LoopEvent]:
     """Run one response's agent loop.
 
@@ -505,6 +537,8 @@ def run_loop(
         upstream_model: the model name sent upstream (default: the request's).
         cancel: set it to stop the loop at the next chunk or tool boundary;
             the response then ends ``cancelled``.
+        context_window: the model's context window in estimated tokens (module
+            :mod:`.context`); None: not checked.
         clock: wall clock for step traces.
 
     Returns:
@@ -518,5 +552,6 @@ def run_loop(
         upstream_model=upstream_model,
         cancel=cancel or asyncio.Event(),
         clock=clock,
+        context_window=context_window,
     )
     return run.run()
