@@ -18,6 +18,9 @@ Example::
     async for batch in await runtime.stream("", request):  # streaming
         for event in batch: ...
     await runtime.close()
+
+One long module because it is the facade: every call of the API enters here, and most
+only route to a host or to storage.
 """
 
 from __future__ import annotations
@@ -29,15 +32,18 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+from troupe.agentloop.compaction import compacted_response, summary_request
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import (
     CreateResponseRequest,
     InvalidRequest,
     ServerError,
     conversation_not_found,
+    failed_response_error,
     model_not_found,
     new_id,
     new_response_id,
+    normalize_input,
     previous_response_not_found,
     thread_of_response,
 )
@@ -282,6 +288,25 @@ class Runtime(ConversationCalls):
         except StorageError:  # failed by another caller meanwhile
             return await self.store.get_response(run.tenant, run.response_id) or record.response
         return record.response
+
+    async def compact(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
+        """``POST /v1/responses/compact``: the thread (``previous_response_id``) and the input,
+        compacted (:mod:`troupe.agentloop.compaction`): its user messages and a summary the
+        model wrote. Nothing is stored.
+
+        Raises: as :meth:`respond`, before the model is called.
+        """
+        thread: list[dict[str, Any]] = []
+        if request.previous_response_id is not None:
+            history = await self.store.chain_items(tenant, request.previous_response_id)
+            if history is None:
+                raise previous_response_not_found(request.previous_response_id)
+            thread += history
+        thread += normalize_input(request.input)
+        summary = await self.respond(tenant, summary_request(request))
+        if summary["status"] != "completed":
+            raise failed_response_error(summary.get("error"))
+        return compacted_response(thread, summary)
 
     async def follow_response(self, tenant: str, response_id: str, starting_after: int | None = None) -> EventBatches:
         """A background response's events after sequence number ``starting_after`` (all when

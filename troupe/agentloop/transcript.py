@@ -14,7 +14,9 @@ Canonicalization rules (:func:`build_transcript`):
 * a replayed ``mcp_call`` becomes a ``function_call`` plus its output (an error
   becomes the output text), so the model sees what happened and nothing runs again;
 * ``mcp_list_tools``, ``mcp_approval_request``, ``mcp_approval_response``,
-  ``reasoning``, ``compaction`` and hosted-tool items never go upstream;
+  ``reasoning`` and hosted-tool items never go upstream;
+* a ``compaction`` item (made by ``POST /v1/responses/compact``) goes upstream as a system
+  message with its summary (:mod:`.compaction`); one made elsewhere is a 400;
 * a ``function_call_output`` must pair, by ``call_id``, with a ``function_call``
   earlier in history or input; an unpaired output, or a second output for a
   settled call, is a 400 naming ``input[i].call_id``;
@@ -37,6 +39,7 @@ from typing import Any
 
 from troupe.protocol import InvalidRequest, content_text
 
+from .compaction import decode_summary, summary_message
 from .model import ToolCall
 
 __all__ = ["Transcript", "build_transcript"]
@@ -205,12 +208,15 @@ def build_transcript(
             )
             error = item.get("error")
             transcript.add_output(call_id, _error_text(error) if error else _output_text(item.get("output")))
+        elif kind == "compaction":
+            param = None if index is None else f"input[{index}].encrypted_content"
+            transcript.items.append(summary_message(decode_summary(item.get("encrypted_content"), param=param)))
         elif kind == "mcp_approval_request":
             requests[item["id"]] = item
         elif kind == "mcp_approval_response":
             _take_approval(item, index)
-        # Everything else (mcp_list_tools, reasoning, hosted-tool calls, compaction) is
-        # for the client only and stays out of the upstream view.
+        # Everything else (mcp_list_tools, reasoning, hosted-tool calls) is for the client
+        # only and stays out of the upstream view.
 
     def _take_approval(item: dict[str, Any], index: int | None) -> None:
         request_id = item.get("approval_request_id", "")

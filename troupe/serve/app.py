@@ -44,6 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive, Scope, Send
 
 from troupe.actors.runtime import EventBatches, Runtime
+from troupe.agentloop.compaction import parse_compact_request
 from troupe.protocol import (
     SSE_DONE,
     SSE_KEEPALIVE,
@@ -210,6 +211,12 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         if stream:  # a background response's events: live while it runs, then from its log
             return await event_stream(who, get_runtime().follow_response(who, response_id, starting_after))
         return await get_runtime().get_response(who, response_id)
+
+    @app.post("/v1/responses/compact")
+    async def compact_response(request: Request, who: str = who_dep) -> dict[str, Any]:
+        body = parse_compact_request(await json_body(request))
+        tenant_limits.check_request(who)
+        return await get_runtime().compact(who, body)
 
     @app.post("/v1/responses/{response_id}/cancel")
     async def cancel_response(response_id: str, who: str = who_dep) -> dict[str, Any]:
