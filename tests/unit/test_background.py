@@ -44,6 +44,7 @@ async def test_a_bad_background_request_is_refused_before_it_runs(runtime):
     assert info.value.code == "previous_response_not_found"
     with pytest.raises(NotFound):
         await runtime.background("", req(model="nope", input="x", background=True))
+    assert await runtime.recover() == 0, "a refused request leaves no run behind to fail"
 
 
 async def test_a_background_turn_waits_queued_behind_its_conversations_turn(runtime):

@@ -477,6 +477,8 @@ def test_a_run_lasts_until_its_response_is_stored(store: Store) -> None:
     store.write_responses([make_record("resp_1")])
     assert store.get_run("acme", "resp_1") is None
     assert store.unfinished_runs() == [other]
+    store.end_run("acme", "resp_2")  # refused: never stored
+    assert store.unfinished_runs() == []
 
 
 # -- atomicity and copies ------------------------------------------------------------

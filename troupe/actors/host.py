@@ -230,7 +230,11 @@ class ConversationHost:
 
         self.runs.drive(batches(), on_error=failed)
         if not queued:
-            await first
+            try:
+                await first
+            except BaseException:  # refused: its response will never be stored
+                await self.store.end_run(job.tenant, job.response_id)
+                raise
         return run.snapshot()
 
     async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:

@@ -187,6 +187,9 @@ class RayStoreClient:
     async def start_run(self, run: RunRecord) -> None:
         await self._call(self.handle.start_run, run)
 
+    async def end_run(self, tenant: str, response_id: str) -> None:
+        await self._call(self.handle.end_run, tenant, response_id)
+
     async def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
         return await self._call(self.handle.get_run, tenant, response_id)
 

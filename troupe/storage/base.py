@@ -278,6 +278,10 @@ class Store(abc.ABC):
         """Record a background response as accepted; :meth:`write_responses` of its response ends it."""
 
     @abc.abstractmethod
+    def end_run(self, tenant: str, response_id: str) -> None:
+        """Forget a run whose response will never be stored (its request was refused)."""
+
+    @abc.abstractmethod
     def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
         """The run of ``response_id`` if it has not been stored yet."""
 

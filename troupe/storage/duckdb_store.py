@@ -591,6 +591,16 @@ class DuckDBStore(Store):
     def _count_run(self) -> None:
         self._open_runs += 1
 
+    def end_run(self, tenant: str, response_id: str) -> None:
+        """See :meth:`Store.end_run`."""
+        on_commit: list[Callable[[], None]] = []
+        with self._transaction(on_commit) as conn:
+            ended = conn.execute(
+                "DELETE FROM runs WHERE tenant = ? AND response_id = ? RETURNING request_parts", [tenant, response_id]
+            ).fetchall()
+            self._delete_parts(conn, ended)
+            on_commit.append(lambda: self._advance(self._next_response_seq, {}, len(ended)))
+
     def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
         """See :meth:`Store.get_run`."""
         found = [r for r in self._runs("WHERE tenant = ? AND response_id = ?", [tenant, response_id])]

@@ -257,6 +257,11 @@ class InMemoryStore(Store):
         with self._lock:
             self._runs[(run.tenant, run.response_id)] = encoded
 
+    def end_run(self, tenant: str, response_id: str) -> None:
+        """See :meth:`Store.end_run`."""
+        with self._lock:
+            self._runs.pop((tenant, response_id), None)
+
     def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
         """See :meth:`Store.get_run`."""
         with self._lock:
