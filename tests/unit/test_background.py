@@ -213,3 +213,12 @@ async def test_reading_a_lost_run_fails_it(tmp_path):
         assert (await second.get_response("", started["id"]))["status"] == "failed"
     finally:
         await second.close()
+
+
+async def test_many_followers_of_one_run_each_get_every_event(runtime):
+    started = await runtime.background("", req(input="[[latency itl=5]] [[tokens 40]]", background=True))
+    followers = [await runtime.follow_response("", started["id"]) for _ in range(4)]
+    streams = await asyncio.gather(*(collect(f) for f in followers))
+    whole = await collect(await runtime.follow_response("", started["id"]))
+    assert whole[-1]["type"] == "response.completed"
+    assert all(s == whole for s in streams)

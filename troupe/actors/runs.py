@@ -67,10 +67,10 @@ class LiveRun:
     """False while the run waits for its conversation's turn (``queued``)."""
     events: list[dict[str, Any]] | None = None
     """Every wire event so far, for followers; kept only for background runs."""
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set when events were added or the run ended (followers wait on it, then clear it)."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the run is stored (or ended without being stored)."""
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    """Followers waiting for the next events (each its own future: none misses a wake-up)."""
 
     def started(self) -> None:
         self.running = True
@@ -78,7 +78,19 @@ class LiveRun:
     def add_events(self, events: list[dict[str, Any]]) -> None:
         if self.events is not None:
             self.events.extend(events)
-            self.changed.set()
+            self.wake()
+
+    def wake(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def changed(self) -> None:
+        """Return once events are added or the run ends."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
 
     def snapshot(self) -> dict[str, Any]:
         """The Response as it stands: ``queued`` before its turn, ``cancelled`` once asked to."""
@@ -110,7 +122,7 @@ class LiveRuns:
         if self._runs.get(run.job.response_id) is run:
             del self._runs[run.job.response_id]
         run.ended.set()
-        run.changed.set()
+        run.wake()
 
     def get(self, tenant: str, response_id: str) -> LiveRun | None:
         """The live run of this id, if it is the caller's (another tenant's is not there)."""
@@ -165,16 +177,15 @@ class LiveRuns:
         yield []
         sent = 0
         while True:
-            run.changed.clear()
             fresh = [e for e in run.events[sent:] if e["sequence_number"] > starting_after]
             sent = len(run.events)
             if fresh:
-                yield fresh
-            if run.ended.is_set():
-                if len(run.events) == sent:
-                    return
+                yield fresh  # (events may be added while the follower takes these)
+            if len(run.events) > sent:
                 continue
-            await run.changed.wait()
+            if run.ended.is_set():
+                return
+            await run.changed()
 
     async def close(self) -> None:
         for task in list(self._tasks):
