@@ -4,6 +4,9 @@ Everything is kept as JSON text, which gives two properties for free: callers ca
 never mutate stored state (every read decodes a fresh object), and the store
 accepts and returns exactly what :class:`~troupe.storage.duckdb_store.DuckDBStore`
 does (tuples come back as lists, a non-JSON value or NaN is a StorageError).
+
+One long module because it is one class implementing the whole Store contract, the twin of
+the DuckDB store that the same conformance suite runs against.
 """
 
 from __future__ import annotations
