@@ -161,9 +161,13 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         # `Accept: application/json` with "stream": true.
         if body.stream:
             if body.background:  # the run goes on if this stream is dropped; GET resumes it
-                started = await runtime.background(who, body)
-                return await event_stream(who, runtime.follow_response(who, started["id"]))
-            return await event_stream(who, runtime.stream(who, body))
+
+                async def background_stream() -> EventBatches:
+                    started = await runtime.background(who, body)
+                    return await runtime.follow_response(who, started["id"])
+
+                return await event_stream(who, background_stream)
+            return await event_stream(who, lambda: runtime.stream(who, body))
         if body.background:
             return JSONResponse(await runtime.background(who, body))
         response = await runtime.respond(who, body)
@@ -184,11 +188,11 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         page = await get_runtime().list_responses(who, model=model, after=after, limit=limit, order=order)
         return page.to_list_object()
 
-    async def event_stream(who: str, opening: Awaitable[EventBatches]) -> EventStreamResponse:
-        """The SSE answer for the batches ``opening`` gives (counted against the tenant's streams)."""
+    async def event_stream(who: str, opening: Callable[[], Awaitable[EventBatches]]) -> EventStreamResponse:
+        """The SSE answer for the batches ``opening()`` gives, once the tenant may open one more stream."""
         close_stream = tenant_limits.open_stream(who)
         try:
-            batches = await opening
+            batches = await opening()
         except BaseException:
             close_stream()
             raise
@@ -209,7 +213,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     ) -> dict[str, Any] | EventStreamResponse:
         response_id = _response_id(response_id)
         if stream:  # a background response's events: live while it runs, then from its log
-            return await event_stream(who, get_runtime().follow_response(who, response_id, starting_after))
+            return await event_stream(who, lambda: get_runtime().follow_response(who, response_id, starting_after))
         return await get_runtime().get_response(who, response_id)
 
     @app.post("/v1/responses/compact")
