@@ -311,3 +311,19 @@ def test_per_tenant_concurrent_streams(tenant_url):
         bob.responses.create(model="sim", input="[[say second]]", stream=True)
     assert "concurrent streams" in err.value.message
     assert [e.type for e in first][-1] == "response.completed"
+
+
+@pytest.fixture(scope="module")
+def one_stream_url() -> Iterator[str]:
+    yield from served_local(ServerSettings(api_keys={"sk-c": "carol"}, tenant_max_streams=1))
+
+
+def test_a_background_stream_refused_at_the_stream_limit_starts_nothing(one_stream_url):
+    carol = OpenAI(base_url=f"{one_stream_url}/v1", api_key="sk-c", max_retries=0)
+    first = carol.responses.create(model="sim", input="[[latency ttft=300]] [[say first]]", stream=True)
+    with pytest.raises(openai.RateLimitError):
+        carol.responses.create(model="sim", input="[[say never]]", stream=True, background=True)
+    assert [e.type for e in first][-1] == "response.completed"
+    # A run started before the refusal would have ended long before the 300 ms stream did.
+    assert [r["output"][-1]["content"][0]["text"] for r in httpx.get(
+        f"{one_stream_url}/v1/responses", headers={"Authorization": "Bearer sk-c"}).json()["data"]] == ["first"]
