@@ -318,8 +318,7 @@ class Runtime(ConversationCalls):
             InvalidRequest: it keeps no event log (it was not a background response).
         """
         after = -1 if starting_after is None else starting_after
-        thread = thread_of_response(response_id)
-        host = None if thread is None else await self.placement.running_host(thread)
+        host = await self._running_host(response_id)
         if host is not None:
             batches = host.follow(tenant, response_id, after)
             try:
@@ -360,16 +359,20 @@ class Runtime(ConversationCalls):
     async def _live(
         self, tenant: str, response_id: str, ask: Callable[[HostClient], Awaitable[dict[str, Any] | None]]
     ) -> dict[str, Any] | None:
-        """``ask`` the host that would run ``response_id`` now; None when no host could (its
-        thread has none: a host is never started just to be asked)."""
-        thread = thread_of_response(response_id)
-        host = None if thread is None else await self.placement.running_host(thread)
+        """``ask`` the host that would run ``response_id`` now; None when no host could."""
+        host = await self._running_host(response_id)
         if host is None:
             return None
         try:
             return await ask(host)
         except HostFailed:
             return None
+
+    async def _running_host(self, response_id: str) -> HostClient | None:
+        """The host of the thread ``response_id`` names, if one is up (a host is never started
+        just to be asked about a response)."""
+        thread = thread_of_response(response_id)
+        return None if thread is None else await self.placement.running_host(thread)
 
     async def delete_response(self, tenant: str, response_id: str) -> dict[str, Any]:
         if not await self.store.delete_response(tenant, response_id):
