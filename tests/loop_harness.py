@@ -69,12 +69,13 @@ async def run(
     settings: LoopSettings = LoopSettings(),
     stream: bool = True,
     mcp_client: Any = None,
+    context_window: int | None = None,
 ) -> Outcome:
     """One response through prepare → run_loop → WireWriter, streamed or collected."""
     request = parse_create_request(body)
     prepared = prepare(request, history, executors, mcp_client=mcp_client, mcp_servers=mcp_servers_of(body))
     writer = WireWriter(request, response_id=new_id("resp"), created_at=1_700_000_000)
-    events = run_loop(prepared, model=model, executors=executors, settings=settings)
+    events = run_loop(prepared, model=model, executors=executors, settings=settings, context_window=context_window)
     if not stream:
         return Outcome(response=await collect_response(events, writer), prepared=prepared)
     outcome = Outcome(response={}, prepared=prepared)

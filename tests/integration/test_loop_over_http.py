@@ -153,3 +153,39 @@ async def test_parallel_calls_of_one_turn_share_one_assistant_message_upstream(r
     second = upstream.bodies[1]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "tool", "tool"]
     assert len(second[1]["tool_calls"]) == 2
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    kind = "input_text" if role == "user" else "output_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+async def test_truncation_auto_sends_only_the_newest_turns_upstream(recording):
+    url, upstream = recording
+    upstream.bodies.clear()
+    history = []
+    for i in range(6):
+        history += [_message("user", f"question {i} " + "x" * 200), _message("assistant", f"answer {i} " + "y" * 200)]
+    body = {"model": "sim", "input": "[[say ok]]", "instructions": "be brief", "truncation": "auto"}
+    async with OpenAIChatClient(url) as model:
+        await both(body, lambda: model, history=history, context_window=300)
+    sent = upstream.bodies[0]["messages"]
+    assert sent[0] == {"role": "system", "content": "be brief"}, "the instructions stay"
+    assert sent[-1]["content"] == "[[say ok]]"
+    texts = [m["content"] for m in sent[1:-1]]
+    assert texts and texts[-1].startswith("answer 5") and not any(t.startswith("question 0") for t in texts)
+    assert texts[0].startswith("question"), "whole turns are dropped: what is kept starts with a question"
+
+
+async def test_a_compaction_item_reaches_upstream_as_its_summary(recording):
+    from troupe.agentloop.compaction import encode_summary
+
+    url, upstream = recording
+    upstream.bodies.clear()
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": encode_summary("Ada likes tides.")}
+    async with OpenAIChatClient(url) as model:
+        await both({"model": "sim", "input": [item, _message("user", "[[say ok]]")]}, lambda: model)
+    assert upstream.bodies[0]["messages"] == [
+        {"role": "system", "content": "Summary of the conversation so far:\nAda likes tides."},
+        {"role": "user", "content": "[[say ok]]"},
+    ]

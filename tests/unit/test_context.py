@@ -29,7 +29,7 @@ def test_fitting_drops_the_oldest_turns_and_keeps_the_system_message():
     result = {"role": "tool", "tool_call_id": "c1", "content": "y" * 400}
     messages = [SYSTEM, user("a" * 400), call, result, user("b" * 40)]
     assert fit_messages(messages, 10_000) == messages
-    # The call goes with its result: never a tool message without its assistant message.
+    # A turn goes whole: the question with the call and its result.
     assert fit_messages(messages, 60) == [SYSTEM, user("b" * 40)]
     assert fit_messages(messages, 5) is None, "not even the last turn fits"
 

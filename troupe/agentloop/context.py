@@ -8,8 +8,8 @@ OpenAI's tokenizers), plus a few per message. A model's window is configured
 * ``truncation: "disabled"`` (the default): a request whose thread does not fit is refused
   before it runs, with OpenAI's 400 ``context_length_exceeded`` (:func:`check_fits`); a
   thread that outgrows the window during the loop (tool outputs) fails the response.
-* ``truncation: "auto"``: the oldest messages are dropped until the rest fits
-  (:func:`fit_messages`): whole turns, so an assistant's tool calls go with their results,
+* ``truncation: "auto"``: the oldest turns are dropped until the rest fits
+  (:func:`fit_messages`): whole turns, a question with its answers, tool calls and results,
   and the system message stays.
 
 Example::
@@ -50,14 +50,15 @@ def _text(message: dict[str, Any]) -> str:
 
 
 def _turns(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Messages grouped so that each group can be dropped alone: a message, or an assistant
-    message with the tool messages that answer its calls."""
+    """Messages grouped into turns, each dropped whole: a user message and everything after it
+    up to the next one (the answers, tool calls and their results), so what is kept starts
+    with a question and never with a tool result whose call is gone."""
     turns: list[list[dict[str, Any]]] = []
     for message in messages:
-        if message["role"] == "tool" and turns:
-            turns[-1].append(message)
-        else:
+        if message["role"] == "user" or not turns:
             turns.append([message])
+        else:
+            turns[-1].append(message)
     return turns
 
 
