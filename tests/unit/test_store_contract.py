@@ -22,6 +22,7 @@ from troupe.storage import (
     Page,
     ResponseRecord,
     RunRecord,
+    RunStep,
     StepTrace,
     StorageError,
     Store,
@@ -479,6 +480,37 @@ def test_a_run_lasts_until_its_response_is_stored(store: Store) -> None:
     assert store.unfinished_runs() == [other]
     store.end_run("acme", "resp_2")  # refused: never stored
     assert store.unfinished_runs() == []
+
+
+def test_a_run_is_claimed_once_per_attempt(store: Store) -> None:
+    run = RunRecord(tenant="acme", response_id="resp_1", thread_id="thread_1", created_at=int(T0), request={})
+    store.start_run(run)
+    claimed = store.claim_run("acme", "resp_1", 0)
+    assert claimed == dataclasses.replace(run, attempt=1)
+    assert store.claim_run("acme", "resp_1", 0) is None, "a second resumer of the same attempt loses"
+    assert store.claim_run("other", "resp_1", 1) is None
+    assert store.get_run("acme", "resp_1") == claimed
+    assert store.claim_run("acme", "resp_1", 1) == dataclasses.replace(run, attempt=2)
+    assert store.claim_run("acme", "resp_9", 0) is None
+
+
+def test_run_steps_are_kept_in_order_until_the_run_ends(store: Store) -> None:
+    for rid in ("resp_1", "resp_2"):
+        store.start_run(RunRecord(tenant="acme", response_id=rid, thread_id="t", created_at=int(T0), request={}))
+    long = {"kind": "model", "events": [{"type": "response.output_text.delta", "delta": "x" * 20_000}]}
+    steps = [RunStep(tenant="acme", response_id="resp_1", seq=i, data=d) for i, d in enumerate([{"kind": "a"}, long])]
+    for step in reversed(steps):
+        store.checkpoint_run(step)
+    store.checkpoint_run(RunStep(tenant="acme", response_id="resp_2", seq=0, data={"kind": "other"}))
+    assert store.run_steps("acme", "resp_1") == steps
+    assert store.run_steps("other", "resp_1") == []
+    replaced = RunStep(tenant="acme", response_id="resp_1", seq=1, data={"kind": "b"})
+    store.checkpoint_run(replaced)
+    assert store.run_steps("acme", "resp_1") == [steps[0], replaced]
+    store.write_responses([make_record("resp_1")])
+    assert store.run_steps("acme", "resp_1") == []
+    store.end_run("acme", "resp_2")
+    assert store.run_steps("acme", "resp_2") == []
 
 
 # -- atomicity and copies ------------------------------------------------------------

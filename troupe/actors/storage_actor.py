@@ -38,6 +38,7 @@ from troupe.storage import (
     Page,
     ResponseRecord,
     RunRecord,
+    RunStep,
     StepTrace,
     StorageError,
 )
@@ -195,6 +196,15 @@ class RayStoreClient:
 
     async def unfinished_runs(self) -> list[RunRecord]:
         return await self._call(self.handle.unfinished_runs)
+
+    async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
+        return await self._call(self.handle.claim_run, tenant, response_id, attempt)
+
+    async def checkpoint_run(self, step: RunStep) -> None:
+        await self._call(self.handle.checkpoint_run, step)
+
+    async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
+        return await self._call(self.handle.run_steps, tenant, response_id)
 
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         return await self._call(self.handle.step_traces, tenant, response_id)

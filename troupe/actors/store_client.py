@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, RunRecord, StepTrace, Store
+from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, RunRecord, RunStep, StepTrace, Store
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, journal_dir
 
@@ -78,6 +78,9 @@ class StoreClient(Protocol):
     async def end_run(self, tenant: str, response_id: str) -> None: ...
     async def get_run(self, tenant: str, response_id: str) -> RunRecord | None: ...
     async def unfinished_runs(self) -> list[RunRecord]: ...
+    async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None: ...
+    async def checkpoint_run(self, step: RunStep) -> None: ...
+    async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]: ...
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]: ...
     async def create_conversation(
         self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
@@ -172,6 +175,15 @@ class AsyncStore:
 
     async def unfinished_runs(self) -> list[RunRecord]:
         return await self._run(self.store.unfinished_runs)
+
+    async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
+        return await self._run(self.store.claim_run, tenant, response_id, attempt)
+
+    async def checkpoint_run(self, step: RunStep) -> None:
+        await self._run(self.store.checkpoint_run, step)
+
+    async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
+        return await self._run(self.store.run_steps, tenant, response_id)
 
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         return await self._run(self.store.step_traces, tenant, response_id)

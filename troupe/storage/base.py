@@ -35,6 +35,8 @@ __all__ = [
     "Order",
     "Page",
     "ResponseRecord",
+    "RunRecord",
+    "RunStep",
     "StepTrace",
     "StorageError",
     "Store",
@@ -136,6 +138,24 @@ class RunRecord:
     created_at: int
     request: dict[str, Any]
     """The create request's body (what a parser accepts again)."""
+    attempt: int = 0
+    """How many times the run was resumed after its host died (:meth:`Store.claim_run`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStep:
+    """One step boundary of a background run (a row of ``run_steps``): a checkpoint.
+
+    A run's steps, in ``seq`` order, are what a resumed run rebuilds its loop from
+    (:mod:`troupe.agentloop.checkpoint`). Storing the response deletes them.
+    """
+
+    tenant: str
+    response_id: str
+    seq: int
+    """0, 1, 2, … within the run."""
+    data: dict[str, Any]
+    """The step as JSON: its kind, its outcome, the wire events and step traces since the previous step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,6 +308,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def unfinished_runs(self) -> list[RunRecord]:
         """Every run whose response is not stored yet, oldest first."""
+
+    @abc.abstractmethod
+    def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
+        """Take a lost run over to resume it: its record with ``attempt + 1``, if its attempt
+        is still ``attempt``; None if another caller took it first (or it has ended)."""
+
+    @abc.abstractmethod
+    def checkpoint_run(self, step: RunStep) -> None:
+        """Append a step of a run (one with a ``runs`` row); a step of the same seq is replaced."""
+
+    @abc.abstractmethod
+    def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
+        """A run's steps in ``seq`` order ([] if it has none)."""
 
     @abc.abstractmethod
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:

@@ -77,6 +77,7 @@ from .base import (
     Page,
     ResponseRecord,
     RunRecord,
+    RunStep,
     StepTrace,
     StorageError,
     Store,
@@ -574,7 +575,11 @@ class DuckDBStore(Store):
         ended = conn.execute(
             "DELETE FROM runs WHERE [tenant, response_id] IN (SELECT unnest(?)) RETURNING request_parts", [keys]
         ).fetchall()
-        self._delete_parts(conn, ended)
+        if ended:
+            steps = conn.execute(
+                "DELETE FROM run_steps WHERE [tenant, response_id] IN (SELECT unnest(?)) RETURNING step_parts", [keys]
+            ).fetchall()
+            self._delete_parts(conn, ended + steps)
         return len(ended)
 
     def start_run(self, run: RunRecord) -> None:
@@ -583,7 +588,7 @@ class DuckDBStore(Store):
         with self._transaction(on_commit) as conn:
             parts: list[tuple[int, int, str]] = []
             request = self._stored(schema.dump_json(run.request), parts)
-            row = (run.tenant, run.response_id, run.thread_id, run.created_at, *request)
+            row = (run.tenant, run.response_id, run.thread_id, run.created_at, *request, run.attempt)
             self._insert(conn, "runs", schema.RUN_COLUMNS, [row])
             self._insert(conn, "value_parts", schema.PART_COLUMNS, parts)
             on_commit.append(self._count_run)
@@ -598,7 +603,10 @@ class DuckDBStore(Store):
             ended = conn.execute(
                 "DELETE FROM runs WHERE tenant = ? AND response_id = ? RETURNING request_parts", [tenant, response_id]
             ).fetchall()
-            self._delete_parts(conn, ended)
+            steps = conn.execute(
+                "DELETE FROM run_steps WHERE tenant = ? AND response_id = ? RETURNING step_parts", [tenant, response_id]
+            ).fetchall()
+            self._delete_parts(conn, ended + steps)
             on_commit.append(lambda: self._advance(self._next_response_seq, {}, len(ended)))
 
     def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
@@ -611,9 +619,40 @@ class DuckDBStore(Store):
         return self._runs("ORDER BY created_at", [])
 
     def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
-        sql = f"SELECT tenant, response_id, thread_id, created_at, request, request_parts FROM runs {where}"
-        fields = ("tenant", "response_id", "thread_id", "created_at", "request")
+        sql = f"SELECT tenant, response_id, thread_id, created_at, attempt, request, request_parts FROM runs {where}"
+        fields = ("tenant", "response_id", "thread_id", "created_at", "attempt", "request")
         return [RunRecord(**dict(zip(fields, row, strict=True))) for row in self._fetch_values(sql, params)]
+
+    def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
+        """See :meth:`Store.claim_run`."""
+        with self._transaction() as conn:
+            claimed = conn.execute(
+                "UPDATE runs SET attempt = attempt + 1 WHERE tenant = ? AND response_id = ? AND attempt = ?"
+                " RETURNING response_id",
+                [tenant, response_id, attempt],
+            ).fetchall()
+        return self.get_run(tenant, response_id) if claimed else None
+
+    def checkpoint_run(self, step: RunStep) -> None:
+        """See :meth:`Store.checkpoint_run`."""
+        with self._transaction() as conn:
+            parts: list[tuple[int, int, str]] = []
+            replaced = conn.execute(
+                "DELETE FROM run_steps WHERE tenant = ? AND response_id = ? AND seq = ? RETURNING step_parts",
+                [step.tenant, step.response_id, step.seq],
+            ).fetchall()
+            self._delete_parts(conn, replaced)
+            row = (step.tenant, step.response_id, step.seq, *self._stored(schema.dump_json(step.data), parts))
+            self._insert(conn, "run_steps", schema.RUN_STEP_COLUMNS, [row])
+            self._insert(conn, "value_parts", schema.PART_COLUMNS, parts)
+
+    def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
+        """See :meth:`Store.run_steps`."""
+        sql = "SELECT seq, step, step_parts FROM run_steps WHERE tenant = ? AND response_id = ? ORDER BY seq"
+        return [
+            RunStep(tenant=tenant, response_id=response_id, seq=seq, data=data)
+            for seq, data in self._fetch_values(sql, [tenant, response_id])
+        ]
 
     def prune_event_logs(self, ended_before: float) -> int:
         """See :meth:`Store.prune_event_logs`."""

@@ -25,6 +25,7 @@ from .base import (
     Page,
     ResponseRecord,
     RunRecord,
+    RunStep,
     StepTrace,
     StorageError,
     Store,
@@ -113,6 +114,8 @@ class InMemoryStore(Store):
         self._next_seq = 0
         self._runs: dict[tuple[str, str], str] = {}
         """(tenant, response id) → the run's fields as JSON."""
+        self._run_steps: dict[tuple[str, str], dict[int, str]] = {}
+        """(tenant, response id) → seq → the step's data as JSON."""
         self._eval_runs: dict[str, str] = {}
         """run_id → the run's fields as JSON."""
         self._eval_results: dict[tuple[str, str, int], str] = {}
@@ -134,6 +137,7 @@ class InMemoryStore(Store):
             for record, stored, outputs in staged:
                 self._responses[(record.tenant, record.id)] = stored
                 self._runs.pop((record.tenant, record.id), None)
+                self._run_steps.pop((record.tenant, record.id), None)
                 conversation = self._appended_conversation(record)
                 if conversation is not None:
                     conversation.append(stored.input_items)
@@ -264,6 +268,7 @@ class InMemoryStore(Store):
         """See :meth:`Store.end_run`."""
         with self._lock:
             self._runs.pop((tenant, response_id), None)
+            self._run_steps.pop((tenant, response_id), None)
 
     def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
         """See :meth:`Store.get_run`."""
@@ -276,6 +281,31 @@ class InMemoryStore(Store):
         with self._lock:
             runs = [RunRecord(**json.loads(encoded)) for encoded in self._runs.values()]
         return sorted(runs, key=lambda r: r.created_at)
+
+    def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
+        """See :meth:`Store.claim_run`."""
+        with self._lock:
+            encoded = self._runs.get((tenant, response_id))
+            if encoded is None:
+                return None
+            run = RunRecord(**json.loads(encoded))
+            if run.attempt != attempt:
+                return None
+            claimed = dataclasses.replace(run, attempt=attempt + 1)
+            self._runs[(tenant, response_id)] = _dump(dataclasses.asdict(claimed))
+            return claimed
+
+    def checkpoint_run(self, step: RunStep) -> None:
+        """See :meth:`Store.checkpoint_run`."""
+        encoded = _dump(step.data)
+        with self._lock:
+            self._run_steps.setdefault((step.tenant, step.response_id), {})[step.seq] = encoded
+
+    def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
+        """See :meth:`Store.run_steps`."""
+        with self._lock:
+            steps = sorted(self._run_steps.get((tenant, response_id), {}).items())
+        return [RunStep(tenant=tenant, response_id=response_id, seq=seq, data=json.loads(d)) for seq, d in steps]
 
     def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Store.response_events`."""

@@ -270,7 +270,23 @@ _V7 = [
     "ALTER TABLE response_events ADD COLUMN ended_at DOUBLE",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# Version 8: durable runs. A run's checkpoints, one row per step boundary (the step's outcome,
+# wire events and traces as one JSON value, in value_parts when long), deleted with the run; and
+# how many times a run was taken over after its host died, so two resumers never both resume it.
+_V8 = [
+    """
+    CREATE TABLE run_steps (
+        tenant      VARCHAR NOT NULL,
+        response_id VARCHAR NOT NULL,
+        seq         INTEGER NOT NULL,
+        step        JSON,
+        step_parts  BIGINT
+    )
+    """,
+    "ALTER TABLE runs ADD COLUMN attempt INTEGER DEFAULT 0",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -288,7 +304,8 @@ ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item, item_parts"
 CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item, item_parts"
 PART_COLUMNS = "id, part, text"
 EVENT_LOG_COLUMNS = "tenant, response_id, events, events_parts, ended_at"
-RUN_COLUMNS = "tenant, response_id, thread_id, created_at, request, request_parts"
+RUN_COLUMNS = "tenant, response_id, thread_id, created_at, request, request_parts, attempt"
+RUN_STEP_COLUMNS = "tenant, response_id, seq, step, step_parts"
 
 LONG_VALUE_CHARS = 8192
 """A JSON value longer than this (in characters) is stored in parts (version 5 above)."""
