@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.servers import wait_until
-from troupe.actors import Runtime, RuntimeSettings
+from troupe.actors import Runtime
 from tests.loop_harness import sim_request as req
 from troupe.protocol import InvalidRequest, NotFound
 
@@ -185,34 +185,6 @@ async def test_only_a_background_response_streams_again(runtime):
     started = await runtime.background("", req(input="[[say hi]]", background=True))
     with pytest.raises(NotFound):
         await runtime.follow_response("other-tenant", started["id"])
-
-
-async def test_a_run_lost_with_its_server_is_failed_after_a_restart(tmp_path):
-    settings = RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"))
-    first = Runtime.local(settings)
-    started = await first.background("", req(input=SLEEP_30_S, background=True))
-    await first.close()  # the run dies with it, unstored
-    second = Runtime.local(settings)
-    try:
-        assert await second.recover() == 1
-        failed = await second.get_response("", started["id"])
-        assert failed["status"] == "failed" and "not resumed" in failed["error"]["message"]
-        assert failed["background"] is True and failed["id"] == started["id"]
-        assert await second.recover() == 0, "failed once"
-    finally:
-        await second.close()
-
-
-async def test_reading_a_lost_run_fails_it(tmp_path):
-    settings = RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"))
-    first = Runtime.local(settings)
-    started = await first.background("", req(input=SLEEP_30_S, background=True))
-    await first.close()
-    second = Runtime.local(settings)
-    try:
-        assert (await second.get_response("", started["id"]))["status"] == "failed"
-    finally:
-        await second.close()
 
 
 async def test_many_followers_of_one_run_each_get_every_event(runtime):

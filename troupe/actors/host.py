@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -32,8 +33,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
-from troupe.agentloop.events import StepTraced
+from troupe.agentloop.events import Checkpoint, StepTraced
 from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
@@ -43,7 +45,7 @@ from troupe.protocol import (
     model_not_found,
     previous_response_not_found,
 )
-from troupe.storage import ResponseRecord, RunRecord, StepTrace
+from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace
 
 from .batching import coalesce
 from .mcp_policy import resolve_mcp_tool
@@ -81,6 +83,10 @@ class HostClient(Protocol):
     def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]: ...
 
     async def start_background(self, job: TurnJob) -> dict[str, Any]: ...
+
+    async def resume_background(self, job: TurnJob) -> dict[str, Any]: ...
+
+    async def run_ended(self, tenant: str, response_id: str) -> None: ...
 
     async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
 
@@ -212,7 +218,35 @@ class ConversationHost:
         except BaseException:
             self.runs.remove(run)
             raise
-        queued = self._thread(job.tenant, job.thread_id).lock.locked()
+        return await self._drive(run, refusals_answered=True)
+
+    async def resume_background(self, job: TurnJob) -> dict[str, Any]:
+        """Go on with a background response whose host died, from its last checkpoint
+        (module :mod:`troupe.agentloop.checkpoint`); its Response as it stands. The caller has
+        claimed the run (``claim_run``), so no other host resumes it too."""
+        running = self.runs.get(job.tenant, job.response_id)
+        if running is not None:
+            return running.snapshot()
+        steps = await self.store.run_steps(job.tenant, job.response_id)
+        run = self._accept(job)
+        events = [event for step in steps for event in step.data["events"]]
+        run.writer.restore(events)
+        run.events, run.logged, run.steps = events, len(events), len(steps)
+        run.traces = [StepTrace(**trace) for step in steps for trace in step.data["traces"]]
+        run.traced = len(run.traces)
+        run.resume = ResumePoint(steps=tuple(step.data for step in steps), output=tuple(run.writer.output))
+        return await self._drive(run, refusals_answered=False)
+
+    async def _drive(self, run: LiveRun, *, refusals_answered: bool) -> dict[str, Any]:
+        """Drive a background run in a task of this host; its Response once it has started,
+        or at once when it waits for its conversation's turn (``queued``).
+
+        ``refusals_answered``: a request that does not fit, found before the run starts, is
+        raised to the caller (a new request); otherwise it is stored as the run's failure.
+        """
+        job = run.job
+        # A queued run is answered at once: waiting for its start could take a whole other turn.
+        wait_for_start = refusals_answered and not self._thread(job.tenant, job.thread_id).lock.locked()
         first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def batches() -> AsyncIterator[list[dict[str, Any]]]:
@@ -223,19 +257,26 @@ class ConversationHost:
                     yield batch
 
         async def failed(exc: BaseException) -> None:
-            if not queued and not first.done():
+            if wait_for_start and not first.done():
                 first.set_exception(exc)  # the request is answered with it
             else:
                 await self._store_failure(run, exc)
 
         self.runs.drive(batches(), on_error=failed)
-        if not queued:
+        if wait_for_start:
             try:
                 await first
             except BaseException:  # refused: its response will never be stored
                 await self.store.end_run(job.tenant, job.response_id)
                 raise
         return run.snapshot()
+
+    async def run_ended(self, tenant: str, response_id: str) -> None:
+        """Return once this host no longer runs ``response_id`` (at once if it does not). Its
+        caller learns that the host died by the call failing (how a runtime watches a run)."""
+        run = self.runs.get(tenant, response_id)
+        if run is not None:
+            await run.ended.wait()
 
     async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """A response this host runs now, as it stands; None if it has none of that id."""
@@ -289,7 +330,8 @@ class ConversationHost:
             log.exception("background response %s: its failure could not be stored", run.job.response_id)
 
     async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
-        started = time.time()
+        resumed = run.resume.steps if run.resume is not None else ()
+        started = float(run.job.created_at) if resumed else time.time()
         job, writer = run.job, run.writer
         request = job.request
         spec = self.settings.model(request.model)
@@ -306,14 +348,19 @@ class ConversationHost:
             upstream_model=spec.upstream_model or spec.name,
             cancel=run.cancel,
             context_window=spec.context_window,
+            resume=run.resume,
         )
-        traces: list[StepTrace] = []
-        ttft_s: float | None = None
+        traces = run.traces
+        ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)
         started_sent = False
         async with contextlib.aclosing(events):
             async for event in events:
                 if isinstance(event, StepTraced):
                     traces.append(_trace(job.response_id, len(traces), event))
+                    continue
+                if isinstance(event, Checkpoint):
+                    if run.events is not None:  # a background run: durable
+                        await self._checkpoint(run, event, ttft_s)
                     continue
                 wire = writer.write(event)
                 run.add_events(wire)
@@ -329,6 +376,20 @@ class ConversationHost:
                 if stream or not started_sent:
                     started_sent = True
                     yield wire
+
+    async def _checkpoint(self, run: LiveRun, checkpoint: Checkpoint, ttft_s: float | None) -> None:
+        """Store a step of a durable run with the wire events and traces since its last step;
+        the loop goes on once it is stored (it starts no tool whose call is not)."""
+        assert run.events is not None
+        data = {
+            **checkpoint.data,
+            "events": run.events[run.logged :],
+            "traces": [dataclasses.asdict(t) for t in run.traces[run.traced :]],
+            "ttft_s": ttft_s,
+        }
+        await self.store.checkpoint_run(RunStep(tenant=run.job.tenant, response_id=run.job.response_id,
+                                                seq=run.steps, data=data))  # fmt: skip
+        run.steps, run.logged, run.traced = run.steps + 1, len(run.events), len(run.traces)
 
     def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:
         """The request's ``mcp`` tools, resolved (configured labels, secrets) and checked (URL policy).

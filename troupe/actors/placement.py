@@ -163,6 +163,10 @@ class HostActor(ConversationHost):
         self._watch_idle()
         return await super().start_background(job)
 
+    async def resume_background(self, job: TurnJob) -> dict[str, Any]:
+        self._watch_idle()
+        return await super().resume_background(job)
+
     def _watch_idle(self) -> None:
         if self._idle_timeout_s is not None and self._watcher is None:
             # The next turn for this conversation creates a fresh actor, rebuilt from storage.
@@ -217,6 +221,12 @@ class RayHostClient:
 
     async def start_background(self, job: TurnJob) -> dict[str, Any]:
         return await self._call("start_background", job)
+
+    async def resume_background(self, job: TurnJob) -> dict[str, Any]:
+        return await self._call("resume_background", job)
+
+    async def run_ended(self, tenant: str, response_id: str) -> None:
+        await self._call("run_ended", tenant, response_id)
 
     async def live_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         return await self._call("live_response", tenant, response_id)

@@ -34,14 +34,26 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import InvalidRequest, NotFound, parse_create_request
-from troupe.storage import ResponseRecord, RunRecord
+from troupe.storage import ResponseRecord, RunRecord, StepTrace
 
 if TYPE_CHECKING:
     from .host import TurnJob
 
-__all__ = ["LiveRun", "LiveRuns", "NoLiveRun", "CANCEL_WAIT_S", "failed_record", "lost_run_record"]
+__all__ = [
+    "LiveRun",
+    "LiveRuns",
+    "NoLiveRun",
+    "CANCEL_WAIT_S",
+    "LOST_RUN_MESSAGE",
+    "MAX_RESUMES",
+    "TOO_MANY_RESUMES",
+    "failed_record",
+    "lost_run_record",
+    "run_snapshot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +81,16 @@ class LiveRun:
     """Every wire event so far, for followers; kept only for background runs."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the run is stored (or ended without being stored)."""
+    resume: ResumePoint | None = None
+    """For a run resumed after its host died: its stored steps (the loop goes on from them)."""
+    steps: int = 0
+    """Steps checkpointed so far (a durable run's next step is number ``steps``)."""
+    logged: int = 0
+    """How many of :attr:`events` the checkpoints hold."""
+    traces: list[StepTrace] = field(default_factory=list)
+    """The run's step traces so far."""
+    traced: int = 0
+    """How many of :attr:`traces` the checkpoints hold."""
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
     """Followers waiting for the next events (each its own future: none misses a wake-up)."""
 
@@ -117,6 +139,7 @@ class LiveRuns:
         run = LiveRun(job, writer, events=[] if job.request.background else None)
         self._runs[job.response_id] = run
         return run
+
 
     def remove(self, run: LiveRun) -> None:
         if self._runs.get(run.job.response_id) is run:
@@ -195,17 +218,34 @@ class LiveRuns:
 
 LOST_RUN_MESSAGE = (
     "The server stopped, or the host running this background response failed, before it finished; "
-    "it was not resumed. Its conversation's history is intact."
+    "it was not resumed because it is older than the server's resume_within_s. Its conversation's "
+    "history is intact."
+)
+MAX_RESUMES = 3
+"""A background run whose host fails this many times is not resumed again (it may be what
+kills its hosts)."""
+TOO_MANY_RESUMES = (
+    "The host running this background response failed {attempts} times; it was not resumed again. "
+    "Its conversation's history is intact."
 )
 
 
-def lost_run_record(run: RunRecord) -> ResponseRecord:
+def run_snapshot(run: RunRecord, status: str = "in_progress") -> dict[str, Any]:
+    """The Response of a run known only by its record (no output yet), with ``status``."""
+    request = parse_create_request(run.request)
+    writer = WireWriter(
+        request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
+    )
+    return dict(writer.response, status=status)
+
+
+def lost_run_record(run: RunRecord, message: str) -> ResponseRecord:
     """The record that ends a background run its host died with: the response, ``failed``."""
     request = parse_create_request(run.request)
     writer = WireWriter(
         request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
     )
-    error = {"code": "server_error", "message": LOST_RUN_MESSAGE}
+    error = {"code": "server_error", "message": message}
     return failed_record(run.tenant, run.thread_id, writer, error, started_at=run.created_at)
 
 

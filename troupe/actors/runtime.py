@@ -44,6 +44,7 @@ from troupe.protocol import (
     new_id,
     new_response_id,
     normalize_input,
+    parse_create_request,
     previous_response_not_found,
     thread_of_response,
 )
@@ -52,7 +53,7 @@ from troupe.storage import Order, Page, RunRecord, StorageError
 from .conversations import ConversationCalls, not_found
 from .host import HostClient, TurnJob
 from .placement import HostFailed, LocalPlacement, Placement
-from .runs import NoLiveRun, lost_run_record
+from .runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
@@ -94,6 +95,8 @@ class Runtime(ConversationCalls):
         self._tool_runners: list[Any] = []
         """On Ray: the tool runner actors, held so that they live as long as the runtime."""
         self._pruner: asyncio.Task[None] | None = None
+        self._watchers: set[asyncio.Task[None]] = set()
+        """One per background run started here: it resumes the run if its host dies."""
 
     # -- construction ------------------------------------------------------------
 
@@ -136,6 +139,8 @@ class Runtime(ConversationCalls):
     async def close(self) -> None:
         if self._pruner is not None:
             self._pruner.cancel()
+        for watcher in self._watchers:
+            watcher.cancel()
         await self.placement.close()
         await self.store.close()
 
@@ -184,7 +189,28 @@ class Runtime(ConversationCalls):
         async def start(host: HostClient) -> dict[str, Any]:
             return await host.start_background(job)
 
-        return await self._on_host(job, start)
+        response = await self._on_host(job, start)
+        self._watch(job)
+        return response
+
+    def _watch(self, job: TurnJob) -> None:
+        """Resume ``job``'s background run if its host dies before the run ends."""
+
+        async def watch() -> None:
+            host = await self.placement.running_host(job.thread_id)
+            try:
+                if host is not None:
+                    await host.run_ended(job.tenant, job.response_id)
+                    return
+            except HostFailed:
+                pass
+            run = await self.store.get_run(job.tenant, job.response_id)
+            if run is not None:  # not stored: lost with its host
+                await self._take_over(run)
+
+        task = asyncio.create_task(watch())
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
 
     async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
         job = await self._job(tenant, request)
@@ -259,30 +285,57 @@ class Runtime(ConversationCalls):
         if found is None:  # it may have been stored meanwhile
             found = await self.store.get_response(tenant, response_id)
         if found is None and (run := await self.store.get_run(tenant, response_id)) is not None:
-            found = await self._fail_lost(run)  # accepted, neither running nor stored: its host died
+            found = await self._take_over(run)  # accepted, neither running nor stored: its host died
         if found is None:
             raise not_found("Response", response_id, "response_id")
         return found
 
     async def recover(self) -> int:
-        """After a start: fail every background response that no host runs and none stored
-        (the server stopped, or its host died, while it ran), and drop event logs past
-        their retention. How many responses were failed.
+        """After a start: take over every background response that no host runs and none
+        stored (the server stopped, or its host died, while it ran): resume it from its last
+        checkpoint, or fail it if it is too old (:meth:`_take_over`). Then drop event logs
+        past their retention. How many responses were taken over.
 
         :meth:`on_ray` calls it; an in-process runtime on a file may.
         """
-        failed = 0
+        taken = 0
         for run in await self.store.unfinished_runs():
             live = await self._live(run.tenant, run.response_id, lambda h, r=run: h.live_response(r.tenant, r.response_id))
             if live is None and await self.store.get_response(run.tenant, run.response_id) is None:
-                await self._fail_lost(run)
-                failed += 1
+                await self._take_over(run)
+                taken += 1
         await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
-        return failed
+        return taken
 
-    async def _fail_lost(self, run: RunRecord) -> dict[str, Any]:
+    async def _take_over(self, run: RunRecord) -> dict[str, Any]:
+        """A background run that no host runs and none stored: resume it on its conversation's
+        host from its last checkpoint; or store it ``failed`` when it was created more than
+        ``resume_within_s`` ago, or its host failed :data:`MAX_RESUMES` times. Its Response.
+
+        Callers that find the same lost run at once (a poll, the watcher, another replica)
+        resume it once: the run is claimed (``claim_run``) before it is resumed.
+        """
+        if time.time() - run.created_at > self.settings.resume_within_s:
+            return await self._fail_lost(run, LOST_RUN_MESSAGE)
+        if run.attempt >= MAX_RESUMES:
+            return await self._fail_lost(run, TOO_MANY_RESUMES.format(attempts=run.attempt + 1))
+        claimed = await self.store.claim_run(run.tenant, run.response_id, run.attempt)
+        if claimed is None:  # taken over by another caller meanwhile (or it ended)
+            return await self._live(run.tenant, run.response_id, lambda h: h.live_response(run.tenant, run.response_id)) \
+                or await self.store.get_response(run.tenant, run.response_id) or run_snapshot(run)  # fmt: skip
+        job = TurnJob(tenant=run.tenant, request=parse_create_request(run.request), response_id=run.response_id,
+                      created_at=run.created_at, thread_id=run.thread_id)  # fmt: skip
+
+        async def resume(host: HostClient) -> dict[str, Any]:
+            return await host.resume_background(job)
+
+        response = await self._on_host(job, resume)
+        self._watch(job)
+        return response
+
+    async def _fail_lost(self, run: RunRecord, message: str) -> dict[str, Any]:
         """Store a background response whose run was lost as ``failed``; the Response."""
-        record = lost_run_record(run)
+        record = lost_run_record(run, message)
         try:
             await self.store.write_response(record)
         except StorageError:  # failed by another caller meanwhile

@@ -108,6 +108,9 @@ class ToolSpec(BaseModel):
     A number: each call is a Ray task of its own reserving this many CPUs, for CPU-bound
     tools that should run in parallel processes, anywhere in the cluster. Every running task
     occupies a Ray worker process, which Ray may have to start first."""
+    idempotent: bool = False
+    """Whether running a call twice does no harm. A background response whose host died during
+    a call runs it again only if so; otherwise the model is told the call was interrupted."""
 
     @model_validator(mode="before")
     @classmethod
@@ -173,11 +176,11 @@ class McpSettings(BaseModel):
 
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(name="calculator", target="troupe.actors.example_tools:calculator",
-             description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'."),
+             description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'.", idempotent=True),
     ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep",
-             description="Wait the given number of milliseconds, then say so."),
+             description="Wait the given number of milliseconds, then say so.", idempotent=True),
     ToolSpec(name="now", target="troupe.actors.example_tools:now",
-             description="The current date and time in UTC, ISO 8601."),
+             description="The current date and time in UTC, ISO 8601.", idempotent=True),
 )  # fmt: skip
 
 
@@ -224,6 +227,10 @@ class RuntimeOptions(BaseModel):
     event_log_retention_s: PositiveFloat = 7 * 24 * 3600.0
     """How long a background response's event log (what ``GET ?stream=true`` replays) is kept
     after the response ended; the response itself stays."""
+    resume_within_s: NonNegativeFloat = 24 * 3600.0
+    """A background response whose host died (or whose server stopped) resumes from its last
+    checkpoint if it was created less than this long ago; an older one is stored ``failed``.
+    0: never resume."""
 
 
 class RuntimeSettings(RuntimeOptions):

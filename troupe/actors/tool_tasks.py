@@ -102,6 +102,9 @@ class RayToolExecutor:
     def definitions(self) -> list[dict[str, Any]]:
         return self._definitions
 
+    def is_idempotent(self, call: ToolCall) -> bool:
+        return self._specs[call.name].idempotent
+
     def can_execute(self, call: ToolCall) -> bool:
         return call.name in self._specs
 
@@ -158,4 +161,5 @@ def local_executor(specs: Sequence[ToolSpec]) -> LocalFunctionExecutor:
         {s.name: load_tool(s.target) for s in specs},
         schemas={s.name: tool_definition(s)["parameters"] for s in specs},
         descriptions={s.name: tool_definition(s)["description"] for s in specs},
+        idempotent=frozenset(s.name for s in specs if s.idempotent),
     )

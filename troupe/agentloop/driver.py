@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, assert_never
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
 from . import events as ev
+from .checkpoint import INTERRUPTED, ResumePoint, is_idempotent, turn_data, turn_from_data
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
@@ -38,12 +39,14 @@ from .model import ReasoningDelta as ModelReasoningDelta
 from .model import TextDelta as ModelTextDelta
 from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import ToolCallArgumentsDelta, ToolCallStart
-from .tools import ToolExecutor, ToolPolicy, find_executor, plan_turn
+from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
 
 __all__ = ["LoopSettings", "PreparedTurn", "prepare", "run_loop"]
 
 _SUPPORTED_TOOL_TYPES = frozenset({"function"})
+
+_NOT_RERUN = "interrupted by a host failure; not run again (the tool is not idempotent)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,8 +171,10 @@ class _Run:
         cancel: asyncio.Event,
         clock: Callable[[], float],
         context_window: int | None = None,
+        resume: ResumePoint | None = None,
     ) -> None:
         self.p = prepared
+        self.resume = resume
         self.context_window = context_window
         self.req = prepared.request
         self.model = model
@@ -180,6 +185,11 @@ class _Run:
         self.cancel = cancel
         self.clock = clock
         self.mcp_items: dict[str, str] = {}  # call_id -> open mcp_call item id
+        # A resumed run (module checkpoint): results of the pending tool step already stored,
+        # and the calls of that step that may have been running when the host died.
+        self.settled: dict[str, _ToolOutcome] = {}
+        self.in_flight: frozenset[str] = frozenset()
+        self.approved_opened = False
         resume = tuple(
             ToolCall(call_id=r["id"], name=r["name"], arguments=r.get("arguments") or "{}")
             for r in prepared.transcript.approved
@@ -193,17 +203,21 @@ class _Run:
         )
 
     async def run(self) -> AsyncIterator[ev.LoopEvent]:
-        if self.mcp is not None:
-            # Before the first event: a request's MCP server that cannot be listed is an HTTP 424.
-            await self.mcp.prefetch()
-        budget = self._budget()
-        if budget is not None and self.req.truncation != "auto":
-            # Before the first event too: a thread that does not fit is OpenAI's HTTP 400.
-            check_fits(*self._messages_and_tools(), budget, self.upstream_model)
-        yield ev.ResponseStarted()
-        if self.mcp is not None:
-            async for event in self._list_mcp_tools():
-                yield event
+        if self.resume is not None and self.resume.steps:
+            # The response was announced, and its servers listed, before the steps it resumes from.
+            self._restore(self.resume)
+        else:
+            if self.mcp is not None:
+                # Before the first event: a request's MCP server that cannot be listed is an HTTP 424.
+                await self.mcp.prefetch()
+            budget = self._budget()
+            if budget is not None and self.req.truncation != "auto":
+                # Before the first event too: a thread that does not fit is OpenAI's HTTP 400.
+                check_fits(*self._messages_and_tools(), budget, self.upstream_model)
+            yield ev.ResponseStarted()
+            if self.mcp is not None:
+                async for event in self._list_mcp_tools():
+                    yield event
         while True:
             if self.cancel.is_set():  # also before the first step: cancelled while it waited its turn
                 self.state = replace(self.state, cancelled=True)
@@ -215,7 +229,9 @@ class _Run:
                 case ExecuteTools():
                     async for event in self._execute(action):
                         yield event
-                    self.state = self.state.after_tools()
+                    if not self.state.cancelled:
+                        self.state = self.state.after_tools()
+                        yield ev.Checkpoint(data={"kind": "tools"})
                 case InterruptForApproval(pending=pending):
                     for call in pending:
                         executor = find_executor(call, self.executors)
@@ -335,7 +351,7 @@ class _Run:
         if self.p.policy.max_tool_calls is None:
             return False
         so_far = [ToolCall(call_id=starts[i].call_id, name=starts[i].name, arguments="") for i in sorted(starts) if i <= index]
-        plan = plan_turn(so_far, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
+        plan = self._plan(so_far)
         return any(call.call_id == starts[index].call_id for call in plan.ignored)
 
     async def _call_model(self, action: CallModel) -> AsyncIterator[ev.LoopEvent]:
@@ -392,7 +408,7 @@ class _Run:
         if message_id is not None:
             yield ev.MessageDone(item_id=message_id, text=turn.text if done else text, status=item_status)
         calls = turn.tool_calls if done else ()
-        plan = plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
+        plan = self._plan(calls)
         ignored = {call.call_id for call in plan.ignored}
         for index, call in enumerate(calls):
             if index not in starts and call.call_id not in ignored:  # a model that did not announce the call
@@ -416,19 +432,66 @@ class _Run:
             cancelled = error is None
             self.state = replace(self.state, cancelled=cancelled, error=error)
             return
+        self._fold_turn(turn, plan, had_tools=action.tools_enabled)
+        opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
+        yield ev.Checkpoint(
+            data={"kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened}
+        )
+
+    def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
+        return plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
+
+    def _fold_turn(self, turn: TurnEnd, plan: TurnPlan, *, had_tools: bool) -> None:
+        """Add a finished model turn and its plan to the transcript and the loop state (live, or resuming)."""
+        ignored = {call.call_id for call in plan.ignored}
         if turn.text:
             self.p.transcript.add_message("assistant", turn.text)
         for call in turn.tool_calls:
             if call.call_id not in ignored:  # the model is never told of an ignored call
                 self.p.transcript.add_call(call)
-        self.state = self.state.after_model(turn, plan, had_tools=action.tools_enabled)
+        self.state = self.state.after_model(turn, plan, had_tools=had_tools)
+
+    # -- resuming ----------------------------------------------------------------
+
+    def _restore(self, point: ResumePoint) -> None:
+        """Fold a durable run's stored steps into this loop (module :mod:`.checkpoint`), as they
+        were folded live; the loop then goes on from the last step."""
+        if self.mcp is not None:
+            self.mcp.learn(point.output)  # the listings the run showed
+        for step in point.steps:
+            match step["kind"]:
+                case "model":
+                    self.mcp_items.update(step["mcp_items"])
+                    turn = turn_from_data(step["turn"])
+                    self._fold_turn(turn, self._plan(turn.tool_calls), had_tools=step["had_tools"])
+                case "approved":
+                    self.mcp_items.update(step["mcp_items"])
+                    self.approved_opened = True
+                    for call in self.state.resume_calls:
+                        self.p.transcript.add_call(call)
+                case "tool":
+                    self.settled[step["call_id"]] = _ToolOutcome(
+                        step["output"], step["started"], step["ended"],
+                        None if step["error"] is None else McpError(step["error"]), step["error"],
+                    )  # fmt: skip
+                case "tools":
+                    action = decide(self.state)
+                    assert isinstance(action, ExecuteTools), "a stored tool step follows its turn"
+                    for call, output, _ in self._answers(action, self.settled):
+                        self.p.transcript.add_output(call.call_id, output)
+                        self.mcp_items.pop(call.call_id, None)
+                    self.settled = {}
+                    self.state = self.state.after_tools()
+        pending = decide(self.state)
+        if isinstance(pending, ExecuteTools):  # the host died during this tool step
+            self.in_flight = frozenset(c.call_id for c in pending.calls) - set(self.settled)
 
     # -- tools -------------------------------------------------------------------
 
     async def _execute(self, action: ExecuteTools) -> AsyncIterator[ev.LoopEvent]:
         resuming = self.state.last_turn is None  # approved calls, before any model turn
         order = action.calls if resuming else self.state.last_turn.tool_calls  # type: ignore[union-attr]
-        if resuming:
+        if resuming and not self.approved_opened:
             # Approved calls run now, without a model turn: their mcp_call items open here.
             for call in action.calls:
                 item_id = self.mcp_items[call.call_id] = new_id("mcp")
@@ -438,24 +501,38 @@ class _Run:
                 )
                 yield ev.McpCallArgumentsDone(item_id=item_id, arguments=call.arguments)
                 self.p.transcript.add_call(call)
+            opened = {call.call_id: self.mcp_items[call.call_id] for call in action.calls}
+            yield ev.Checkpoint(data={"kind": "approved", "mcp_items": opened})
+        results = {c.call_id: self.settled[c.call_id] for c in action.calls if c.call_id in self.settled}
+        for call in action.calls:
+            if call.call_id in self.in_flight and not is_idempotent(self._executor_of(call), call):
+                now = self.clock()  # the host died while it may have run: never run twice
+                results[call.call_id] = _ToolOutcome(INTERRUPTED, now, now, McpError(_NOT_RERUN), _NOT_RERUN)
+                yield _tool_checkpoint(call, results[call.call_id])
+        self.settled, self.in_flight = {}, frozenset()
+        to_run = [call for call in action.calls if call.call_id not in results]
         started = self.clock()
-        tasks = [asyncio.ensure_future(self._run_tool(call)) for call in action.calls]
-        results: dict[str, _ToolOutcome] = {}
-        if tasks:
+        tasks = {asyncio.ensure_future(self._run_tool(call)): call for call in to_run}
+        pending = dict(tasks)
+        if pending:
             waiter = asyncio.ensure_future(self.cancel.wait())
-            gathered = asyncio.gather(*tasks)
             try:
-                await asyncio.wait({gathered, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                while pending:
+                    done, _ = await asyncio.wait({*pending, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    if waiter in done:
+                        break
+                    for task in done:  # each result is a step of its own, kept as it comes
+                        call = pending.pop(task)
+                        results[call.call_id] = task.result()
+                        yield _tool_checkpoint(call, results[call.call_id])
             finally:  # also when the turn itself is cancelled (its client went away)
                 waiter.cancel()
-                cut_short = not gathered.done()
-                if cut_short:
-                    gathered.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await gathered
-            if cut_short:  # the response was cancelled while tools ran
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+            if pending:  # the response was cancelled while tools ran
                 ended = self.clock()
-                for call, task in zip(action.calls, tasks, strict=True):  # each call's step, cut short or not
+                for task, call in tasks.items():  # each call's step, cut short or not
                     outcome = None if task.cancelled() else task.result()
                     yield ev.StepTraced(
                         kind="tool", name=call.name, call_id=call.call_id,
@@ -464,23 +541,15 @@ class _Run:
                     )  # fmt: skip
                 self.state = replace(self.state, cancelled=True)
                 return
-            results = dict(zip((c.call_id for c in action.calls), gathered.result(), strict=True))
-        rejected = {r.call.call_id: r for r in action.rejected}
         # Outputs in the model's call order, whichever finished first.
-        for call in order:
+        for call, output, failure in self._answers(action, results, order):
             mcp_item = self.mcp_items.pop(call.call_id, None)
-            if call.call_id in results:
-                outcome = results[call.call_id]
+            outcome = results.get(call.call_id)
+            if outcome is not None:
                 yield ev.StepTraced(
                     kind="tool", name=call.name, call_id=call.call_id, started_at=outcome.started,
                     ended_at=outcome.ended, error=outcome.error_text,
                 )
-                output, failure = outcome.output, outcome.error
-            elif call.call_id in rejected:
-                output = f"Error: {rejected[call.call_id].reason}"
-                failure = McpError(rejected[call.call_id].reason)
-            else:
-                continue
             self.p.transcript.add_output(call.call_id, output)
             if mcp_item is not None:
                 if failure is None:
@@ -490,6 +559,26 @@ class _Run:
                     yield ev.McpCallDone(item_id=mcp_item, error=error.to_item_error())
             else:
                 yield ev.ItemEmitted(item=_output_item(call, output))
+
+    def _answers(
+        self, action: ExecuteTools, results: dict[str, _ToolOutcome], order: Sequence[ToolCall] | None = None
+    ) -> Iterator[tuple[ToolCall, str, Exception | None]]:
+        """Each answered call of a tool step with its output and failure, in the model's call order."""
+        if order is None:
+            turn = self.state.last_turn
+            order = action.calls if turn is None else turn.tool_calls
+        rejected = {r.call.call_id: r for r in action.rejected}
+        for call in order:
+            if call.call_id in results:
+                yield call, results[call.call_id].output, results[call.call_id].error
+            elif call.call_id in rejected:
+                reason = rejected[call.call_id].reason
+                yield call, f"Error: {reason}", McpError(reason)
+
+    def _executor_of(self, call: ToolCall) -> ToolExecutor | None:
+        if call.call_id in self.resume_labels:
+            return self.mcp
+        return find_executor(call, self.executors)
 
     async def _run_tool(self, call: ToolCall) -> _ToolOutcome:
         started = self.clock()
@@ -504,6 +593,13 @@ class _Run:
         except Exception as exc:  # noqa: BLE001 - a tool error goes back to the model
             described = str(exc) if isinstance(exc, McpError) else f"{type(exc).__name__}: {exc}"
             return _ToolOutcome(f"Error: {described}", started, self.clock(), exc, described)
+
+
+def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome) -> ev.Checkpoint:
+    return ev.Checkpoint(data={
+        "kind": "tool", "call_id": call.call_id, "output": outcome.output, "error": outcome.error_text,
+        "started": outcome.started, "ended": outcome.ended,
+    })  # fmt: skip
 
 
 def _output_item(call: ToolCall, output: str) -> dict[str, Any]:
@@ -526,6 +622,7 @@ def run_loop(
     cancel: asyncio.Event | None = None,
     clock: Callable[[], float] = time.time,
     context_window: int | None = None,
+    resume: ResumePoint | None = None,
 ) -> AsyncIterator[ev.LoopEvent]:
     """Run one response's agent loop.
 
@@ -540,9 +637,12 @@ def run_loop(
         context_window: the model's context window in estimated tokens (module
             :mod:`.context`); None: not checked.
         clock: wall clock for step traces.
+        resume: go on from a durable run's stored steps (module :mod:`.checkpoint`) instead
+            of starting; the caller's writer must be restored to the steps' wire events.
 
     Returns:
-        The loop's semantic events, ending with one ``ResponseFinished``.
+        The loop's semantic events, ending with one ``ResponseFinished``; a ``Checkpoint``
+        at every step boundary.
     """
     run = _Run(
         prepared,
@@ -553,5 +653,6 @@ def run_loop(
         cancel=cancel or asyncio.Event(),
         clock=clock,
         context_window=context_window,
+        resume=resume,
     )
     return run.run()

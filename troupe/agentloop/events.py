@@ -35,6 +35,7 @@ __all__ = [
     "McpCallDone",
     "ItemEmitted",
     "StepTraced",
+    "Checkpoint",
     "ResponseFinished",
     "LoopEvent",
     "FinishStatus",
@@ -173,6 +174,16 @@ class StepTraced:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """A step boundary, and what a resumed loop needs of the step (:mod:`.checkpoint`); not a
+    wire event. A durable run stores it, with the wire events since the previous one, before
+    it takes the loop's next event: so the loop starts no tool whose call is not stored."""
+
+    data: dict[str, Any]
+    """JSON: ``{"kind": "model" | "approved" | "tool" | "tools", …}``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseFinished:
     """The loop ended; the writer emits the terminal event."""
 
@@ -202,5 +213,6 @@ LoopEvent = (
     | McpCallDone
     | ItemEmitted
     | StepTraced
+    | Checkpoint
     | ResponseFinished
 )

@@ -26,6 +26,7 @@ any failing call, are reported on their item instead.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -197,11 +198,16 @@ class McpToolset:
         self.client = client
         self.servers = {s.label: s for s in servers}
         self._tools: dict[str, list[McpTool]] = {}
-        for item in history:
-            if item.get("type") == "mcp_list_tools" and item.get("server_label") in self.servers and not item.get("error"):
-                self._tools[item["server_label"]] = [_tool_from_item(t) for t in item.get("tools") or []]
         self._route: dict[str, str] = {}  # tool name -> server label
         self._prefetched: dict[str, list[McpTool] | BaseException] = {}  # label -> answer, until shown
+        self.learn(history)
+
+    def learn(self, items: Sequence[dict[str, Any]]) -> None:
+        """Take the listings of ``items``' ``mcp_list_tools`` items as known (the thread's, or
+        those a resumed response showed before its host died)."""
+        for item in items:
+            if item.get("type") == "mcp_list_tools" and item.get("server_label") in self.servers and not item.get("error"):
+                self._tools[item["server_label"]] = [_tool_from_item(t) for t in item.get("tools") or []]
         self._rebuild_routes()
 
     def to_list(self) -> list[McpServer]:
@@ -282,6 +288,13 @@ class McpToolset:
 
     def needs_approval(self, call: Any) -> bool:
         return self.servers[self._route[call.name]].needs_approval(call.name)
+
+    def is_idempotent(self, call: Any) -> bool:
+        """Whether the server's listing annotates the tool ``idempotentHint`` (safe to run again
+        after a host died during it; module :mod:`~troupe.agentloop.checkpoint`)."""
+        label = self._route.get(call.name)
+        tool = next((t for t in self._tools.get(label or "", []) if t.name == call.name), None)
+        return bool(tool is not None and (tool.annotations or {}).get("idempotentHint"))
 
     def approval_item(self, call: Any) -> dict[str, Any]:
         from troupe.protocol import new_id

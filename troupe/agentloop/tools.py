@@ -45,7 +45,8 @@ class ToolExecutor(Protocol):
     An executor may also define ``needs_approval(call) -> bool`` and
     ``approval_item(call) -> dict`` (the output item asking the client to
     approve, e.g. an ``mcp_approval_request``); calls it holds end the response
-    with that item instead of running.
+    with that item instead of running. And ``is_idempotent(call) -> bool``: a call
+    a host died during is run again only if it says yes (module ``checkpoint``).
     """
 
     def definitions(self) -> list[dict[str, Any]]:
@@ -86,6 +87,8 @@ class LocalFunctionExecutor:
     functions: Mapping[str, ToolFunction]
     schemas: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     descriptions: Mapping[str, str] = field(default_factory=dict)
+    idempotent: frozenset[str] = frozenset()
+    """Tools safe to run again after a host died during a call (module ``checkpoint``)."""
 
     def definitions(self) -> list[dict[str, Any]]:
         return [
@@ -101,6 +104,9 @@ class LocalFunctionExecutor:
 
     def can_execute(self, call: ToolCall) -> bool:
         return call.name in self.functions
+
+    def is_idempotent(self, call: ToolCall) -> bool:
+        return call.name in self.idempotent
 
     async def execute(self, call: ToolCall) -> str:
         fn = self.functions[call.name]

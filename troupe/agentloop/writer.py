@@ -94,6 +94,31 @@ class WireWriter:
     def finished(self) -> bool:
         return self._status != "in_progress"
 
+    def restore(self, events: list[dict[str, Any]]) -> None:
+        """Take up where the writer that wrote ``events`` stood after them (a resumed run): the
+        next event numbers on from the last of them, and the output is what they built.
+
+        ``events`` must end at a step boundary (every item done, but an ``mcp_call`` waiting
+        for its result), which is where runs are checkpointed.
+        """
+        for event in events:
+            match event["type"]:
+                case "response.output_item.added":
+                    self._index[event["item"]["id"]] = len(self._output)
+                    self._output.append(event["item"])
+                case "response.output_item.done":
+                    self._output[event["output_index"]] = event["item"]
+                case "response.mcp_call_arguments.done":
+                    i = event["output_index"]
+                    self._output[i] = {**self._output[i], "arguments": event["arguments"]}
+        if events:
+            self._seq = events[-1]["sequence_number"] + 1
+
+    @property
+    def output(self) -> list[dict[str, Any]]:
+        """The output items as they stand."""
+        return list(self._output)
+
     def write(self, event: ev.LoopEvent) -> list[dict[str, Any]]:
         """The wire events for one loop event (possibly none)."""
         match event:
@@ -171,7 +196,7 @@ class WireWriter:
                 return [self._item_event(status_type, item_id), self._done(item)]
             case ev.ItemEmitted(item=item):
                 return [self._add(item), self._done(item)]
-            case ev.StepTraced():
+            case ev.StepTraced() | ev.Checkpoint():
                 return []
             case ev.ResponseFinished() as finished:
                 return self._finish(finished)

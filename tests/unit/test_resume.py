@@ -1,0 +1,173 @@
+"""Durable background runs, in-process (no Ray): a run lost with its server resumes from its
+last checkpoint when the next server starts on the same DuckDB file.
+
+"The server stops" is ``Runtime.close()``: the run's task is cancelled mid-step and nothing
+of it is stored but its checkpoints, as when the process is killed (the Ray tests kill
+processes for real). Tools count their executions in a side table of their own
+(:mod:`tests.side_effects`), so "never run twice" is checked from outside the server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.loop_harness import sim_request as req
+from tests.servers import wait_until
+from tests.side_effects import COUNTED_TOOLS, executions
+from troupe.actors import Runtime, RuntimeSettings
+from troupe.actors.runs import MAX_RESUMES
+from troupe.agentloop.checkpoint import INTERRUPTED
+
+
+def settings(tmp_path: Path, **options: Any) -> RuntimeSettings:
+    return RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), tools=COUNTED_TOOLS, **options)
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f"[[call {name} {json.dumps(arguments)}]]"
+
+
+async def step_kinds(runtime: Runtime, response_id: str) -> list[str]:
+    return [step.data["kind"] for step in await runtime.store.run_steps("", response_id)]
+
+
+async def finished(runtime: Runtime, response_id: str) -> dict[str, Any]:
+    async def done() -> bool:
+        return (await runtime.get_response("", response_id))["status"] not in ("queued", "in_progress")
+
+    await wait_until(done, what="the resumed run to finish")
+    return await runtime.get_response("", response_id)
+
+
+def shape(output: list[dict[str, Any]]) -> list[tuple]:
+    """An output without its ids (every run makes its own): what a crash must not change."""
+    return [
+        (item["type"], item.get("name"), item.get("arguments"), item.get("output"),
+         [part["text"] for part in item.get("content") or []])
+        for item in output
+    ]  # fmt: skip
+
+
+async def events_of(runtime: Runtime, response_id: str) -> list[dict[str, Any]]:
+    return [event async for batch in await runtime.follow_response("", response_id) for event in batch]
+
+
+def assert_one_unbroken_log(events: list[dict[str, Any]]) -> None:
+    assert [e["sequence_number"] for e in events] == list(range(len(events))), "no gap, no duplicate"
+    added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
+    assert len(added) == len(set(added)), "no item is announced twice"
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+    assert [e["type"] for e in events].count("response.created") == 1
+
+
+async def test_a_restart_during_a_tool_step_reruns_only_the_idempotent_call_in_flight(tmp_path):
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    script = call("record", db=db, key="r") + " " + call("gate_again", db=db, key="g", path=str(gate))
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input=script, background=True))
+
+    async def record_settled() -> bool:
+        return "tool" in await step_kinds(first, started["id"]) and executions(db, "g") == 1
+
+    await wait_until(record_settled, what="record's result stored while gate_again runs")
+    await first.close()  # the server stops mid-step
+    gate.touch()
+    second = Runtime.local(settings(tmp_path))
+    try:
+        assert await second.recover() == 1
+        resumed = await finished(second, started["id"])
+        assert resumed["status"] == "completed"
+        assert executions(db, "r") == 1, "a call whose result was stored never runs again"
+        assert executions(db, "g") == 2, "the idempotent call in flight ran again"
+        assert resumed["output"][-1]["content"][0]["text"] == "record -> recorded r\ngate_again -> g passed"
+        assert_one_unbroken_log(await events_of(second, started["id"]))
+        uncrashed = await second.respond("", req(input=script))
+        assert shape(resumed["output"]) == shape(uncrashed["output"])
+        assert await second.store.run_steps("", started["id"]) == [], "the checkpoints went with the run"
+    finally:
+        await second.close()
+
+
+async def test_a_call_in_flight_of_a_tool_not_idempotent_is_not_run_again(tmp_path):
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input=call("gate", db=db, key="g", path=str(gate)), background=True))
+    async def gate_running() -> bool:
+        return executions(db, "g") == 1
+
+    await wait_until(gate_running, what="the gate call running")
+    await first.close()
+    gate.touch()
+    second = Runtime.local(settings(tmp_path))
+    try:
+        resumed = await second.get_response("", started["id"])  # reading a lost run resumes it
+        assert resumed["status"] in ("queued", "in_progress")
+        resumed = await finished(second, started["id"])
+        assert resumed["status"] == "completed"
+        assert executions(db, "g") == 1
+        outputs = [item["output"] for item in resumed["output"] if item["type"] == "function_call_output"]
+        assert outputs == [INTERRUPTED], "the model is told the call was interrupted"
+        assert resumed["output"][-1]["content"][0]["text"] == f"gate -> {INTERRUPTED}"
+        tool_traces = [t for t in await second.step_traces("", started["id"]) if t["kind"] == "tool"]
+        assert [t["error"] for t in tool_traces] == ["interrupted by a host failure; not run again (the tool is not idempotent)"]
+        assert_one_unbroken_log(await events_of(second, started["id"]))
+    finally:
+        await second.close()
+
+
+async def test_a_restart_during_the_second_model_call_asks_the_model_again_and_runs_no_tool_twice(tmp_path):
+    db = str(tmp_path / "side.sqlite")
+    script = "[[latency ttft=3000]] " + call("record", db=db, key="r")
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input=script, background=True))
+
+    async def tools_done() -> bool:
+        return "tools" in await step_kinds(first, started["id"])
+
+    await wait_until(tools_done, timeout_s=30, what="the tool step stored")
+    await first.close()  # during the second model call (3 s to its first token)
+    second = Runtime.local(settings(tmp_path))
+    try:
+        assert await second.recover() == 1
+        resumed = await finished(second, started["id"])
+        assert resumed["status"] == "completed" and executions(db, "r") == 1
+        model_traces = [t for t in await second.step_traces("", started["id"]) if t["kind"] == "model"]
+        assert len(model_traces) == 2, "the first model call is not made again"
+        events = await events_of(second, started["id"])
+        assert_one_unbroken_log(events)
+        assert events[-1]["response"]["usage"]["output_tokens"] > 0
+        assert shape(resumed["output"]) == shape((await second.respond("", req(input=call("record", db=db, key="r"))))["output"])
+    finally:
+        await second.close()
+
+
+async def test_a_lost_run_older_than_resume_within_s_is_failed(tmp_path):
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input='[[call sleep {"ms": 30000}]]', background=True))
+    await first.close()
+    second = Runtime.local(settings(tmp_path, resume_within_s=0))
+    try:
+        assert await second.recover() == 1
+        failed = await second.get_response("", started["id"])
+        assert failed["status"] == "failed" and "not resumed" in failed["error"]["message"]
+        assert failed["background"] is True and failed["id"] == started["id"]
+        assert await second.recover() == 0, "failed once"
+    finally:
+        await second.close()
+
+
+async def test_a_run_whose_hosts_keep_failing_is_failed_after_max_resumes(tmp_path):
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input='[[call sleep {"ms": 30000}]]', background=True))
+    await first.close()
+    second = Runtime.local(settings(tmp_path))
+    try:
+        for attempt in range(MAX_RESUMES):  # as if resumed that often, each time lost again
+            assert await second.store.claim_run("", started["id"], attempt) is not None
+        failed = await second.get_response("", started["id"])
+        assert failed["status"] == "failed"
+        assert f"failed {MAX_RESUMES + 1} times" in failed["error"]["message"]
+    finally:
+        await second.close()
