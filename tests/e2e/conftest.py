@@ -21,6 +21,7 @@ from openai import OpenAI
 
 from tests.servers import direct_ingress_root, served_local, wait_for
 from tests.mcp_servers import REPO_ROOT
+from tests.side_effects import COUNTED_TOOLS
 from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
@@ -68,6 +69,7 @@ def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
             pool_size=2,
             namespace=f"e2e-{placement}-{uuid.uuid4().hex[:6]}",
             storage_path=str(tmp_path_factory.mktemp(placement) / "troupe.duckdb"),
+            tools=COUNTED_TOOLS,  # the example tools, and tools that count their runs (crash tests)
             # The MCP test servers run on loopback, which the default policy refuses.
             mcp=McpSettings(
                 allowed_urls=("http://127.0.0.1:*",),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 
 import httpx
@@ -11,6 +14,7 @@ import ray
 from openai import OpenAI
 
 from tests.servers import wait_for
+from tests.side_effects import executions
 from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
 from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 
@@ -88,15 +92,69 @@ def test_storage_actor_restart_keeps_every_response(root):
     assert client.responses.retrieve(old.id).output_text == "before the restart"
 
 
-def test_a_background_response_whose_host_died_is_failed_not_lost(actor_root):
-    # Until runs are resumed (issue 13), a run its host died with must at least end visibly.
+def _kill_9(actor) -> None:
+    """SIGKILL the process of ``actor`` (Ray restarts a pooled host; a dedicated one stays dead)."""
+    pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_background_run_survives_kill_9_of_its_host_twice(actor_root, tmp_path):
+    """Killed during a tool call, then during the model call after the tools: the run completes
+    with the output of an uncrashed run, and no tool that is not idempotent ran twice."""
     client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
-    started = client.responses.create(model="sim", input='[[call sleep {"ms": 30000}]]', background=True)
-    hosts: list = []
-    wait_for(lambda: bool(hosts.extend(_running_hosts()) or hosts), what="the run on a host")
-    for host in hosts:
-        ray.kill(host, no_restart=False)
-    wait_for(lambda: client.responses.retrieve(started.id).status == "failed", what="the lost run to be failed")
-    failed = client.responses.retrieve(started.id)
-    assert failed.error.code == "server_error" and "not resumed" in failed.error.message
-    assert failed.background is True
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    script = ("[[latency ttft=1500]] " + _call("record", db=db, key="r")
+              + " " + _call("gate_again", db=db, key="g", path=str(gate)))  # fmt: skip
+    started = client.responses.create(model="sim", input=script, background=True)
+    storage = _host_namespace_storage(started.id)
+
+    def steps() -> list[str]:
+        return [s.data["kind"] for s in ray.get(storage.run_steps.remote("", started.id))]
+
+    # 1. During the tool step: record's result is stored, gate_again waits for its gate.
+    wait_for(lambda: "tool" in steps() and executions(db, "g") == 1, what="record stored, gate_again running")
+    for host in _running_hosts():
+        _kill_9(host)
+    wait_for(lambda: executions(db, "g") == 2, timeout_s=60, what="the run resumed on a new host")
+    gate.touch()
+    # 2. During the second model call (1.5 s to its first token), once the tool step is stored.
+    wait_for(lambda: "tools" in steps(), what="the tool step stored")
+    for host in _running_hosts():
+        _kill_9(host)
+    wait_for(lambda: client.responses.retrieve(started.id).status == "completed", timeout_s=60, what="the run done")
+    done = client.responses.retrieve(started.id)
+    assert executions(db, "r") == 1, "record (not idempotent) ran exactly once"
+    assert executions(db, "g") == 2, "gate_again (idempotent) ran again once, after the first kill"
+    assert done.output_text == "record -> recorded r\ngate_again -> g passed"
+    uncrashed = client.responses.create(model="sim", input=script)
+    assert _shape(done.output) == _shape(uncrashed.output)
+    events = list(client.responses.retrieve(started.id, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events))), "no gap, no duplicate"
+    added = [e.item.id for e in events if e.type == "response.output_item.added"]
+    assert len(added) == len(set(added)) and events[-1].type == "response.completed"
+    model_steps = [t for t in _traces(actor_root, started.id) if t["kind"] == "model"]
+    assert len(model_steps) == 2, "the first model call was not made again"
+
+
+def _host_namespace_storage(response_id: str):
+    """The storage actor of the namespace whose host runs ``response_id`` now."""
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["name"] == STORAGE_ACTOR_NAME and actor["namespace"].startswith("e2e-"):
+            storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=actor["namespace"])
+            if ray.get(storage.get_run.remote("", response_id)) is not None:
+                return storage
+    raise LookupError(f"no storage actor knows the run {response_id}")
+
+
+def _call(name: str, **arguments) -> str:
+    return f"[[call {name} {json.dumps(arguments)}]]"
+
+
+def _shape(output) -> list[tuple]:
+    """An output without its ids."""
+    return [(i.type, getattr(i, "name", None), getattr(i, "arguments", None), getattr(i, "output", None),
+             [p.text for p in getattr(i, "content", None) or []]) for i in output]  # fmt: skip
+
+
+def _traces(root: str, response_id: str) -> list[dict]:
+    return httpx.get(f"{root}/v1/responses/{response_id}/step_traces", timeout=10).json()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -58,6 +59,8 @@ from .settings import RuntimeSettings
 from .store_client import StoreClient
 
 __all__ = ["Runtime", "EventBatches"]
+
+log = logging.getLogger(__name__)
 
 _START_WAIT_S = 10.0
 """How long a turn waits for its host to come back (a pooled host restarting after a crash,
@@ -204,9 +207,12 @@ class Runtime(ConversationCalls):
                     return
             except HostFailed:
                 pass
-            run = await self.store.get_run(job.tenant, job.response_id)
-            if run is not None:  # not stored: lost with its host
-                await self._take_over(run)
+            try:
+                run = await self.store.get_run(job.tenant, job.response_id)
+                if run is not None:  # not stored: lost with its host
+                    await self._take_over(run)
+            except Exception:  # the next read of the response (or the next start) tries again
+                log.exception("background response %s: its host died, and it could not be resumed", job.response_id)
 
         task = asyncio.create_task(watch())
         self._watchers.add(task)
