@@ -349,6 +349,7 @@ class ConversationHost:
             cancel=run.cancel,
             context_window=spec.context_window,
             resume=run.resume,
+            checkpoints=run.events is not None,  # a background run: durable
         )
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)
@@ -359,8 +360,7 @@ class ConversationHost:
                     traces.append(_trace(job.response_id, len(traces), event))
                     continue
                 if isinstance(event, Checkpoint):
-                    if run.events is not None:  # a background run: durable
-                        await self._checkpoint(run, event, ttft_s)
+                    await self._checkpoint(run, event, ttft_s)
                     continue
                 wire = writer.write(event)
                 run.add_events(wire)

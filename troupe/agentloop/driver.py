@@ -172,9 +172,11 @@ class _Run:
         clock: Callable[[], float],
         context_window: int | None = None,
         resume: ResumePoint | None = None,
+        checkpoints: bool = False,
     ) -> None:
         self.p = prepared
         self.resume = resume
+        self.checkpoints = checkpoints
         self.context_window = context_window
         self.req = prepared.request
         self.model = model
@@ -231,7 +233,8 @@ class _Run:
                         yield event
                     if not self.state.cancelled:
                         self.state = self.state.after_tools()
-                        yield ev.Checkpoint(data={"kind": "tools"})
+                        if self.checkpoints:
+                            yield ev.Checkpoint(data={"kind": "tools"})
                 case InterruptForApproval(pending=pending):
                     for call in pending:
                         executor = find_executor(call, self.executors)
@@ -433,10 +436,11 @@ class _Run:
             self.state = replace(self.state, cancelled=cancelled, error=error)
             return
         self._fold_turn(turn, plan, had_tools=action.tools_enabled)
-        opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
-        yield ev.Checkpoint(
-            data={"kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened}
-        )
+        if self.checkpoints:
+            opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
+            yield ev.Checkpoint(
+                data={"kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened}
+            )
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
         return plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
@@ -501,14 +505,16 @@ class _Run:
                 )
                 yield ev.McpCallArgumentsDone(item_id=item_id, arguments=call.arguments)
                 self.p.transcript.add_call(call)
-            opened = {call.call_id: self.mcp_items[call.call_id] for call in action.calls}
-            yield ev.Checkpoint(data={"kind": "approved", "mcp_items": opened})
+            if self.checkpoints:
+                opened = {call.call_id: self.mcp_items[call.call_id] for call in action.calls}
+                yield ev.Checkpoint(data={"kind": "approved", "mcp_items": opened})
         results = {c.call_id: self.settled[c.call_id] for c in action.calls if c.call_id in self.settled}
         for call in action.calls:
             if call.call_id in self.in_flight and not is_idempotent(self._executor_of(call), call):
                 now = self.clock()  # the host died while it may have run: never run twice
                 results[call.call_id] = _ToolOutcome(INTERRUPTED, now, now, McpError(_NOT_RERUN), _NOT_RERUN)
-                yield _tool_checkpoint(call, results[call.call_id])
+                if self.checkpoints:
+                    yield _tool_checkpoint(call, results[call.call_id])
         self.settled, self.in_flight = {}, frozenset()
         to_run = [call for call in action.calls if call.call_id not in results]
         started = self.clock()
@@ -524,7 +530,8 @@ class _Run:
                     for task in done:  # each result is a step of its own, kept as it comes
                         call = pending.pop(task)
                         results[call.call_id] = task.result()
-                        yield _tool_checkpoint(call, results[call.call_id])
+                        if self.checkpoints:
+                            yield _tool_checkpoint(call, results[call.call_id])
             finally:  # also when the turn itself is cancelled (its client went away)
                 waiter.cancel()
                 for task in pending:
@@ -623,6 +630,7 @@ def run_loop(
     clock: Callable[[], float] = time.time,
     context_window: int | None = None,
     resume: ResumePoint | None = None,
+    checkpoints: bool = False,
 ) -> AsyncIterator[ev.LoopEvent]:
     """Run one response's agent loop.
 
@@ -639,10 +647,11 @@ def run_loop(
         clock: wall clock for step traces.
         resume: go on from a durable run's stored steps (module :mod:`.checkpoint`) instead
             of starting; the caller's writer must be restored to the steps' wire events.
+        checkpoints: yield a ``Checkpoint`` at every step boundary (a durable run), for the
+            caller to store before it takes the next event.
 
     Returns:
-        The loop's semantic events, ending with one ``ResponseFinished``; a ``Checkpoint``
-        at every step boundary.
+        The loop's semantic events, ending with one ``ResponseFinished``.
     """
     run = _Run(
         prepared,
@@ -654,5 +663,6 @@ def run_loop(
         clock=clock,
         context_window=context_window,
         resume=resume,
+        checkpoints=checkpoints,
     )
     return run.run()
