@@ -7,6 +7,7 @@ actor: ``ray::ServeReplica:…`` for the replica, ``ray::ProxyActor`` for the pr
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -22,6 +23,7 @@ import pytest
 from openai import OpenAI
 
 from tests.servers import wait_for
+from tests.side_effects import executions
 from troupe.serve.deployment import free_port_range
 
 STREAM_BODY = json.dumps({"model": "sim", "input": "[[tokens 32]] [[latency itl=5]]", "stream": True})
@@ -137,3 +139,62 @@ def test_a_client_that_goes_away_cancels_its_turn(troupe_apps, placement) -> Non
     # A cancelled turn stores nothing: the conversation holds only the second turn.
     items = client.conversations.items.list(conversation.id, order="asc").data
     assert [item.content[0].text for item in items] == ["[[say next]]", "next"]
+
+
+def _start_troupe_serve(config: Path, port: int) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    for name in [n for n in env if n.startswith("RAY_SERVE_")]:  # the test session's, not this server's
+        del env[name]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "troupe", "serve", "--port", str(port), "--config", str(config)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    wait_for(lambda: server.poll() is not None or _healthy(root), timeout_s=120, what=f"{root}/health")
+    assert server.poll() is None, server.stdout.read()
+    return server, root
+
+
+def _kill_9_tree(server: subprocess.Popen) -> None:
+    """SIGKILL the server and every process it started (Ray's too), as a crash of the machine's
+    Troupe would; then wait until they are all gone (the DuckDB file is free again)."""
+    processes = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(processes, timeout=30)
+    server.communicate()
+
+
+def test_a_background_run_completes_after_the_whole_server_is_killed_and_restarted(tmp_path: Path) -> None:
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    config = tmp_path / "troupe.toml"
+    config.write_text(
+        f'[runtime]\nstorage_path = "{tmp_path / "troupe.duckdb"}"\npool_size = 1\n\n'
+        '[[tools]]\nname = "gate_again"\ntarget = "tests.side_effects:gate"\nidempotent = true\n'
+    )
+    server, root = _start_troupe_serve(config, free_port_range(1))
+    try:
+        client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+        arguments = json.dumps({"db": db, "key": "g", "path": str(gate)})
+        started = client.responses.create(model="sim", input=f"[[call gate_again {arguments}]]", background=True)
+        wait_for(lambda: executions(db, "g") == 1, timeout_s=60, what="the tool call running")
+    finally:
+        _kill_9_tree(server)
+    gate.touch()
+    server, root = _start_troupe_serve(config, free_port_range(1))  # the same DuckDB file
+    try:
+        client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+        wait_for(lambda: client.responses.retrieve(started.id).status == "completed", timeout_s=60, what="the run")
+        done = client.responses.retrieve(started.id)
+        assert done.output_text == "gate_again -> g passed"
+        assert executions(db, "g") == 2, "the idempotent call in flight ran again, once"
+        events = list(client.responses.retrieve(started.id, stream=True))
+        assert [e.sequence_number for e in events] == list(range(len(events))), "no gap, no duplicate"
+        assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            _kill_9_tree(server)
