@@ -136,6 +136,58 @@ def test_a_background_run_survives_kill_9_of_its_host_twice(actor_root, tmp_path
     assert len(model_steps) == 2, "the first model call was not made again"
 
 
+def _gated_script(tmp_path) -> tuple[str, str, object]:
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    return _call("gate_again", db=db, key="g", path=str(gate)), db, gate
+
+
+def _read_in_thread(stream) -> tuple[threading.Thread, list]:
+    events: list = []
+    thread = threading.Thread(target=lambda: events.extend(stream), daemon=True)
+    thread.start()
+    return thread, events
+
+
+def test_a_foreground_stream_whose_host_dies_goes_on_in_the_background(actor_root, tmp_path):
+    client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
+    script, db, gate = _gated_script(tmp_path)
+    thread, events = _read_in_thread(client.responses.create(model="sim", input=script, stream=True))
+    wait_for(lambda: executions(db, "g") == 1, what="the tool running")  # its turn is stored before it starts
+    for host in _running_hosts():
+        _kill_9(host)
+    thread.join(timeout=60)
+    *seen, error, failed = events
+    assert error.type == "error" and failed.type == "response.failed", "the client hears of the failure as before"
+    last = seen[-1].sequence_number
+    assert f"goes on in the background from its last step: retrieve it, or stream it again with starting_after={last}" \
+        in error.message  # fmt: skip
+    gate.touch()
+    response_id = seen[0].response.id
+    wait_for(lambda: client.responses.retrieve(response_id).status == "completed", timeout_s=60, what="the resumed turn")
+    assert client.responses.retrieve(response_id).output_text == "gate_again -> g passed"
+    rest = list(client.responses.retrieve(response_id, stream=True, starting_after=last))
+    whole = list(client.responses.retrieve(response_id, stream=True))
+    assert [e.sequence_number for e in whole] == list(range(len(whole)))
+    assert [e.to_dict() for e in seen + rest] == [e.to_dict() for e in whole], "reconnected, the client misses nothing"
+
+
+def test_a_background_stream_is_followed_on_through_its_hosts_death(actor_root, tmp_path):
+    client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
+    script, db, gate = _gated_script(tmp_path)
+    thread, events = _read_in_thread(client.responses.create(model="sim", input=script, stream=True, background=True))
+    wait_for(lambda: executions(db, "g") == 1, what="the tool running")
+    for host in _running_hosts():
+        _kill_9(host)
+    wait_for(lambda: executions(db, "g") == 2, timeout_s=60, what="the run resumed")
+    gate.touch()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert [e for e in events if e.type in ("error", "response.failed")] == []
+    whole = list(client.responses.retrieve(events[0].response.id, stream=True))
+    assert [e.to_dict() for e in events] == [e.to_dict() for e in whole], "one unbroken stream, as if nothing happened"
+    assert whole[-1].type == "response.completed"
+
+
 def _host_namespace_storage(response_id: str):
     """The storage actor of the namespace whose host runs ``response_id`` now."""
     for actor in ray.util.list_named_actors(all_namespaces=True):

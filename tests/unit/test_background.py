@@ -8,7 +8,8 @@ import time
 import pytest
 
 from tests.servers import wait_until
-from troupe.actors import Runtime
+from tests.side_effects import COUNTED_TOOLS, executions
+from troupe.actors import Runtime, RuntimeSettings
 from tests.loop_harness import sim_request as req
 from troupe.protocol import InvalidRequest, NotFound
 
@@ -60,14 +61,23 @@ async def test_a_background_turn_waits_queued_behind_its_conversations_turn(runt
     assert texts == ["[[say second]]", "second"], "the cancelled turn is not conversation history"
 
 
-async def test_cancelling_a_running_response_cancels_its_tool_call(runtime):
-    started = await runtime.background("", req(input=SLEEP_30_S, background=True))
+async def test_cancelling_a_running_response_cancels_its_tool_call(tmp_path):
+    runtime = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), tools=COUNTED_TOOLS))
+    try:
+        await _cancel_a_running_tool(runtime, tmp_path)
+    finally:
+        await runtime.close()
+
+
+async def _cancel_a_running_tool(runtime: Runtime, tmp_path) -> None:
+    db, gate = str(tmp_path / "side.sqlite"), str(tmp_path / "never-opened")
+    script = f'[[call gate {{"db": "{db}", "key": "g", "path": "{gate}"}}]]'
+    started = await runtime.background("", req(input=script, background=True))
 
     async def tool_running() -> bool:
-        output = (await runtime.get_response("", started["id"]))["output"]
-        return any(item["type"] == "function_call" for item in output)
+        return executions(db, "g") == 1
 
-    await wait_until(tool_running, what="the sleep tool call")
+    await wait_until(tool_running, what="the gate tool call")
     before = time.monotonic()
     cancelled = await runtime.cancel_response("", started["id"])
     assert cancelled["status"] == "cancelled"
@@ -77,7 +87,7 @@ async def test_cancelling_a_running_response_cancels_its_tool_call(runtime):
     assert [item["type"] for item in stored["output"]][0] == "function_call"
     traces = await runtime.step_traces("", started["id"])
     tool = [t for t in traces if t["kind"] == "tool"]
-    assert len(tool) == 1 and tool[0]["duration_s"] < 10, "the tool's step ended early"
+    assert len(tool) == 1 and tool[0]["duration_s"] < 10 and tool[0]["error"] == "cancelled", "its step ended early"
     # Again: the same answer.
     assert (await runtime.cancel_response("", started["id"]))["status"] == "cancelled"
 

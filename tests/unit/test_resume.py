@@ -9,6 +9,8 @@ processes for real). Tools count their executions in a side table of their own
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -171,3 +173,40 @@ async def test_a_run_whose_hosts_keep_failing_is_failed_after_max_resumes(tmp_pa
         assert f"failed {MAX_RESUMES + 1} times" in failed["error"]["message"]
     finally:
         await second.close()
+
+
+async def test_a_foreground_turn_is_durable_from_its_first_step_until_its_client_leaves(tmp_path):
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    runtime = Runtime.local(settings(tmp_path))
+    try:
+        batches = await runtime.stream("", req(input=call("gate", db=db, key="g", path=str(gate)), stream=True))
+        first = await anext(batches)
+        response_id = first[0]["response"]["id"]
+        reading = asyncio.ensure_future(anext(batches))
+
+        async def durable_and_running() -> bool:
+            return executions(db, "g") == 1 and await runtime.store.get_run("", response_id) is not None
+
+        await wait_until(durable_and_running, what="the turn stored before its tool started")
+        followed = await runtime.follow_response("", response_id)  # a running stored response streams again
+        assert (await anext(followed)) == [] and (await anext(followed))[0]["type"] == "response.created"
+        await followed.aclose()
+        reading.cancel()  # the client went away: its turn is cancelled, as before
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        await batches.aclose()
+        assert await runtime.store.get_run("", response_id) is None, "nothing is left to resume"
+        assert await runtime.recover() == 0
+    finally:
+        await runtime.close()
+
+
+async def test_a_foreground_response_that_ran_tools_keeps_its_event_log(tmp_path):
+    runtime = Runtime.local(settings(tmp_path))
+    try:
+        done = await runtime.respond("", req(input='[[call calculator {"expression": "6*7"}]]'))
+        events = [event async for batch in await runtime.follow_response("", done["id"]) for event in batch]
+        assert_one_unbroken_log(events)
+        assert events[-1]["response"] == done
+    finally:
+        await runtime.close()

@@ -482,6 +482,19 @@ def test_a_run_lasts_until_its_response_is_stored(store: Store) -> None:
     assert store.unfinished_runs() == []
 
 
+def test_run_starts_and_steps_are_written_together_or_not_at_all(store: Store) -> None:
+    run = RunRecord(tenant="acme", response_id="resp_1", thread_id="t", created_at=int(T0), request={"x": 1})
+    step = RunStep(tenant="acme", response_id="resp_1", seq=0, data={"kind": "model"})
+    store.write_run_progress([run, step])
+    assert store.unfinished_runs() == [run] and store.run_steps("acme", "resp_1") == [step]
+    other = RunRecord(tenant="acme", response_id="resp_2", thread_id="t", created_at=int(T0), request={})
+    bad = RunStep(tenant="acme", response_id="resp_2", seq=0, data={"not json": object()})
+    with pytest.raises(StorageError):
+        store.write_run_progress([other, bad])
+    assert store.unfinished_runs() == [run], "a batch that fails writes nothing"
+    assert store.run_steps("acme", "resp_2") == []
+
+
 def test_a_run_is_claimed_once_per_attempt(store: Store) -> None:
     run = RunRecord(tenant="acme", response_id="resp_1", thread_id="thread_1", created_at=int(T0), request={})
     store.start_run(run)
@@ -504,9 +517,6 @@ def test_run_steps_are_kept_in_order_until_the_run_ends(store: Store) -> None:
     store.checkpoint_run(RunStep(tenant="acme", response_id="resp_2", seq=0, data={"kind": "other"}))
     assert store.run_steps("acme", "resp_1") == steps
     assert store.run_steps("other", "resp_1") == []
-    replaced = RunStep(tenant="acme", response_id="resp_1", seq=1, data={"kind": "b"})
-    store.checkpoint_run(replaced)
-    assert store.run_steps("acme", "resp_1") == [steps[0], replaced]
     store.write_responses([make_record("resp_1")])
     assert store.run_steps("acme", "resp_1") == []
     store.end_run("acme", "resp_2")

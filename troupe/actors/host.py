@@ -212,9 +212,7 @@ class ConversationHost:
         self._mcp_servers(job.request)  # a server this deployment may not reach: refused now
         run = self._accept(job)
         try:  # recorded before it is answered: a run its host dies with is known to be lost
-            request = job.request.model_dump(mode="json", exclude_unset=True)
-            await self.store.start_run(RunRecord(tenant=job.tenant, response_id=job.response_id,
-                                                 thread_id=job.thread_id, created_at=job.created_at, request=request))
+            await self.store.start_run(_run_record(job))
         except BaseException:
             self.runs.remove(run)
             raise
@@ -317,6 +315,11 @@ class ConversationHost:
                     self.last_active = time.monotonic()
         finally:
             self.runs.remove(run)
+            if run.durable and not run.stored and not job.request.background:
+                # A foreground turn that ended unstored (its client went away, a failure) is over:
+                # only a host that dies leaves its run behind, to be resumed.
+                with contextlib.suppress(Exception):
+                    await self.store.end_run(job.tenant, job.response_id)
 
     async def _store_failure(self, run: LiveRun, exc: BaseException) -> None:
         """Store a background run that failed before its loop could report it (a queued
@@ -349,7 +352,7 @@ class ConversationHost:
             cancel=run.cancel,
             context_window=spec.context_window,
             resume=run.resume,
-            checkpoints=run.events is not None,  # a background run: durable
+            checkpoints=request.store,  # a stored response is durable from its first checkpoint
         )
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)
@@ -367,8 +370,10 @@ class ConversationHost:
                 if writer.finished:
                     # Durable before the client hears it is done.
                     await self._finish(
-                        job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces, run.events
+                        job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces,
+                        run.events if run.durable else None,
                     )
+                    run.stored = True
                     yield wire
                     return
                 if ttft_s is None and any(e["type"] in DELTA_TYPES for e in wire):
@@ -379,8 +384,13 @@ class ConversationHost:
 
     async def _checkpoint(self, run: LiveRun, checkpoint: Checkpoint, ttft_s: float | None) -> None:
         """Store a step of a durable run with the wire events and traces since its last step;
-        the loop goes on once it is stored (it starts no tool whose call is not)."""
+        the loop goes on once it is stored (it starts no tool whose call is not). A foreground
+        run becomes durable here, at its first step: before it, no tool ran, and a host that
+        dies fails the request as a retry would not regret."""
         assert run.events is not None
+        if not run.durable:
+            await self.store.start_run(_run_record(run.job))
+            run.durable = True
         data = {
             **checkpoint.data,
             "events": run.events[run.logged :],
@@ -476,6 +486,12 @@ class ConversationHost:
         await self.models.close()
         if self.mcp_client is not None:
             await self.mcp_client.close()
+
+
+def _run_record(job: TurnJob) -> RunRecord:
+    request = job.request.model_dump(mode="json", exclude_unset=True)
+    return RunRecord(tenant=job.tenant, response_id=job.response_id, thread_id=job.thread_id,
+                     created_at=job.created_at, request=request)  # fmt: skip
 
 
 def _trace(response_id: str, seq: int, event: StepTraced) -> StepTrace:

@@ -78,7 +78,12 @@ class LiveRun:
     running: bool = False
     """False while the run waits for its conversation's turn (``queued``)."""
     events: list[dict[str, Any]] | None = None
-    """Every wire event so far, for followers; kept only for background runs."""
+    """Every wire event so far, for followers and checkpoints; kept for stored responses."""
+    durable: bool = False
+    """It has a ``runs`` row: a background run from its start, a foreground one from its first
+    checkpoint. A durable run that no host runs and none stored is resumed."""
+    stored: bool = False
+    """Its response is stored (the run is over)."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the run is stored (or ended without being stored)."""
     resume: ResumePoint | None = None
@@ -136,7 +141,7 @@ class LiveRuns:
         return len(self._runs)
 
     def add(self, job: TurnJob, writer: WireWriter) -> LiveRun:
-        run = LiveRun(job, writer, events=[] if job.request.background else None)
+        run = LiveRun(job, writer, events=[] if job.request.store else None, durable=job.request.background)
         self._runs[job.response_id] = run
         return run
 
@@ -194,7 +199,8 @@ class LiveRuns:
             raise NoLiveRun(f"No running response with id '{response_id}'.", param="response_id")
         if run.events is None:
             raise InvalidRequest(
-                "Only a background response can be streamed again; this one streams to the request that made it.",
+                "Only a stored response can be streamed again; this one (store=false) streams to the request "
+                "that made it.",
                 param="stream",
             )
         yield []

@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 _START_WAIT_S = 10.0
 """How long a turn waits for its host to come back (a pooled host restarting after a crash,
 a dedicated actor being recreated) before the request fails with HostFailed."""
+_RESUME_WAIT_S = 120.0
+"""How long a follower of a run whose host died waits for the run to be live again (a host
+process restarting on a loaded machine takes seconds); meanwhile the run is not stored."""
 
 EventBatches = AsyncIterator[list[dict[str, Any]]]
 T = TypeVar("T")
@@ -156,14 +159,27 @@ class Runtime(ConversationCalls):
         """Start a response; its wire events in batches, ending with the terminal event.
 
         A host that dies mid-stream ends the stream with an ``error`` event and
-        ``response.failed`` (``server_error``), numbered on from the last event.
+        ``response.failed`` (``server_error``), numbered on from the last event. A turn that
+        had reached its first tool step goes on in the background from its last checkpoint
+        (the error says so): ``follow_response`` streams it again.
 
         Raises (before anything is streamed):
             InvalidRequest, NotFound: the request does not fit (unknown model,
                 unknown ``previous_response_id`` or ``conversation``, bad input items).
             HostFailed: no host could start the turn.
         """
-        return _failures_as_events(await self._start(tenant, request))
+        return _failures_as_events(await self._start(tenant, request), resumed=lambda rid: self._resume_lost(tenant, rid))
+
+    async def _resume_lost(self, tenant: str, response_id: str) -> bool:
+        """After its host died: resume ``response_id`` in the background if it is durable and
+        not stored (:meth:`_take_over`, in a task); whether it goes on."""
+        run = await self.store.get_run(tenant, response_id)
+        if run is None or await self.store.get_response(tenant, response_id) is not None:
+            return False
+        task = asyncio.create_task(self._take_over(run))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+        return True
 
     async def respond(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
         """Run a response to the end; the final Response (non-streaming).
@@ -321,6 +337,9 @@ class Runtime(ConversationCalls):
         Callers that find the same lost run at once (a poll, the watcher, another replica)
         resume it once: the run is claimed (``claim_run``) before it is resumed.
         """
+        live = await self._live(run.tenant, run.response_id, lambda h: h.live_response(run.tenant, run.response_id))
+        if live is not None:  # resumed already (another caller saw the same death)
+            return live
         if time.time() - run.created_at > self.settings.resume_within_s:
             return await self._fail_lost(run, LOST_RUN_MESSAGE)
         if run.attempt >= MAX_RESUMES:
@@ -368,31 +387,64 @@ class Runtime(ConversationCalls):
         return compacted_response(thread, summary)
 
     async def follow_response(self, tenant: str, response_id: str, starting_after: int | None = None) -> EventBatches:
-        """A background response's events after sequence number ``starting_after`` (all when
-        None): live from its host while it runs, then to its terminal event; replayed from its
-        stored event log once it has ended.
+        """A response's events after sequence number ``starting_after`` (all when None): live
+        from its host while it runs, then to its terminal event; replayed from its stored event
+        log once it has ended. A run whose host dies meanwhile is resumed, and followed on.
 
         Raises (before anything is streamed):
             NotFound: no such response.
-            InvalidRequest: it keeps no event log (it was not a background response).
+            InvalidRequest: it keeps no event log (only background responses, and stored ones
+                that reached a tool step, keep theirs).
         """
         after = -1 if starting_after is None else starting_after
-        host = await self._running_host(response_id)
-        if host is not None:
-            batches = host.follow(tenant, response_id, after)
-            try:
-                first = await anext(batches)  # [] while it runs; NoLiveRun when it does not
-            except (NoLiveRun, HostFailed, StopAsyncIteration):
-                pass
-            else:
-                return _failures_as_events(_prepend(first, batches))
+        live = await self._follow_live(tenant, response_id, after)
+        if live is None and await self._resume_lost(tenant, response_id):
+            live = await self._follow_live(tenant, response_id, after, wait=True)
+        if live is not None:
+            return _failures_as_events(self._followed_on(tenant, response_id, after, live))
         events = await self.store.response_events(tenant, response_id)
         if events is None:
             await self.get_response(tenant, response_id)  # 404 when there is no such response
             raise InvalidRequest(
-                "This response kept no event log: only a background response can be streamed again.", param="stream"
+                "This response kept no event log: background responses, and stored ones that ran tools, keep theirs.",
+                param="stream",
             )
         return _replay([e for e in events if e["sequence_number"] > after])
+
+    async def _follow_live(self, tenant: str, response_id: str, after: int, *, wait: bool = False) -> EventBatches | None:
+        """The run's events after ``after`` from the host running it; None if no host runs it
+        (``wait``: a run being resumed, until its new host has it)."""
+        deadline = time.monotonic() + (_RESUME_WAIT_S if wait else 0)
+        while True:
+            host = await self._running_host(response_id)
+            if host is not None:
+                batches = host.follow(tenant, response_id, after)
+                try:
+                    first = await anext(batches)  # [] while it runs; NoLiveRun when it does not
+                except (NoLiveRun, HostFailed, StopAsyncIteration):
+                    pass
+                else:
+                    return _prepend(first, batches)
+            if time.monotonic() > deadline or await self.store.get_run(tenant, response_id) is None:
+                return None
+            await asyncio.sleep(0.05)
+
+    async def _followed_on(self, tenant: str, response_id: str, after: int, batches: EventBatches) -> EventBatches:
+        """``batches``, and after a host death the resumed run's, from the last event sent."""
+        while True:
+            try:
+                async with contextlib.aclosing(batches):
+                    async for batch in batches:
+                        if batch:
+                            after = batch[-1]["sequence_number"]
+                        yield batch
+                return
+            except HostFailed:
+                resumed = await self._resume_lost(tenant, response_id)
+                again = await self._follow_live(tenant, response_id, after, wait=True) if resumed else None
+                if again is None:
+                    raise
+                batches = again
 
     async def cancel_response(self, tenant: str, response_id: str) -> dict[str, Any]:
         """Cancel a running (or queued) response, background or streaming: the Response,
@@ -460,8 +512,14 @@ class Runtime(ConversationCalls):
         ]
 
 
-async def _failures_as_events(batches: EventBatches) -> EventBatches:
-    """Turn a host failure mid-stream into ``error`` + ``response.failed`` (Open Responses' rule)."""
+async def _failures_as_events(
+    batches: EventBatches, *, resumed: Callable[[str], Awaitable[bool]] | None = None
+) -> EventBatches:
+    """Turn a host failure mid-stream into ``error`` + ``response.failed`` (Open Responses' rule).
+
+    ``resumed(response_id)``: resume the response in the background if it can be; whether it
+    was (the error then tells the client where to find it).
+    """
     last_seq, snapshot = -1, None
     async with contextlib.aclosing(batches):
         try:
@@ -471,7 +529,13 @@ async def _failures_as_events(batches: EventBatches) -> EventBatches:
                     snapshot = event.get("response", snapshot)
                 yield batch
         except HostFailed as exc:
-            error = {"code": "server_error", "message": exc.message}
+            message = exc.message
+            if resumed is not None and snapshot is not None and await resumed(snapshot["id"]):
+                message = (
+                    "The conversation host failed during the response. It goes on in the background from its "
+                    f"last step: retrieve it, or stream it again with starting_after={last_seq}."
+                )
+            error = {"code": "server_error", "message": message}
             yield WireWriter.failure_after(snapshot, last_seq, error, int(time.time()))
 
 

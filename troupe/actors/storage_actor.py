@@ -331,6 +331,14 @@ class JournalingStoreClient(RayStoreClient):
     async def write_response(self, record: ResponseRecord) -> None:
         await self._writer.submit(record)
 
+    # A run's start and checkpoints need not wait for the journal: its own response follows them.
+
+    async def start_run(self, run: RunRecord) -> None:
+        await RayStoreClient._call(self, self.handle.start_run, run)
+
+    async def checkpoint_run(self, step: RunStep) -> None:
+        await RayStoreClient._call(self, self.handle.checkpoint_run, step)
+
     async def close(self) -> None:
         """Ship what is journaled, then release the journal (the actor deletes it later).
 

@@ -124,6 +124,11 @@ class AsyncStore:
         self.writer: GroupCommitWriter[ResponseRecord] | JournaledWriter = (
             GroupCommitWriter(store.write_responses) if journal is None else JournaledWriter(store, journal)
         )
+        self.runs: GroupCommitWriter[RunRecord | RunStep] = GroupCommitWriter(
+            store.write_run_progress, executor=self.writer.executor
+        )
+        """Durable runs' starts and checkpoints: group-committed on the store's thread, and not
+        behind the responses in the journal (a run's own response always comes after them)."""
 
     @classmethod
     def open(cls, path: str, memory_limit: str = "") -> AsyncStore:
@@ -165,7 +170,7 @@ class AsyncStore:
         return await self._run(self.store.prune_event_logs, ended_before)
 
     async def start_run(self, run: RunRecord) -> None:
-        await self._run(self.store.start_run, run)
+        await self.runs.submit(run)
 
     async def end_run(self, tenant: str, response_id: str) -> None:
         await self._run(self.store.end_run, tenant, response_id)
@@ -180,7 +185,7 @@ class AsyncStore:
         return await self._run(self.store.claim_run, tenant, response_id, attempt)
 
     async def checkpoint_run(self, step: RunStep) -> None:
-        await self._run(self.store.checkpoint_run, step)
+        await self.runs.submit(step)
 
     async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
         return await self._run(self.store.run_steps, tenant, response_id)
@@ -239,5 +244,6 @@ class AsyncStore:
         return await self._run(self.store.eval_results, run_id)
 
     async def close(self) -> None:
+        await self.runs.close()
         await self.writer.close()
         self.store.close()

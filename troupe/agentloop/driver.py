@@ -436,7 +436,7 @@ class _Run:
             self.state = replace(self.state, cancelled=cancelled, error=error)
             return
         self._fold_turn(turn, plan, had_tools=action.tools_enabled)
-        if self.checkpoints:
+        if self.checkpoints and not isinstance(decide(self.state), Finish):  # the last turn: the end is stored next
             opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
             yield ev.Checkpoint(
                 data={"kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened}

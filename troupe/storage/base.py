@@ -293,9 +293,9 @@ class Store(abc.ABC):
 
     # -- background runs ---------------------------------------------------------
 
-    @abc.abstractmethod
     def start_run(self, run: RunRecord) -> None:
-        """Record a background response as accepted; :meth:`write_responses` of its response ends it."""
+        """Record a durable run as accepted; :meth:`write_responses` of its response ends it."""
+        self.write_run_progress([run])
 
     @abc.abstractmethod
     def end_run(self, tenant: str, response_id: str) -> None:
@@ -314,9 +314,18 @@ class Store(abc.ABC):
         """Take a lost run over to resume it: its record with ``attempt + 1``, if its attempt
         is still ``attempt``; None if another caller took it first (or it has ended)."""
 
-    @abc.abstractmethod
     def checkpoint_run(self, step: RunStep) -> None:
-        """Append a step of a run (one with a ``runs`` row); a step of the same seq is replaced."""
+        """Append a step of a run (one with a ``runs`` row); each ``seq`` is written once."""
+        self.write_run_progress([step])
+
+    @abc.abstractmethod
+    def write_run_progress(self, items: Sequence[RunRecord | RunStep]) -> None:
+        """Start runs (a :class:`RunRecord` each) and append their steps (:class:`RunStep`), in one
+        transaction: all or none (many runs' checkpoints are committed together).
+
+        Raises:
+            StorageError: nothing of ``items`` was written.
+        """
 
     @abc.abstractmethod
     def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:

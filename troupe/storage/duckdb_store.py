@@ -582,19 +582,25 @@ class DuckDBStore(Store):
             self._delete_parts(conn, ended + steps)
         return len(ended)
 
-    def start_run(self, run: RunRecord) -> None:
-        """See :meth:`Store.start_run`."""
+    def write_run_progress(self, items: Sequence[RunRecord | RunStep]) -> None:
+        """See :meth:`Store.write_run_progress`."""
         on_commit: list[Callable[[], None]] = []
         with self._transaction(on_commit) as conn:
             parts: list[tuple[int, int, str]] = []
-            request = self._stored(schema.dump_json(run.request), parts)
-            row = (run.tenant, run.response_id, run.thread_id, run.created_at, *request, run.attempt)
-            self._insert(conn, "runs", schema.RUN_COLUMNS, [row])
-            self._insert(conn, "value_parts", schema.PART_COLUMNS, parts)
-            on_commit.append(self._count_run)
+            runs, steps = [], []
+            for item in items:
+                if isinstance(item, RunRecord):
+                    request = self._stored(schema.dump_json(item.request), parts)
+                    runs.append((item.tenant, item.response_id, item.thread_id, item.created_at, *request, item.attempt))
+                else:
+                    steps.append((item.tenant, item.response_id, item.seq, *self._stored(schema.dump_json(item.data), parts)))
+            self._append(conn, "runs", schema.RUN_COLUMNS, runs)
+            self._append(conn, "run_steps", schema.RUN_STEP_COLUMNS, steps)
+            self._append(conn, "value_parts", schema.PART_COLUMNS, parts)
+            on_commit.append(lambda: self._count_runs(len(runs)))
 
-    def _count_run(self) -> None:
-        self._open_runs += 1
+    def _count_runs(self, started: int) -> None:
+        self._open_runs += started
 
     def end_run(self, tenant: str, response_id: str) -> None:
         """See :meth:`Store.end_run`."""
@@ -632,19 +638,6 @@ class DuckDBStore(Store):
                 [tenant, response_id, attempt],
             ).fetchall()
         return self.get_run(tenant, response_id) if claimed else None
-
-    def checkpoint_run(self, step: RunStep) -> None:
-        """See :meth:`Store.checkpoint_run`."""
-        with self._transaction() as conn:
-            parts: list[tuple[int, int, str]] = []
-            replaced = conn.execute(
-                "DELETE FROM run_steps WHERE tenant = ? AND response_id = ? AND seq = ? RETURNING step_parts",
-                [step.tenant, step.response_id, step.seq],
-            ).fetchall()
-            self._delete_parts(conn, replaced)
-            row = (step.tenant, step.response_id, step.seq, *self._stored(schema.dump_json(step.data), parts))
-            self._insert(conn, "run_steps", schema.RUN_STEP_COLUMNS, [row])
-            self._insert(conn, "value_parts", schema.PART_COLUMNS, parts)
 
     def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
         """See :meth:`Store.run_steps`."""

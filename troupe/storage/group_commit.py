@@ -102,6 +102,11 @@ class GroupCommitWriter(Generic[R]):
         return len(self._queue)
 
     @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The thread store calls run on (another writer of the same store may share it)."""
+        return self._executor
+
+    @property
     def write_calls(self) -> int:
         """How many times ``write`` has been called (successfully or not; retried parts of a failed batch count)."""
         return self._writes

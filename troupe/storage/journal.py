@@ -415,6 +415,11 @@ class JournaledWriter:
             self._flusher = asyncio.create_task(self._run(), name="troupe-journal")
         await future
 
+    @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The thread the store's calls run on."""
+        return self._applier.executor
+
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the store's thread once every journaled record is in the store."""
         await self.drain()

@@ -258,11 +258,19 @@ class InMemoryStore(Store):
                 stored.events = None
             return len(old)
 
-    def start_run(self, run: RunRecord) -> None:
-        """See :meth:`Store.start_run`."""
-        encoded = _dump(dataclasses.asdict(run))
+    def write_run_progress(self, items: Sequence[RunRecord | RunStep]) -> None:
+        """See :meth:`Store.write_run_progress`."""
+        try:  # encoded first: a value that is not JSON fails the batch before anything is kept
+            encoded = [(item, _dump(dataclasses.asdict(item) if isinstance(item, RunRecord) else item.data))
+                       for item in items]  # fmt: skip
+        except Exception as exc:
+            raise StorageError(f"{type(exc).__name__}: {exc}") from exc
         with self._lock:
-            self._runs[(run.tenant, run.response_id)] = encoded
+            for item, text in encoded:
+                if isinstance(item, RunRecord):
+                    self._runs[(item.tenant, item.response_id)] = text
+                else:
+                    self._run_steps.setdefault((item.tenant, item.response_id), {})[item.seq] = text
 
     def end_run(self, tenant: str, response_id: str) -> None:
         """See :meth:`Store.end_run`."""
@@ -294,12 +302,6 @@ class InMemoryStore(Store):
             claimed = dataclasses.replace(run, attempt=attempt + 1)
             self._runs[(tenant, response_id)] = _dump(dataclasses.asdict(claimed))
             return claimed
-
-    def checkpoint_run(self, step: RunStep) -> None:
-        """See :meth:`Store.checkpoint_run`."""
-        encoded = _dump(step.data)
-        with self._lock:
-            self._run_steps.setdefault((step.tenant, step.response_id), {})[step.seq] = encoded
 
     def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
         """See :meth:`Store.run_steps`."""
