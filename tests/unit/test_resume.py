@@ -15,12 +15,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.loop_harness import sim_request as req
 from tests.servers import wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
 from troupe.actors import Runtime, RuntimeSettings
 from troupe.actors.runs import MAX_RESUMES
 from troupe.agentloop.checkpoint import INTERRUPTED
+from troupe.protocol import InvalidRequest
 
 
 def settings(tmp_path: Path, **options: Any) -> RuntimeSettings:
@@ -208,5 +211,16 @@ async def test_a_foreground_response_that_ran_tools_keeps_its_event_log(tmp_path
         events = [event async for batch in await runtime.follow_response("", done["id"]) for event in batch]
         assert_one_unbroken_log(events)
         assert events[-1]["response"] == done
+    finally:
+        await runtime.close()
+
+
+async def test_with_durable_foreground_off_a_foreground_turn_keeps_no_log(tmp_path):
+    runtime = Runtime.local(settings(tmp_path, durable_foreground=False))
+    try:
+        done = await runtime.respond("", req(input='[[call calculator {"expression": "6*7"}]]'))
+        assert done["status"] == "completed"
+        with pytest.raises(InvalidRequest):
+            await runtime.follow_response("", done["id"])
     finally:
         await runtime.close()

@@ -352,7 +352,8 @@ class ConversationHost:
             cancel=run.cancel,
             context_window=spec.context_window,
             resume=run.resume,
-            checkpoints=request.store,  # a stored response is durable from its first checkpoint
+            # A stored response is durable from its first checkpoint (a background one from its start).
+            checkpoints=request.background or (request.store and self.settings.durable_foreground),
         )
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)

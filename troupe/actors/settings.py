@@ -227,6 +227,10 @@ class RuntimeOptions(BaseModel):
     event_log_retention_s: PositiveFloat = 7 * 24 * 3600.0
     """How long a background response's event log (what ``GET ?stream=true`` replays) is kept
     after the response ended; the response itself stays."""
+    durable_foreground: bool = True
+    """Checkpoint stored foreground responses at every step from their first tool step, so that
+    a turn whose host dies goes on in the background. false: only background responses are
+    durable (a foreground tool loop then writes nothing before its response)."""
     resume_within_s: NonNegativeFloat = 24 * 3600.0
     """A background response whose host died (or whose server stopped) resumes from its last
     checkpoint if it was created less than this long ago; an older one is stored ``failed``.
