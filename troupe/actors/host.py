@@ -286,7 +286,7 @@ class ConversationHost:
         return await self.runs.cancel(tenant, response_id)
 
     async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
-        """A background response's events after ``starting_after`` as it runs (:meth:`LiveRuns.follow`)."""
+        """A running stored response's events after ``starting_after`` (:meth:`LiveRuns.follow`)."""
         async with contextlib.aclosing(self.runs.follow(tenant, response_id, starting_after)) as batches:
             async for batch in batches:
                 yield batch
@@ -334,7 +334,7 @@ class ConversationHost:
 
     async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
         resumed = run.resume.steps if run.resume is not None else ()
-        started = float(run.job.created_at) if resumed else time.time()
+        started = run.started_at = resumed[0]["started_at"] if resumed else time.time()
         job, writer = run.job, run.writer
         request = job.request
         spec = self.settings.model(request.model)
@@ -389,17 +389,17 @@ class ConversationHost:
         run becomes durable here, at its first step: before it, no tool ran, and a host that
         dies fails the request as a retry would not regret."""
         assert run.events is not None
-        if not run.durable:
-            await self.store.start_run(_run_record(run.job))
-            run.durable = True
+        start = None if run.durable else _run_record(run.job)
         data = {
             **checkpoint.data,
             "events": run.events[run.logged :],
             "traces": [dataclasses.asdict(t) for t in run.traces[run.traced :]],
             "ttft_s": ttft_s,
+            "started_at": run.started_at,
         }
-        await self.store.checkpoint_run(RunStep(tenant=run.job.tenant, response_id=run.job.response_id,
-                                                seq=run.steps, data=data))  # fmt: skip
+        step = RunStep(tenant=run.job.tenant, response_id=run.job.response_id, seq=run.steps, data=data)
+        await self.store.checkpoint_run(step, start)
+        run.durable = True
         run.steps, run.logged, run.traced = run.steps + 1, len(run.events), len(run.traces)
 
     def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:

@@ -96,6 +96,8 @@ class LiveRun:
     """The run's step traces so far."""
     traced: int = 0
     """How many of :attr:`traces` the checkpoints hold."""
+    started_at: float = 0.0
+    """When its loop first started (Unix seconds; a resumed run keeps its first start)."""
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
     """Followers waiting for the next events (each its own future: none misses a wake-up)."""
 
@@ -236,13 +238,15 @@ TOO_MANY_RESUMES = (
 )
 
 
-def run_snapshot(run: RunRecord, status: str = "in_progress") -> dict[str, Any]:
-    """The Response of a run known only by its record (no output yet), with ``status``."""
+def run_snapshot(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Response of a run known by its record and the wire events its checkpoints hold
+    (``in_progress``: it is being resumed)."""
     request = parse_create_request(run.request)
     writer = WireWriter(
         request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
     )
-    return dict(writer.response, status=status)
+    writer.restore(events)
+    return writer.response
 
 
 def lost_run_record(run: RunRecord, message: str) -> ResponseRecord:

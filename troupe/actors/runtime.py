@@ -101,8 +101,11 @@ class Runtime(ConversationCalls):
         self._tool_runners: list[Any] = []
         """On Ray: the tool runner actors, held so that they live as long as the runtime."""
         self._pruner: asyncio.Task[None] | None = None
-        self._watchers: set[asyncio.Task[None]] = set()
-        """One per background run started here: it resumes the run if its host dies."""
+        self._tasks: set[asyncio.Task[Any]] = set()
+        """Watchers of the durable runs started here (each resumes its run if the host dies),
+        and resumes under way."""
+        self._taking_over: set[str] = set()
+        """Responses this runtime is resuming now (a poll during a host's restart starts no other)."""
 
     # -- construction ------------------------------------------------------------
 
@@ -145,8 +148,8 @@ class Runtime(ConversationCalls):
     async def close(self) -> None:
         if self._pruner is not None:
             self._pruner.cancel()
-        for watcher in self._watchers:
-            watcher.cancel()
+        for task in self._tasks:
+            task.cancel()
         await self.placement.close()
         await self.store.close()
 
@@ -176,10 +179,14 @@ class Runtime(ConversationCalls):
         run = await self.store.get_run(tenant, response_id)
         if run is None or await self.store.get_response(tenant, response_id) is not None:
             return False
-        task = asyncio.create_task(self._take_over(run))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        self._spawn(self._take_over_logged(run))
         return True
+
+    async def _take_over_logged(self, run: RunRecord) -> None:
+        try:
+            await self._take_over(run)
+        except Exception:  # the next read of the response (or the next start) tries again
+            log.exception("response %s: its host died, and it could not be resumed", run.response_id)
 
     async def respond(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
         """Run a response to the end; the final Response (non-streaming).
@@ -223,16 +230,17 @@ class Runtime(ConversationCalls):
                     return
             except HostFailed:
                 pass
-            try:
-                run = await self.store.get_run(job.tenant, job.response_id)
-                if run is not None:  # not stored: lost with its host
-                    await self._take_over(run)
-            except Exception:  # the next read of the response (or the next start) tries again
-                log.exception("background response %s: its host died, and it could not be resumed", job.response_id)
+            run = await self.store.get_run(job.tenant, job.response_id)
+            if run is not None:  # not stored: lost with its host
+                await self._take_over_logged(run)
 
-        task = asyncio.create_task(watch())
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        self._spawn(watch())
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` in a task this runtime holds (and cancels when it closes)."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
         job = await self._job(tenant, request)
@@ -257,9 +265,11 @@ class Runtime(ConversationCalls):
             thread_id=thread_id,
         )
 
-    async def _on_host(self, job: TurnJob, start: Callable[[HostClient], Awaitable[T]]) -> T:
-        """``start(host)`` on the job's host, trying a fresh host while none can take it."""
-        deadline = time.monotonic() + _START_WAIT_S
+    async def _on_host(
+        self, job: TurnJob, start: Callable[[HostClient], Awaitable[T]], *, wait_s: float = _START_WAIT_S
+    ) -> T:
+        """``start(host)`` on the job's host, trying a fresh host while none can take it (for ``wait_s``)."""
+        deadline = time.monotonic() + wait_s
         for attempt in itertools.count():
             host = await self.placement.host_for(job.thread_id)
             try:
@@ -307,7 +317,7 @@ class Runtime(ConversationCalls):
         if found is None:  # it may have been stored meanwhile
             found = await self.store.get_response(tenant, response_id)
         if found is None and (run := await self.store.get_run(tenant, response_id)) is not None:
-            found = await self._take_over(run)  # accepted, neither running nor stored: its host died
+            found = await self._take_over(run, wait=False)  # accepted, neither running nor stored: its host died
         if found is None:
             raise not_found("Response", response_id, "response_id")
         return found
@@ -329,34 +339,51 @@ class Runtime(ConversationCalls):
         await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
         return taken
 
-    async def _take_over(self, run: RunRecord) -> dict[str, Any]:
-        """A background run that no host runs and none stored: resume it on its conversation's
+    async def _take_over(self, run: RunRecord, *, wait: bool = True) -> dict[str, Any]:
+        """A durable run that no host runs and none stored: resume it on its conversation's
         host from its last checkpoint; or store it ``failed`` when it was created more than
         ``resume_within_s`` ago, or its host failed :data:`MAX_RESUMES` times. Its Response.
 
+        ``wait=False`` (a read): answer at once with the run as its checkpoints left it, and
+        resume it in a task (a host restarting after a crash takes seconds).
+
         Callers that find the same lost run at once (a poll, the watcher, another replica)
-        resume it once: the run is claimed (``claim_run``) before it is resumed.
+        resume it once: the run is claimed (``claim_run``) before it is resumed, and a runtime
+        resuming it already starts no other resume.
         """
-        live = await self._live(run.tenant, run.response_id, lambda h: h.live_response(run.tenant, run.response_id))
+        rid = run.response_id
+        live = await self._live(run.tenant, rid, lambda h: h.live_response(run.tenant, rid))
         if live is not None:  # resumed already (another caller saw the same death)
             return live
         if time.time() - run.created_at > self.settings.resume_within_s:
             return await self._fail_lost(run, LOST_RUN_MESSAGE)
         if run.attempt >= MAX_RESUMES:
             return await self._fail_lost(run, TOO_MANY_RESUMES.format(attempts=run.attempt + 1))
-        claimed = await self.store.claim_run(run.tenant, run.response_id, run.attempt)
-        if claimed is None:  # taken over by another caller meanwhile (or it ended)
-            return await self._live(run.tenant, run.response_id, lambda h: h.live_response(run.tenant, run.response_id)) \
-                or await self.store.get_response(run.tenant, run.response_id) or run_snapshot(run)  # fmt: skip
-        job = TurnJob(tenant=run.tenant, request=parse_create_request(run.request), response_id=run.response_id,
-                      created_at=run.created_at, thread_id=run.thread_id)  # fmt: skip
+        if rid in self._taking_over or not wait:
+            if rid not in self._taking_over:
+                self._spawn(self._take_over_logged(run))
+            return await self._as_checkpointed(run)
+        self._taking_over.add(rid)
+        try:
+            if await self.store.claim_run(run.tenant, rid, run.attempt) is None:  # another caller took it
+                return await self._live(run.tenant, rid, lambda h: h.live_response(run.tenant, rid)) \
+                    or await self.store.get_response(run.tenant, rid) or await self._as_checkpointed(run)  # fmt: skip
+            job = TurnJob(tenant=run.tenant, request=parse_create_request(run.request), response_id=rid,
+                          created_at=run.created_at, thread_id=run.thread_id)  # fmt: skip
 
-        async def resume(host: HostClient) -> dict[str, Any]:
-            return await host.resume_background(job)
+            async def resume(host: HostClient) -> dict[str, Any]:
+                return await host.resume_background(job)
 
-        response = await self._on_host(job, resume)
+            response = await self._on_host(job, resume, wait_s=_RESUME_WAIT_S)
+        finally:
+            self._taking_over.discard(rid)
         self._watch(job)
         return response
+
+    async def _as_checkpointed(self, run: RunRecord) -> dict[str, Any]:
+        """The Response of a run being resumed, as its last checkpoint left it (``in_progress``)."""
+        steps = await self.store.run_steps(run.tenant, run.response_id)
+        return run_snapshot(run, [event for step in steps for event in step.data["events"]])
 
     async def _fail_lost(self, run: RunRecord, message: str) -> dict[str, Any]:
         """Store a background response whose run was lost as ``failed``; the Response."""
@@ -442,8 +469,11 @@ class Runtime(ConversationCalls):
             except HostFailed:
                 resumed = await self._resume_lost(tenant, response_id)
                 again = await self._follow_live(tenant, response_id, after, wait=True) if resumed else None
-                if again is None:
-                    raise
+                if again is None:  # it may have ended meanwhile (the follower heard of the death late)
+                    stored = await self.store.response_events(tenant, response_id)
+                    if stored is None:
+                        raise
+                    again = _replay([e for e in stored if e["sequence_number"] > after])
                 batches = again
 
     async def cancel_response(self, tenant: str, response_id: str) -> dict[str, Any]:

@@ -109,7 +109,7 @@ class ToolSpec(BaseModel):
     tools that should run in parallel processes, anywhere in the cluster. Every running task
     occupies a Ray worker process, which Ray may have to start first."""
     idempotent: bool = False
-    """Whether running a call twice does no harm. A background response whose host died during
+    """Whether running a call twice does no harm. A durable response whose host died during
     a call runs it again only if so; otherwise the model is told the call was interrupted."""
 
     @model_validator(mode="before")
@@ -225,14 +225,14 @@ class RuntimeOptions(BaseModel):
     namespace: NonEmpty = "troupe"
     """Ray namespace of the named actors (hosts, storage)."""
     event_log_retention_s: PositiveFloat = 7 * 24 * 3600.0
-    """How long a background response's event log (what ``GET ?stream=true`` replays) is kept
+    """How long a durable response's event log (what ``GET ?stream=true`` replays) is kept
     after the response ended; the response itself stays."""
     durable_foreground: bool = True
     """Checkpoint stored foreground responses at every step from their first tool step, so that
     a turn whose host dies goes on in the background. false: only background responses are
     durable (a foreground tool loop then writes nothing before its response)."""
     resume_within_s: NonNegativeFloat = 24 * 3600.0
-    """A background response whose host died (or whose server stopped) resumes from its last
+    """A durable response whose host died (or whose server stopped) resumes from its last
     checkpoint if it was created less than this long ago; an older one is stored ``failed``.
     0: never resume."""
 

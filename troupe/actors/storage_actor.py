@@ -200,8 +200,8 @@ class RayStoreClient:
     async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
         return await self._call(self.handle.claim_run, tenant, response_id, attempt)
 
-    async def checkpoint_run(self, step: RunStep) -> None:
-        await self._call(self.handle.checkpoint_run, step)
+    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
+        await self._call(self.handle.checkpoint_run, step, start)
 
     async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
         return await self._call(self.handle.run_steps, tenant, response_id)
@@ -336,8 +336,8 @@ class JournalingStoreClient(RayStoreClient):
     async def start_run(self, run: RunRecord) -> None:
         await RayStoreClient._call(self, self.handle.start_run, run)
 
-    async def checkpoint_run(self, step: RunStep) -> None:
-        await RayStoreClient._call(self, self.handle.checkpoint_run, step)
+    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
+        await RayStoreClient._call(self, self.handle.checkpoint_run, step, start)
 
     async def close(self) -> None:
         """Ship what is journaled, then release the journal (the actor deletes it later).

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -79,7 +80,10 @@ class StoreClient(Protocol):
     async def get_run(self, tenant: str, response_id: str) -> RunRecord | None: ...
     async def unfinished_runs(self) -> list[RunRecord]: ...
     async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None: ...
-    async def checkpoint_run(self, step: RunStep) -> None: ...
+    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
+        """Store a run's step; ``start``: the run's ``runs`` row, written with it (a foreground
+        run's first step)."""
+        ...
     async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]: ...
     async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]: ...
     async def create_conversation(
@@ -125,10 +129,12 @@ class AsyncStore:
             GroupCommitWriter(store.write_responses) if journal is None else JournaledWriter(store, journal)
         )
         self.runs: GroupCommitWriter[RunRecord | RunStep] = GroupCommitWriter(
-            store.write_run_progress, executor=self.writer.executor
+            store.write_run_progress, executor=self.writer.executor, max_delay_s=0.0
         )
         """Durable runs' starts and checkpoints: group-committed on the store's thread, and not
-        behind the responses in the journal (a run's own response always comes after them)."""
+        behind the responses in the journal (a run's own response always comes after them). No
+        wait for company: a run waits for each of its checkpoints, and those that arrive while
+        a batch is written form the next one."""
 
     @classmethod
     def open(cls, path: str, memory_limit: str = "") -> AsyncStore:
@@ -184,8 +190,11 @@ class AsyncStore:
     async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
         return await self._run(self.store.claim_run, tenant, response_id, attempt)
 
-    async def checkpoint_run(self, step: RunStep) -> None:
-        await self.runs.submit(step)
+    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
+        if start is None:
+            await self.runs.submit(step)
+        else:  # queued together: one transaction (unless the batch is full)
+            await asyncio.gather(self.runs.submit(start), self.runs.submit(step))
 
     async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
         return await self._run(self.store.run_steps, tenant, response_id)

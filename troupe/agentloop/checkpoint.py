@@ -1,15 +1,16 @@
 """Checkpoints: what a durable run keeps at each step boundary, and what a resumed loop reads.
 
-The driver yields a :class:`~troupe.agentloop.events.Checkpoint` at every step boundary; a
-durable run (a background response) stores each one, with the wire events and step traces
-since the previous one, before it takes the loop's next event. The steps, in order:
+The driver yields a :class:`~troupe.agentloop.events.Checkpoint` at every step boundary when
+asked (``run_loop(..., checkpoints=True)``); a durable run (a background response, or a
+stored foreground one) stores each one, with the wire events and step traces since the
+previous one, before it takes the loop's next event. The steps, in order:
 
 ==========  ===========================================  ==========================================
 kind        when                                         data
 ==========  ===========================================  ==========================================
-model       a model call ended with a whole turn         the turn (:func:`turn_data`), whether tools
-                                                         were callable, the ``mcp_call`` items it
-                                                         opened (call id → item id)
+model       a model call ended with a turn that has      the turn (:func:`turn_data`), whether tools
+            more to do (not the response's last turn:    were callable, the ``mcp_call`` items it
+            its response is stored next)                 opened (call id → item id)
 approved    approved MCP calls' items were opened        those items (call id → item id)
 tool        one server-side tool call ended              its call id, output and error, and times
 tools       the turn's tool outputs were emitted         nothing more
