@@ -1,37 +1,55 @@
-"""Durable background runs: the checkpoint at each step, what it costs a run, the resume after a kill -9.
+"""Durable runs: the checkpoint at each step, what it costs a run, the resume after a kill -9.
 
-    .venv/bin/python -m benchmarks.durable_runs                         # the full run, about a minute on 2 cores
+    .venv/bin/python -m benchmarks.durable_runs                         # the full run, a minute or two on 2 cores
     .venv/bin/python -m benchmarks.durable_runs --runs 200 --resumes 5  # the same, the counts said
     .venv/bin/python -m benchmarks.durable_runs --quick                 # smoke test: tiny counts, benchmarks/scratch/
 
-A background response (``background: true``) is durable: at every step boundary its loop
-yields a ``Checkpoint`` and its host stores it (``ConversationHost._checkpoint`` →
-``checkpoint_run``) before it takes the loop's next event; a host killed mid-run restarts in
-place and the runtime's watcher (``Runtime._watch``) resumes the run from its last step. A
-foreground response writes no checkpoints. This measures, on the Ray runtime as ``troupe
-serve`` starts it (``Runtime.on_ray``, pooled placement, ``pool_size=1``, the test tools
-``tests.side_effects.COUNTED_TOOLS``, the ``sim`` model at zero latency, a fresh DuckDB file
-under ``benchmarks/scratch/durable/``):
+A durable run checkpoints at every step boundary: its loop yields a ``Checkpoint`` and its
+host stores it (``ConversationHost._checkpoint`` → ``checkpoint_run``) before it takes the
+loop's next event; a host killed mid-run restarts in place and the runtime resumes the run
+from its last step. A background response (``background: true``) is durable from its start
+(its ``runs`` row, ``start_run``, is written before it is answered). A stored foreground
+response is durable from its first step (``start_run`` then, just before that step's
+checkpoint), unless the runtime option ``durable_foreground`` is false; a foreground
+response that calls no tool writes no checkpoint, since the model turn that ends a response
+is not checkpointed (the response is stored next). Run starts and checkpoints are
+group-committed on the storage actor (``AsyncStore.runs``, a ``GroupCommitWriter`` over
+``Store.write_run_progress``: the steps of many runs in one transaction, appended). This
+measures, on the Ray runtime as ``troupe serve`` starts it (``Runtime.on_ray``, pooled
+placement, ``pool_size=1``, the test tools ``tests.side_effects.COUNTED_TOOLS``, the ``sim``
+model at zero latency), in one local Ray instance, two runtimes in their own namespaces, each
+with a fresh DuckDB file under ``benchmarks/scratch/durable/``: one with
+``durable_foreground=True`` (the default; parts 1 and 3 use it too) and one with
+``durable_foreground=False``:
 
-1. **Checkpoint cost per step**, where the host pays it: ``checkpoint_run(RunStep(...))``
-   through a ``RayStoreClient.by_name`` from inside a Ray actor (a stand-in host defined
-   here), timed around the ``await``: the pickling, the hop to the storage actor, its
-   transaction, the reply. Two payloads, built by running the real loop and ``WireWriter``
-   in-process over sim turns, as the host builds them: a ``model`` step carrying a 64-token
-   answer (71 wire events, about 16 KB of JSON) and a ``tool`` step (one calculator result).
-   Each run is a ``runs`` row first (``start_run``, also timed: once per background run,
-   before its loop) and ends with ``end_run``, so nothing is left behind. With 1 writer (one
-   run at a time) and with 16 concurrent writers (16 runs checkpointing at once, spread over
-   ``--hosts`` actors as over pooled hosts). p50/p90/p99 in ms.
-2. **What it costs a run end to end**: one 4-checkpoint tool loop (model → tool → tools
-   → model: ``[[call calculator {"expression": "6*7"}]]``) ``--runs`` times in the
-   foreground (``respond``) and in the background (``background``, waited for with the
-   host's ``run_ended``), interleaved and one at a time. Compared on the stored ``e2e_s``
-   (the host's run time, from the loop's start to the finished record; the same measure for
-   both), p50/p99, the difference and the difference per checkpoint. A background response
-   also keeps its event log (every wire event, for ``GET ?stream=true``), written with the
-   response after ``e2e_s`` ends; the client-observed times (until the response is
-   durable) include that write.
+1. **Checkpoint cost per step**, where the host pays it: ``start_run`` and
+   ``checkpoint_run(RunStep(...))`` through a ``RayStoreClient.by_name`` from inside a Ray
+   actor (a stand-in host defined here), timed around the ``await``: the pickling, the hop to
+   the storage actor, the group commit (the wait for the batch, its transaction), the reply.
+   The payloads are the three checkpoints of one run of a tool loop whose model turn thinks
+   64 tokens before its call (``REASONING_LOOP``), built by running the real loop and
+   ``WireWriter`` in-process over sim turns, as the host builds them: ``model`` (the turn:
+   about 77 wire events, 16 KB of JSON), ``tool`` (the calculator's result), ``tools`` (the
+   outputs emitted). Each run is a ``runs`` row first (``start_run``) and ends with
+   ``end_run``, so nothing is left behind. With 1 writer (one run at a time) and with 16
+   concurrent writers (16 runs checkpointing at once, spread over ``--hosts`` actors as over
+   pooled hosts). p50/p90/p99 in ms, and the run writes (starts and checkpoints) per storage
+   transaction: the storage actor's ``AsyncStore.runs.write_calls``, read before and after.
+2. **What it costs a run end to end**: the 3-checkpoint tool loop (model → tool → tools;
+   the final model turn is not checkpointed: ``[[call calculator {"expression": "6*7"}]]``)
+   ``--runs`` times in the foreground (``respond``) on each runtime: durable (``start_run``
+   and 3 checkpoints, each waited for) and not durable (no write before its response). Also
+   in the background (``background``, waited for with the host's ``run_ended``) on each
+   runtime: a background run checkpoints whatever the option, so the two background columns
+   differ only by the runtime (their process, their DuckDB file), a control for the
+   headline. All four interleaved (the order rotated), one at a time. Compared on the stored
+   ``e2e_s`` (the host's run time, from the loop's start to the finished record; the same
+   measure for all), p50/p99, the difference durable − not durable and that difference per
+   checkpoint (/3; the ``start_run`` before the first one is in it). A durable response also
+   keeps its event log (every wire event, for ``GET ?stream=true``), written with the
+   response after ``e2e_s`` ends: the client-observed times (until the response is stored;
+   for background: the start, which writes ``start_run`` before it answers, and the wait on
+   the host) include that write, and the hops from this driver process.
 3. **Resume latency after a host death**, ``--resumes`` times: a background run whose tool
    is ``gate_again`` (idempotent; it counts its executions in a SQLite table and blocks
    until its gate file exists); once it runs (1 execution) the pooled host's process is
@@ -76,11 +94,14 @@ from troupe.bench.stats import summarize
 
 __all__ = ["main", "step_payloads", "CheckpointWriter"]
 
-SCHEMA = "troupe-durable/1"
+SCHEMA = "troupe-durable/2"
+"""/2: part 2 compares durable_foreground True / False (four columns); part 1 writes 3 checkpoints a run."""
 ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "benchmarks" / "scratch"
 TOOL_LOOP = '[[call calculator {"expression": "6*7"}]]'
-ANSWER = "[[tokens 64]]"
+"""Part 2: model → tool → tools, 3 checkpoints (the answer that ends it is not checkpointed)."""
+REASONING_LOOP = f"[[think {' '.join(['thought'] * 64)}]] {TOOL_LOOP}"
+"""Part 1: the same loop, its model turn thinking 64 tokens before its call (a bigger ``model`` step)."""
 TENANT = ""
 CONCURRENT_WRITERS = 16
 POLL_S = 0.005
@@ -100,7 +121,7 @@ def log(message: str) -> None:
 
 
 async def step_payloads(text: str) -> list[dict[str, Any]]:
-    """Every checkpoint of one background run of ``text``, as ``ConversationHost._checkpoint``
+    """Every checkpoint of one durable run of ``text``, as ``ConversationHost._checkpoint``
     builds it: the step's data, the wire events and step traces since the previous step.
 
     The real loop (checkpoints on), the sim model and the real ``WireWriter``, in-process;
@@ -141,7 +162,7 @@ async def step_payloads(text: str) -> list[dict[str, Any]]:
 
 
 def _request_body(text: str) -> dict[str, Any]:
-    """A background request as ``start_background`` stores it in its ``runs`` row."""
+    """A background request as ``start_run`` stores it in its ``runs`` row."""
     from troupe.protocol import parse_create_request
 
     request = parse_create_request({"model": "sim", "input": text, "background": True})
@@ -197,12 +218,21 @@ def _new_response_ids(count: int) -> list[str]:
 async def checkpoint_cost(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    model_step = (await step_payloads(ANSWER))[-1]
-    tool_step = next(s for s in await step_payloads(TOOL_LOOP) if s["kind"] == "tool")
-    steps = [("model", model_step), ("tool", tool_step)]
-    request = _request_body(TOOL_LOOP)
+    from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
+
+    steps = [(data["kind"], data) for data in await step_payloads(REASONING_LOOP)]
+    request = _request_body(REASONING_LOOP)
     payloads = {kind: {"wire_events": len(data["events"]), "json_bytes": len(json.dumps(data))} for kind, data in steps}
     log(f"1. checkpoint payloads: {payloads}")
+    storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=settings.namespace)
+
+    async def transactions() -> int | None:
+        """The storage actor's run-progress transactions so far (None if it cannot say)."""
+        try:
+            return await storage.__ray_call__.remote(lambda actor: actor.runs.write_calls)
+        except Exception:  # noqa: BLE001 - an actor without the counter: the ratio is left out
+            return None
+
     actor = ray.remote(num_cpus=0, max_concurrency=1_000)(CheckpointWriter)
     writers = [actor.remote(settings) for _ in range(max(1, args.hosts))]
     try:
@@ -215,18 +245,24 @@ async def checkpoint_cost(settings: Any, args: argparse.Namespace) -> dict[str, 
             log(f"1. {runs} runs x {len(steps)} checkpoints, {concurrent} writer(s) on {len(hosts)} actor(s)")
             ids = _new_response_ids(runs)
             shares = [ids[i :: len(hosts)] for i in range(len(hosts))]
+            before = await transactions()
             started = time.perf_counter()
             results = await asyncio.gather(*(h.write.remote(share, request, steps, n)
                                              for h, share, n in zip(hosts, shares, per_host, strict=True)))  # fmt: skip
             wall = time.perf_counter() - started
+            after = await transactions()
             samples = [s for result in results for s in result]
             by_kind: dict[str, Any] = {}
-            for kind in ("model", "tool", "start_run"):
+            for kind in (*(k for k, _ in steps), "start_run"):
                 summary = summarize([seconds for k, seconds in samples if k == kind])
                 by_kind[kind] = None if summary is None else summary.scaled(1000).to_dict(3)
             checkpoints = sum(1 for k, _ in samples if k != "start_run")
+            # Every start_run and checkpoint_run is one item of the runs writer; nothing else writes meanwhile.
+            writes = None if before is None or after is None else after - before
             configs.append({"writers": concurrent, "actors": len(hosts), "runs": runs, "wall_s": round(wall, 3),
-                            "checkpoints_per_s": round(checkpoints / wall, 1), "ms": by_kind})  # fmt: skip
+                            "checkpoints_per_s": round(checkpoints / wall, 1), "transactions": writes,
+                            "run_writes_per_transaction": round(len(samples) / writes, 2) if writes else None,
+                            "ms": by_kind})  # fmt: skip
     finally:
         for writer in writers:
             ray.kill(writer)
@@ -235,60 +271,83 @@ async def checkpoint_cost(settings: Any, args: argparse.Namespace) -> dict[str, 
 
 # -- 2. what it costs a run end to end ---------------------------------------------------
 
+MODES = ("foreground_durable", "foreground_not_durable", "background_durable_rt", "background_not_durable_rt")
+"""Part 2's columns: the mode, and which runtime (``durable_foreground`` True / False) it ran on."""
 
-async def run_cost(runtime: Any, args: argparse.Namespace) -> dict[str, Any]:
+
+async def run_cost(durable: Any, plain: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``durable``: the runtime with ``durable_foreground=True``; ``plain``: with False."""
     from troupe.protocol import parse_create_request, thread_of_response
 
-    async def foreground() -> tuple[str, float]:
-        started = time.perf_counter()
-        response = await runtime.respond(TENANT, parse_create_request({"model": "sim", "input": TOOL_LOOP}))
-        assert response["status"] == "completed", response
-        return response["id"], time.perf_counter() - started
+    def foreground(runtime: Any) -> Any:
+        async def run() -> tuple[str, float]:
+            started = time.perf_counter()
+            response = await runtime.respond(TENANT, parse_create_request({"model": "sim", "input": TOOL_LOOP}))
+            assert response["status"] == "completed", response
+            return response["id"], time.perf_counter() - started
 
-    async def background() -> tuple[str, float]:
-        started = time.perf_counter()
-        body = {"model": "sim", "input": TOOL_LOOP, "background": True}
-        response = await runtime.background(TENANT, parse_create_request(body))
-        host = await runtime.placement.running_host(thread_of_response(response["id"]))
-        await host.run_ended(TENANT, response["id"])  # returns once it is stored
-        return response["id"], time.perf_counter() - started
+        return run
 
+    def background(runtime: Any) -> Any:
+        async def run() -> tuple[str, float]:
+            started = time.perf_counter()
+            body = {"model": "sim", "input": TOOL_LOOP, "background": True}
+            response = await runtime.background(TENANT, parse_create_request(body))
+            host = await runtime.placement.running_host(thread_of_response(response["id"]))
+            if host is not None:  # None: it has ended already
+                await host.run_ended(TENANT, response["id"])  # returns once it is stored
+            return response["id"], time.perf_counter() - started
+
+        return run
+
+    runtime_of = dict(zip(MODES, (durable, plain, durable, plain), strict=True))
+    calls = {mode: (foreground if mode.startswith("foreground") else background)(runtime_of[mode]) for mode in MODES}
     for _ in range(3):  # warm-up, not counted
-        await foreground()
-        await background()
-    ids: dict[str, list[str]] = {"foreground": [], "background": []}
-    client_s: dict[str, list[float]] = {"foreground": [], "background": []}
-    log(f"2. {args.runs} foreground and {args.runs} background runs, interleaved")
+        for call in calls.values():
+            await call()
+    ids: dict[str, list[str]] = {mode: [] for mode in MODES}
+    client_s: dict[str, list[float]] = {mode: [] for mode in MODES}
+    log(f"2. {args.runs} runs of each of {', '.join(MODES)}, interleaved")
     for i in range(args.runs):
-        order = (("foreground", foreground), ("background", background))
-        for mode, run in order if i % 2 == 0 else order[::-1]:
-            rid, seconds = await run()
+        for mode in MODES[i % len(MODES) :] + MODES[: i % len(MODES)]:  # the order rotated
+            rid, seconds = await calls[mode]()
             ids[mode].append(rid)
             client_s[mode].append(seconds)
+    # Whether each kept its event log (a durable response does): the option took effect.
+    event_log = {mode: await runtime_of[mode].store.response_events(TENANT, ids[mode][0]) is not None
+                 for mode in MODES if ids[mode]}  # fmt: skip
     checkpoints = len(await step_payloads(TOOL_LOOP))
-    return {"ids": ids, "client_s": client_s, "checkpoints_per_run": checkpoints}
+    return {"ids": ids, "client_s": client_s, "checkpoints_per_run": checkpoints, "kept_event_log": event_log}
 
 
 def run_cost_report(raw: dict[str, Any], e2e: dict[str, float]) -> dict[str, Any]:
     """``raw`` from :func:`run_cost` with the stored ``e2e_s`` of each response (by id)."""
-    out: dict[str, Any] = {"runs": len(raw["ids"]["foreground"]), "checkpoints_per_run": raw["checkpoints_per_run"]}
-    series = {mode: [e2e[rid] for rid in ids if rid in e2e] for mode, ids in raw["ids"].items()}
-    for mode, values in series.items():
+    per = raw["checkpoints_per_run"]
+    out: dict[str, Any] = {"runs": len(raw["ids"][MODES[0]]), "checkpoints_per_run": per,
+                           "kept_event_log": raw["kept_event_log"]}  # fmt: skip
+    for mode, ids in raw["ids"].items():
+        values = [e2e[rid] for rid in ids if rid in e2e]
         out[mode] = {
             "e2e_ms": _ms_summary(values),
             "client_ms": _ms_summary(raw["client_s"][mode]),
-            "missing": len(raw["ids"][mode]) - len(values),
+            "missing": len(ids) - len(values),
         }
-    fg, bg = out["foreground"]["e2e_ms"], out["background"]["e2e_ms"]
-    if fg and bg:
-        paired = [b - f for f, b in zip(series["foreground"], series["background"], strict=False)]
-        per = raw["checkpoints_per_run"]
-        out["difference_ms"] = {
-            "p50": round(bg["p50"] - fg["p50"], 3),
-            "p99": round(bg["p99"] - fg["p99"], 3),
-            "paired_median": round(_ms_summary(paired)["p50"], 3),  # type: ignore[index]
-            "p50_per_checkpoint": round((bg["p50"] - fg["p50"]) / per, 3),
-        }
+
+    def difference(a: str, b: str) -> dict[str, Any] | None:
+        """``a`` − ``b`` on ``e2e_s``: the p50s, the p99s, the median of the per-round differences."""
+        sa, sb = out[a]["e2e_ms"], out[b]["e2e_ms"]
+        paired = [e2e[x] - e2e[y] for x, y in zip(raw["ids"][a], raw["ids"][b], strict=True) if x in e2e and y in e2e]
+        if not sa or not sb or not paired:
+            return None
+        return {"p50": round(sa["p50"] - sb["p50"], 3), "p99": round(sa["p99"] - sb["p99"], 3),
+                "paired_median": round(_ms_summary(paired)["p50"], 3)}  # type: ignore[index]  # fmt: skip
+
+    diff = difference("foreground_durable", "foreground_not_durable")
+    if diff:
+        diff["p50_per_checkpoint"] = round(diff["p50"] / per, 3)
+        diff["paired_median_per_checkpoint"] = round(diff["paired_median"] / per, 3)
+    out["difference_ms"] = diff
+    out["runtime_control_ms"] = difference("background_durable_rt", "background_not_durable_rt")
     return out
 
 
@@ -453,14 +512,20 @@ def _end_leftovers(tree: dict[int, float], wait_s: float = 15.0) -> list[dict[st
 # -- the run -----------------------------------------------------------------------------
 
 
-async def measure(settings: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+async def measure(settings: Any, plain_settings: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``settings``: the runtime with ``durable_foreground=True`` (parts 1, 2, 3); ``plain_settings``:
+    the one with False (part 2), in its own namespace and DuckDB file."""
     from troupe.actors import Runtime
 
-    log("starting the runtime (pooled, pool_size=1)")
+    log("starting the two runtimes (pooled, pool_size=1; durable_foreground True and False)")
     runtime = await Runtime.on_ray(settings)
     try:
-        results: dict[str, Any] = {"checkpoint_cost": await checkpoint_cost(settings, args)}
-        results["run_cost_raw"] = await run_cost(runtime, args)
+        plain = await Runtime.on_ray(plain_settings)
+        try:
+            results: dict[str, Any] = {"checkpoint_cost": await checkpoint_cost(settings, args)}
+            results["run_cost_raw"] = await run_cost(runtime, plain, args)
+        finally:
+            await plain.close()
         results["resume"] = await resume_latency(runtime, settings, work, args)
     finally:
         await runtime.close()
@@ -477,12 +542,12 @@ def _git(*argv: str) -> str | None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, help="2: foreground and background runs of each (default 200, quick 4)")
+    parser.add_argument("--runs", type=int, help="2: runs of each of the 4 columns (default 200, quick 4)")
     parser.add_argument("--resumes", type=int, help="3: kill -9 and resume, this many times (default 5, quick 1)")
     parser.add_argument(
         "--checkpoint-runs",
         type=int,
-        help="1: runs of one model and one tool checkpoint, per writer count (default 400, quick 32)",
+        help="1: runs of a start and 3 checkpoints, per writer count (default 400, quick 32)",
     )
     parser.add_argument(
         "--hosts",
@@ -529,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    db_path = work / "durable.duckdb"
+    db_path, plain_db_path = work / "durable.duckdb", work / "not-durable.duckdb"
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -540,20 +605,33 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, value in LOCAL_RAY_ENV.items():  # the local instance as `troupe serve` starts it
         os.environ.setdefault(name, value)
-    settings = RuntimeSettings(storage_path=str(db_path), namespace=f"durable-bench-{uuid.uuid4().hex[:8]}",
-                               placement="pooled", pool_size=1, tools=COUNTED_TOOLS)  # fmt: skip
+    tag = uuid.uuid4().hex[:8]
+    settings, plain_settings = (
+        RuntimeSettings(
+            storage_path=str(path),
+            namespace=f"durable-bench-{name}-{tag}",
+            placement="pooled",
+            pool_size=1,
+            tools=COUNTED_TOOLS,
+            durable_foreground=durable,
+        )
+        for path, name, durable in ((db_path, "durable", True), (plain_db_path, "plain", False))
+    )
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     tree: dict[int, float] = {}
     try:
         tree = _own_tree()
-        results = asyncio.run(measure(settings, work, args))
+        results = asyncio.run(measure(settings, plain_settings, work, args))
     finally:
         tree.update(_own_tree())
         ray.shutdown()  # only the instance started above
         leftovers = _end_leftovers(tree)
     raw = results.pop("run_cost_raw")
-    e2e, left = stored_timings(db_path, raw["ids"]["foreground"] + raw["ids"]["background"])
-    results["run_cost"] = run_cost_report(raw, e2e)
+    ids = [rid for mode_ids in raw["ids"].values() for rid in mode_ids]
+    e2e, left = stored_timings(db_path, ids)
+    plain_e2e, plain_left = stored_timings(plain_db_path, ids)
+    results["run_cost"] = run_cost_report(raw, {**e2e, **plain_e2e})
+    left = {key: left[key] + plain_left[key] for key in left}
     results["left_behind"] = {**left, "processes_ended_by_pid": leftovers}
     report = {**meta, **results}
 
@@ -578,57 +656,81 @@ def _f(value: Any, digits: int = 2) -> str:
 
 def render(report: dict[str, Any]) -> str:
     """The Markdown of a results JSON."""
+    checkpoint = report["checkpoint_cost"]
+    kinds = [*checkpoint["payloads"], "start_run"]
     lines = [
         f"# Durable runs: checkpoints and resume — {report['commit']}{' (dirty)' if report['worktree_dirty'] else ''}",
         "",
         f"{report['created_at']}, `{report['command']}`{' (QUICK: smoke test)' if report['quick'] else ''}.",
         f"Machine: {describe_machine(report['machine'])}.",
-        "Runtime: `Runtime.on_ray`, pooled placement, `pool_size=1`, the `sim` model at zero latency, DuckDB file.",
+        "Runtimes: `Runtime.on_ray`, pooled placement, `pool_size=1`, the `sim` model at zero latency, two in one Ray",
+        "instance, each in its namespace with its DuckDB file: `durable_foreground=True` (parts 1-3) and `False` (part 2).",
         "",
         "## 1. Checkpoint cost per step",
         "",
-        "`checkpoint_run` through `RayStoreClient.by_name` from inside a Ray actor (where a pooled host makes it),",
-        "timed around the call. Payloads built by the real loop and `WireWriter` over sim turns: "
+        "`start_run` and `checkpoint_run` through `RayStoreClient.by_name` from inside a Ray actor (where a pooled host",
+        "makes them), timed around the call; on the storage actor they are group-committed (`AsyncStore.runs`: many",
+        "runs' steps in one transaction). Per run, `start_run` then the 3 checkpoints of one run of `REASONING_LOOP`",
+        "(a tool loop whose model turn thinks 64 tokens), built by the real loop and `WireWriter` over sim turns: "
         + ", ".join(
             f"`{k}` {v['wire_events']} wire events, {v['json_bytes']:,} bytes of JSON"
-            for k, v in report["checkpoint_cost"]["payloads"].items()
+            for k, v in checkpoint["payloads"].items()
         )
-        + ".",  # fmt: skip
-        "`start_run` (the `runs` row) is written once per background run, before its loop.",
+        + ". Run writes per transaction: (starts + checkpoints) / the storage actor's `AsyncStore.runs.write_calls`.",
         "",
-        "| writers | actors | call | count | p50 ms | p90 ms | p99 ms | max ms | checkpoints/s |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| writers | actors | call | count | p50 ms | p90 ms | p99 ms | max ms | checkpoints/s | run writes per transaction |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for config in report["checkpoint_cost"]["configs"]:
-        for kind in ("model", "tool", "start_run"):
-            s = config["ms"][kind]
+    for config in checkpoint["configs"]:
+        for kind in kinds:
+            s = config["ms"].get(kind)
             if s is None:
                 continue
-            rate = config["checkpoints_per_s"] if kind == "model" else ""
+            first = kind == kinds[0]
+            rate = config["checkpoints_per_s"] if first else ""
+            batch = _f(config.get("run_writes_per_transaction")) if first else ""
             lines.append(f"| {config['writers']} | {config['actors']} | {kind} | {s['count']} | {_f(s['p50'])} | "
-                         f"{_f(s['p90'])} | {_f(s['p99'])} | {_f(s['max'])} | {rate} |")  # fmt: skip
+                         f"{_f(s['p90'])} | {_f(s['p99'])} | {_f(s['max'])} | {rate} | {batch} |")  # fmt: skip
     cost = report["run_cost"]
     per = cost["checkpoints_per_run"]
+    labels = {
+        "foreground_durable": "foreground, durable (`durable_foreground=True`)",
+        "foreground_not_durable": "foreground, not durable (`durable_foreground=False`)",
+        "background_durable_rt": "background (on the `True` runtime)",
+        "background_not_durable_rt": "background (on the `False` runtime)",
+    }
     lines += [
         "",
         "## 2. What it costs a run end to end",
         "",
-        f"`{TOOL_LOOP}` ({per} checkpoints: model, tool, tools, model), {cost['runs']} foreground and "
-        f"{cost['runs']} background runs, interleaved, one at a time. `e2e_s` is the stored host-side run time",
-        "(loop start to the finished record), the same measure for both. **A background response also keeps its",
-        "event log** (every wire event, for `GET ?stream=true`), written with the response after `e2e_s` ends: the",
-        "client column (until the response is durable; for background, start + waiting on the host) includes it.",
+        f"`{TOOL_LOOP}`: {per} checkpoints (model, tool, tools; the final model turn is not checkpointed) when",
+        "durable, each waited for, and the `runs` row (`start_run`) before the first; none when not durable.",
+        f"{cost['runs']} runs of each column, interleaved (the order rotated), one at a time. `e2e_s` is the stored",
+        "host-side run time (loop start to the finished record), the same measure for all. A background run",
+        "checkpoints on either runtime: its two columns differ only by the runtime (process, DuckDB file), a control.",
+        "**A durable response also keeps its event log** (every wire event, for `GET ?stream=true`), written with",
+        "the response after `e2e_s` ends; the not-durable foreground response keeps none. The client columns",
+        "(measured in this driver: for foreground, `respond` until the response is stored; for background, the",
+        "start, which writes `start_run` before it answers, then waiting on the host) include that write and the",
+        "Ray hops. Kept an event log: "
+        + ", ".join(f"{mode} {'yes' if kept else 'no'}" for mode, kept in cost["kept_event_log"].items())
+        + ".",
         "",
-        "| mode | e2e p50 ms | e2e p99 ms | client p50 ms | client p99 ms |",
+        "| column | e2e p50 ms | e2e p99 ms | client p50 ms | client p99 ms |",
         "|---|---:|---:|---:|---:|",
     ]
-    for mode in ("foreground", "background"):
+    for mode, label in labels.items():
         e, c = cost[mode]["e2e_ms"] or {}, cost[mode]["client_ms"] or {}
-        lines.append(f"| {mode} | {_f(e.get('p50'))} | {_f(e.get('p99'))} | {_f(c.get('p50'))} | {_f(c.get('p99'))} |")
-    diff = cost.get("difference_ms")
+        lines.append(f"| {label} | {_f(e.get('p50'))} | {_f(e.get('p99'))} | {_f(c.get('p50'))} | {_f(c.get('p99'))} |")
+    diff, control = cost.get("difference_ms"), cost.get("runtime_control_ms")
     if diff:
-        lines += ["", f"Background − foreground: p50 {diff['p50']:+.2f} ms, p99 {diff['p99']:+.2f} ms, median of the "
-                  f"paired differences {diff['paired_median']:+.2f} ms; p50 per checkpoint {diff['p50_per_checkpoint']:+.2f} ms."]  # fmt: skip
+        lines += ["", f"**Durable − not durable foreground** (`e2e_s`): p50 {diff['p50']:+.2f} ms, p99 {diff['p99']:+.2f} ms, "
+                  f"median of the per-round differences {diff['paired_median']:+.2f} ms; per checkpoint (/{per}, the "
+                  f"`start_run` included): p50 {diff['p50_per_checkpoint']:+.2f} ms, paired median "
+                  f"{diff['paired_median_per_checkpoint']:+.2f} ms."]  # fmt: skip
+    if control:
+        lines += ["", f"Control, background on the `True` − the `False` runtime: p50 {control['p50']:+.2f} ms, p99 "
+                  f"{control['p99']:+.2f} ms, paired median {control['paired_median']:+.2f} ms."]  # fmt: skip
     resume = report["resume"]
     lines += [
         "",
