@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -148,34 +149,35 @@ async def test_a_restart_during_the_second_model_call_asks_the_model_again_and_r
         await second.close()
 
 
-async def test_a_lost_run_older_than_resume_within_s_is_failed(tmp_path):
+@contextlib.asynccontextmanager
+async def lost_then_restarted(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[Runtime, str]]:
+    """A background run (a 30 s tool call) lost with its server, and the next server on its file."""
     first = Runtime.local(settings(tmp_path))
     started = await first.background("", req(input='[[call sleep {"ms": 30000}]]', background=True))
     await first.close()
-    second = Runtime.local(settings(tmp_path, resume_within_s=0))
+    second = Runtime.local(settings(tmp_path, **options))
     try:
-        assert await second.recover() == 1
-        failed = await second.get_response("", started["id"])
-        assert failed["status"] == "failed" and "not resumed" in failed["error"]["message"]
-        assert failed["background"] is True and failed["id"] == started["id"]
-        assert await second.recover() == 0, "failed once"
+        yield second, started["id"]
     finally:
         await second.close()
+
+
+async def test_a_lost_run_older_than_resume_within_s_is_failed(tmp_path):
+    async with lost_then_restarted(tmp_path, resume_within_s=0) as (second, response_id):
+        assert await second.recover() == 1
+        failed = await second.get_response("", response_id)
+        assert failed["status"] == "failed" and "not resumed" in failed["error"]["message"]
+        assert failed["background"] is True and failed["id"] == response_id
+        assert await second.recover() == 0, "failed once"
 
 
 async def test_a_run_whose_hosts_keep_failing_is_failed_after_max_resumes(tmp_path):
-    first = Runtime.local(settings(tmp_path))
-    started = await first.background("", req(input='[[call sleep {"ms": 30000}]]', background=True))
-    await first.close()
-    second = Runtime.local(settings(tmp_path))
-    try:
+    async with lost_then_restarted(tmp_path) as (second, response_id):
         for attempt in range(MAX_RESUMES):  # as if resumed that often, each time lost again
-            assert await second.store.claim_run("", started["id"], attempt) is not None
-        failed = await second.get_response("", started["id"])
+            assert await second.store.claim_run("", response_id, attempt) is not None
+        failed = await second.get_response("", response_id)
         assert failed["status"] == "failed"
         assert f"failed {MAX_RESUMES + 1} times" in failed["error"]["message"]
-    finally:
-        await second.close()
 
 
 async def test_a_foreground_turn_is_durable_from_its_first_step_until_its_client_leaves(tmp_path):
