@@ -178,3 +178,22 @@ async def test_secrets_never_reach_items_events_or_the_response():
     out = await run(body, SimModel(), mcp_client=client)
     assert secret not in repr(out.events) and secret not in repr(out.response)
     assert secret not in repr(out.traces)
+
+
+def test_a_resumed_response_learns_its_listings_and_which_tools_are_idempotent():
+    # A resumed response's MCP listings are in its own output, not its thread (module checkpoint).
+    from troupe.agentloop.mcp import McpServer, McpToolset
+    from troupe.agentloop.model import ToolCall
+
+    listing = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "calc", "error": None, "tools": [
+        {"name": "add", "input_schema": {}, "annotations": {"idempotentHint": True}},
+        {"name": "charge", "input_schema": {}, "annotations": {"idempotentHint": False}},
+        {"name": "plain", "input_schema": {}},
+    ]}  # fmt: skip
+    toolset = McpToolset(client=None, servers=[McpServer(label="calc", url="http://x")], history=[])  # type: ignore[arg-type]
+    assert toolset.to_list() and toolset.label_of("add") is None
+    toolset.learn([listing])
+    assert toolset.to_list() == [] and toolset.label_of("add") == "calc"
+    idempotent = {name: toolset.is_idempotent(ToolCall(call_id="c", name=name, arguments="{}"))
+                  for name in ("add", "charge", "plain", "unknown")}  # fmt: skip
+    assert idempotent == {"add": True, "charge": False, "plain": False, "unknown": False}
