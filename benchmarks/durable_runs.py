@@ -64,7 +64,7 @@ with a fresh DuckDB file under ``benchmarks/scratch/durable/``: one with
 It starts its own local Ray instance (``ray.init(address="local")`` with ``troupe serve``'s
 environment, ``LOCAL_RAY_ENV``), never joins or stops another (no ``ray stop``), ends with
 ``ray.shutdown()`` and ends by pid any process of its own tree that outlived it. Results:
-``benchmarks/results/<date>-<commit>-durable.{json,md}`` (``--quick``:
+``benchmarks/results/durable/<date>-<commit>-durable.{json,md}`` (``--quick``:
 ``benchmarks/scratch/results/``), with the machine, its load and the commit.
 """
 
@@ -558,7 +558,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="a smoke test: tiny counts, results to benchmarks/scratch/results/"
     )
-    parser.add_argument("--out-dir", help="where the results go (default benchmarks/results/)")
+    parser.add_argument("--out-dir", help="where the results go (default benchmarks/results/durable/)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch DuckDB file and side table")
     return parser
 
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) is None:  # a count given wins over --quick's
             setattr(args, name, quick if args.quick else full)
     out_dir = (
-        Path(args.out_dir) if args.out_dir else (SCRATCH / "results" if args.quick else ROOT / "benchmarks" / "results")
+        Path(args.out_dir) if args.out_dir else (SCRATCH / "results" if args.quick else ROOT / "benchmarks" / "results" / "durable")
     )
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
     meta = {
