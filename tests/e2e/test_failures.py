@@ -148,8 +148,9 @@ def _read_in_thread(stream) -> tuple[threading.Thread, list]:
     return thread, events
 
 
-def test_a_foreground_stream_whose_host_dies_goes_on_in_the_background(actor_root, tmp_path):
-    client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
+def test_a_foreground_stream_whose_host_dies_goes_on_in_the_background(troupe_apps, tmp_path):
+    # Pooled only: a dedicated host restarts the same way (the kill -9 test above runs on both).
+    client = OpenAI(base_url=f"{troupe_apps['pooled']}/v1", api_key="unused", max_retries=0)
     script, db, gate = _gated_script(tmp_path)
     thread, events = _read_in_thread(client.responses.create(model="sim", input=script, stream=True))
     wait_for(lambda: executions(db, "g") == 1, what="the tool running")  # its turn is stored before it starts
@@ -171,8 +172,8 @@ def test_a_foreground_stream_whose_host_dies_goes_on_in_the_background(actor_roo
     assert [e.to_dict() for e in seen + rest] == [e.to_dict() for e in whole], "reconnected, the client misses nothing"
 
 
-def test_a_background_stream_is_followed_on_through_its_hosts_death(actor_root, tmp_path):
-    client = OpenAI(base_url=f"{actor_root}/v1", api_key="unused", max_retries=0)
+def test_a_background_stream_is_followed_on_through_its_hosts_death(troupe_apps, tmp_path):
+    client = OpenAI(base_url=f"{troupe_apps['pooled']}/v1", api_key="unused", max_retries=0)
     script, db, gate = _gated_script(tmp_path)
     thread, events = _read_in_thread(client.responses.create(model="sim", input=script, stream=True, background=True))
     wait_for(lambda: executions(db, "g") == 1, what="the tool running")
