@@ -226,3 +226,14 @@ async def test_with_durable_foreground_off_a_foreground_turn_keeps_no_log(tmp_pa
             await runtime.follow_response("", done["id"])
     finally:
         await runtime.close()
+
+
+async def test_with_event_logs_all_a_plain_response_replays_too(tmp_path):
+    runtime = Runtime.local(settings(tmp_path, event_logs="all"))
+    try:
+        done = await runtime.respond("", req(input="[[say hi]]"))
+        events = [event async for batch in await runtime.follow_response("", done["id"]) for event in batch]
+        assert_one_unbroken_log(events)
+        assert events[-1]["response"] == done
+    finally:
+        await runtime.close()

@@ -372,7 +372,7 @@ class ConversationHost:
                     # Durable before the client hears it is done.
                     await self._finish(
                         job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces,
-                        run.events if run.durable else None,
+                        run.events if run.durable or self.settings.event_logs == "all" else None,
                     )
                     run.stored = True
                     yield wire

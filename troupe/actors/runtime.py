@@ -433,7 +433,8 @@ class Runtime(ConversationCalls):
         if events is None:
             await self.get_response(tenant, response_id)  # 404 when there is no such response
             raise InvalidRequest(
-                "This response kept no event log: background responses, and stored ones that ran tools, keep theirs.",
+                "This response kept no event log: background responses, and stored ones that ran tools, keep theirs "
+                "(every stored one does with the server's event_logs = \"all\").",
                 param="stream",
             )
         return _replay([e for e in events if e["sequence_number"] > after])
