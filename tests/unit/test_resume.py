@@ -206,32 +206,27 @@ async def test_a_foreground_turn_is_durable_from_its_first_step_until_its_client
         await runtime.close()
 
 
-async def test_a_foreground_response_that_ran_tools_keeps_its_event_log(tmp_path):
-    runtime = Runtime.local(settings(tmp_path))
-    try:
-        done = await runtime.respond("", req(input='[[call calculator {"expression": "6*7"}]]'))
-        events = [event async for batch in await runtime.follow_response("", done["id"]) for event in batch]
-        assert_one_unbroken_log(events)
-        assert events[-1]["response"] == done
-    finally:
-        await runtime.close()
+CALCULATOR = '[[call calculator {"expression": "6*7"}]]'
 
 
-async def test_with_durable_foreground_off_a_foreground_turn_keeps_no_log(tmp_path):
-    runtime = Runtime.local(settings(tmp_path, durable_foreground=False))
+@pytest.mark.parametrize(
+    ("options", "script", "keeps_log"),
+    [
+        ({}, CALCULATOR, True),  # durable from its first tool step
+        ({}, "[[say hi]]", False),  # no tool step: not durable
+        ({"durable_foreground": False}, CALCULATOR, False),
+        ({"event_logs": "all"}, "[[say hi]]", True),
+    ],
+)
+async def test_which_foreground_responses_keep_their_event_log(tmp_path, options, script, keeps_log):
+    runtime = Runtime.local(settings(tmp_path, **options))
     try:
-        done = await runtime.respond("", req(input='[[call calculator {"expression": "6*7"}]]'))
+        done = await runtime.respond("", req(input=script))
         assert done["status"] == "completed"
-        with pytest.raises(InvalidRequest):
-            await runtime.follow_response("", done["id"])
-    finally:
-        await runtime.close()
-
-
-async def test_with_event_logs_all_a_plain_response_replays_too(tmp_path):
-    runtime = Runtime.local(settings(tmp_path, event_logs="all"))
-    try:
-        done = await runtime.respond("", req(input="[[say hi]]"))
+        if not keeps_log:
+            with pytest.raises(InvalidRequest):
+                await runtime.follow_response("", done["id"])
+            return
         events = [event async for batch in await runtime.follow_response("", done["id"]) for event in batch]
         assert_one_unbroken_log(events)
         assert events[-1]["response"] == done
