@@ -219,9 +219,10 @@ class ConversationHost:
         return await self._drive(run, refusals_answered=True)
 
     async def resume_background(self, job: TurnJob) -> dict[str, Any]:
-        """Go on with a background response whose host died, from its last checkpoint
-        (module :mod:`troupe.agentloop.checkpoint`); its Response as it stands. The caller has
-        claimed the run (``claim_run``), so no other host resumes it too."""
+        """Go on with a durable response whose host died (a background one, or a foreground one
+        past its first tool step), from its last checkpoint (module
+        :mod:`troupe.agentloop.checkpoint`), driven by this host; its Response as it stands.
+        The caller has claimed the run (``claim_run``), so no other host resumes it too."""
         running = self.runs.get(job.tenant, job.response_id)
         if running is not None:
             return running.snapshot()
@@ -315,9 +316,9 @@ class ConversationHost:
                     self.last_active = time.monotonic()
         finally:
             self.runs.remove(run)
-            if run.durable and not run.stored and not job.request.background:
-                # A foreground turn that ended unstored (its client went away, a failure) is over:
-                # only a host that dies leaves its run behind, to be resumed.
+            if run.durable and not run.stored and not job.request.background and run.resume is None:
+                # A foreground turn its client drove that ended unstored (the client went away, a
+                # failure) is over: only a host that dies leaves its run behind, to be resumed.
                 with contextlib.suppress(Exception):
                     await self.store.end_run(job.tenant, job.response_id)
 

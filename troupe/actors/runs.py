@@ -122,13 +122,17 @@ class LiveRun:
         await waiter
 
     def snapshot(self) -> dict[str, Any]:
-        """The Response as it stands: ``queued`` before its turn, ``cancelled`` once asked to."""
+        """The Response as it stands: ``queued`` before its turn, ``cancelled`` once asked to,
+        and ``in_progress`` until it is stored (a reader told it is done must find it stored:
+        its input items, its step traces)."""
         response = self.writer.response
         if response["status"] == "in_progress":
             if self.cancel.is_set():
                 response["status"] = "cancelled"
             elif not self.running:
                 response["status"] = "queued"
+        elif response["status"] != "cancelled" and not self.stored:
+            response["status"] = "in_progress"
         return response
 
 
