@@ -229,38 +229,39 @@ class LiveRuns:
 
 
 LOST_RUN_MESSAGE = (
-    "The server stopped, or the host running this background response failed, before it finished; "
+    "The server stopped, or the host running this response failed, before it finished; "
     "it was not resumed because it is older than the server's resume_within_s. Its conversation's "
     "history is intact."
 )
 MAX_RESUMES = 3
-"""A background run whose host fails this many times is not resumed again (it may be what
+"""A durable run whose host fails this many times is not resumed again (it may be what
 kills its hosts)."""
 TOO_MANY_RESUMES = (
-    "The host running this background response failed {attempts} times; it was not resumed again. "
+    "The host running this response failed {attempts} times; it was not resumed again. "
     "Its conversation's history is intact."
 )
+
+
+def _writer_of(run: RunRecord) -> WireWriter:
+    """A fresh writer of the run's response (its request, id and creation time)."""
+    request = parse_create_request(run.request)
+    return WireWriter(
+        request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
+    )
 
 
 def run_snapshot(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
     """The Response of a run known by its record and the wire events its checkpoints hold
     (``in_progress``: it is being resumed)."""
-    request = parse_create_request(run.request)
-    writer = WireWriter(
-        request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
-    )
+    writer = _writer_of(run)
     writer.restore(events)
     return writer.response
 
 
 def lost_run_record(run: RunRecord, message: str) -> ResponseRecord:
-    """The record that ends a background run its host died with: the response, ``failed``."""
-    request = parse_create_request(run.request)
-    writer = WireWriter(
-        request, response_id=run.response_id, created_at=run.created_at, conversation_id=request.conversation_id
-    )
+    """The record that ends a durable run that will not be resumed: the response, ``failed``."""
     error = {"code": "server_error", "message": message}
-    return failed_record(run.tenant, run.thread_id, writer, error, started_at=run.created_at)
+    return failed_record(run.tenant, run.thread_id, _writer_of(run), error, started_at=run.created_at)
 
 
 def failed_record(

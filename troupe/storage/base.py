@@ -120,7 +120,7 @@ class ResponseRecord:
     """With ``response["conversation"]``: append the input and output items to it."""
     events: list[dict[str, Any]] | None = None
     """The response's wire events in order (its event log, which ``GET ?stream=true`` replays);
-    None: none kept (only background responses keep theirs)."""
+    None: none kept (durable responses keep theirs; every stored one with ``event_logs = "all"``)."""
 
     @property
     def id(self) -> str:
