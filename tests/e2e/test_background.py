@@ -103,8 +103,8 @@ def test_background_stream_dropped_and_resumed_equals_the_whole_stream(client):
     assert whole[-1].response.output_text == client.responses.retrieve(response_id).output_text
 
 
-def test_only_a_background_response_can_be_streamed_again(client):
-    done = client.responses.create(model="sim", input="[[say hi]]")
-    with pytest.raises(openai.BadRequestError) as err:
-        list(client.responses.retrieve(done.id, stream=True))
-    assert err.value.body["param"] == "stream"
+def test_a_finished_foreground_stream_replays_as_it_was_streamed(client):
+    seen = list(client.responses.create(model="sim", input="[[think plan]] [[tokens 40]]", stream=True))
+    replayed = list(client.responses.retrieve(seen[-1].response.id, stream=True))  # from its packed log
+    assert [e.to_dict() for e in replayed] == [e.to_dict() for e in seen]
+    assert len(seen) > 40 and seen[-1].type == "response.completed"

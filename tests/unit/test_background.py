@@ -185,8 +185,11 @@ async def test_a_background_stream_resumed_after_a_drop_misses_nothing(runtime):
     assert first + rest == whole and whole[-1]["type"] == "response.completed"
 
 
-async def test_only_a_background_response_streams_again(runtime):
+async def test_a_response_streams_again_only_while_it_keeps_its_log(runtime):
     done = await runtime.respond("", req(input="[[say hi]]"))
+    replayed = [e async for batch in await runtime.follow_response("", done["id"]) for e in batch]
+    assert replayed[-1]["response"] == done
+    assert await runtime.store.prune_event_logs(time.time() + 1) >= 1
     with pytest.raises(InvalidRequest) as info:
         await runtime.follow_response("", done["id"])
     assert info.value.param == "stream"

@@ -213,9 +213,10 @@ CALCULATOR = '[[call calculator {"expression": "6*7"}]]'
     ("options", "script", "keeps_log"),
     [
         ({}, CALCULATOR, True),  # durable from its first tool step
-        ({}, "[[say hi]]", False),  # no tool step: not durable
-        ({"durable_foreground": False}, CALCULATOR, False),
-        ({"event_logs": "all"}, "[[say hi]]", True),
+        ({}, "[[say hi]]", True),  # every stored response, by default
+        ({"event_logs": "durable"}, "[[say hi]]", False),  # no tool step: not durable
+        ({"event_logs": "durable"}, CALCULATOR, True),
+        ({"event_logs": "durable", "durable_foreground": False}, CALCULATOR, False),
     ],
 )
 async def test_which_foreground_responses_keep_their_event_log(tmp_path, options, script, keeps_log):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from troupe.storage import event_log
 from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
@@ -455,6 +456,22 @@ def test_event_logs_round_trip_and_go_with_their_response(store: Store) -> None:
     assert store.response_events("other", "resp_1") is None, "tenants see only their own"
     assert store.delete_response("acme", "resp_1")
     assert store.response_events("acme", "resp_1") is None
+
+
+def test_a_packed_event_log_comes_back_as_its_events(store: Store) -> None:
+    record = make_record("resp_1")
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Hi there", "annotations": [], "logprobs": []}]}  # fmt: skip
+    response = {**record.response, "output": [message]}
+    events = [
+        {"content_index": 0, "delta": delta, "item_id": "msg_1", "logprobs": [], "output_index": 0,
+         "sequence_number": seq, "type": "response.output_text.delta"}
+        for seq, delta in enumerate(["Hi", " there"])
+    ] + [{"item": message, "output_index": 0, "sequence_number": 2, "type": "response.output_item.done"}]  # fmt: skip
+    packed = event_log.pack(events, response)
+    assert "Hi" not in str(packed["rows"]), "the deltas are slices of the stored message's text"
+    store.write_responses([dataclasses.replace(record, response=response, events=packed)])
+    assert store.response_events("acme", "resp_1") == events
 
 
 def test_old_event_logs_are_pruned(store: Store) -> None:

@@ -45,7 +45,7 @@ from troupe.protocol import (
     model_not_found,
     previous_response_not_found,
 )
-from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace
+from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_log
 
 from .batching import coalesce
 from .mcp_policy import resolve_mcp_tool
@@ -446,7 +446,7 @@ class ConversationHost:
             ttft_s=ttft_s,
             traces=traces,
             append_to_conversation=appended,
-            events=events,
+            events=None if events is None else event_log.pack(events, response),
         )
         await self.store.write_response(record)
         if not in_conversation:

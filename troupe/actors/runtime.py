@@ -420,8 +420,8 @@ class Runtime(ConversationCalls):
 
         Raises (before anything is streamed):
             NotFound: no such response.
-            InvalidRequest: it keeps no event log (only background responses, and stored ones
-                that reached a tool step, keep theirs).
+            InvalidRequest: it keeps no event log (it ran with ``store=false``, or its log was
+                pruned, or the server keeps only durable responses' logs).
         """
         after = -1 if starting_after is None else starting_after
         live = await self._follow_live(tenant, response_id, after)
@@ -433,8 +433,8 @@ class Runtime(ConversationCalls):
         if events is None:
             await self.get_response(tenant, response_id)  # 404 when there is no such response
             raise InvalidRequest(
-                "This response kept no event log: background responses, and stored ones that ran tools, keep theirs "
-                "(every stored one does with the server's event_logs = \"all\").",
+                "This response has no event log to replay: it was pruned after the server's event_log_retention_s, "
+                "or the server keeps only durable responses' logs (event_logs = \"durable\").",
                 param="stream",
             )
         return _replay([e for e in events if e["sequence_number"] > after])

@@ -225,13 +225,14 @@ class RuntimeOptions(BaseModel):
     namespace: NonEmpty = "troupe"
     """Ray namespace of the named actors (hosts, storage)."""
     event_log_retention_s: PositiveFloat = 7 * 24 * 3600.0
-    """How long a durable response's event log (what ``GET ?stream=true`` replays) is kept
+    """How long a stored response's event log (what ``GET ?stream=true`` replays) is kept
     after the response ended; the response itself stays."""
-    event_logs: Literal["durable", "all"] = "durable"
+    event_logs: Literal["all", "durable"] = "all"
     """Which stored responses keep their event log (what ``GET ?stream=true`` replays once the
-    response has ended): ``durable`` ones (background, and foreground from their first tool
-    step), or ``all``. Measured: ``all`` triples the storage actor's CPU per plain response
-    (0.27 → 0.85 ms) and adds about 17 KB per 64-token answer."""
+    response has ended): ``all``, or only ``durable`` ones (background, and foreground from
+    their first tool step). A log is packed against its Response (``troupe.storage.event_log``):
+    about 800 bytes for a 64-token answer; its cost per plain response is in
+    ``benchmarks/results/event_logs/``."""
     durable_foreground: bool = True
     """Checkpoint stored foreground responses at every step from their first tool step, so that
     a turn whose host dies goes on in the background. false: only background responses are

@@ -118,9 +118,11 @@ class ResponseRecord:
     traces: list[StepTrace] = field(default_factory=list)
     append_to_conversation: bool = True
     """With ``response["conversation"]``: append the input and output items to it."""
-    events: list[dict[str, Any]] | None = None
-    """The response's wire events in order (its event log, which ``GET ?stream=true`` replays);
-    None: none kept (durable responses keep theirs; every stored one with ``event_logs = "all"``)."""
+    events: dict[str, Any] | list[dict[str, Any]] | None = None
+    """The response's wire events (its event log, which ``GET ?stream=true`` replays), packed
+    against :attr:`response` (:func:`troupe.storage.event_log.pack`; a list: the events
+    themselves, as records written before packing existed); None: none kept (see the
+    ``event_logs`` setting)."""
 
     @property
     def id(self) -> str:
@@ -285,7 +287,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        """A stored response's event log (:attr:`ResponseRecord.events`); None if it kept none."""
+        """A stored response's event log (:attr:`ResponseRecord.events`), as its wire events in
+        order; None if it kept none."""
 
     @abc.abstractmethod
     def prune_event_logs(self, ended_before: float) -> int:

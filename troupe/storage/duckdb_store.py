@@ -69,7 +69,7 @@ from typing import Any
 
 import duckdb
 
-from . import journal, schema
+from . import event_log, journal, schema
 from .base import (
     EvalResultRecord,
     EvalRunRecord,
@@ -660,7 +660,8 @@ class DuckDBStore(Store):
         """See :meth:`Store.response_events`."""
         sql = "SELECT events, events_parts FROM response_events WHERE tenant = ? AND response_id = ?"
         rows = self._fetch_values(sql, [tenant, response_id])
-        return rows[0][0] if rows else None
+        response = self.get_response(tenant, response_id) if rows else None
+        return event_log.unpack(rows[0][0], response) if rows and response is not None else None
 
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         """See :meth:`Store.step_traces`."""

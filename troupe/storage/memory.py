@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import event_log
 from .base import (
     EvalResultRecord,
     EvalRunRecord,
@@ -313,7 +314,9 @@ class InMemoryStore(Store):
         """See :meth:`Store.response_events`."""
         with self._lock:
             stored = self._responses.get((tenant, response_id))
-            return None if stored is None or stored.events is None else json.loads(stored.events)
+            if stored is None or stored.events is None:
+                return None
+            return event_log.unpack(json.loads(stored.events), json.loads(stored.response))
 
     def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
         """See :meth:`Store.step_traces`."""
