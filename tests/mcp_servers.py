@@ -9,8 +9,10 @@ One server, three ways to run it:
 * stdio: :data:`STDIO_COMMAND`, run from the repository root.
 
 Tools: ``add``, ``echo_slowly`` (records when each call starts and ends, so a test can
-prove calls overlapped), ``always_fail``, ``hang``, and ``server_stats`` (the counters,
-for stdio where there is no HTTP route). ``GET /stats`` returns the same counters: how
+prove calls overlapped), ``always_fail``, ``hang``, the counted tools of
+:mod:`tests.side_effects` (``note``; ``hold``, annotated ``idempotentHint``, and
+``hold_once``, which wait for a file), and ``server_stats`` (the counters, for stdio where
+there is no HTTP route). ``GET /stats`` returns the same counters: how
 many times each MCP method was received (``initialize`` and ``server/discover`` open a
 session, ``tools/list``, ``tools/call``). ``GET /health`` answers once the server is up.
 
@@ -61,6 +63,9 @@ def build_server() -> Any:
     """The test server (an ``MCPServer``) with its counters; imported lazily so tests can import this module cheaply."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
+
+    from tests import side_effects
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse
 
@@ -116,6 +121,22 @@ def build_server() -> Any:
         """Never returns."""
         await asyncio.Event().wait()
         return "unreachable"
+
+    # Counted tools (tests.side_effects): each run is a row the tool writes in a SQLite file.
+    @server.tool()
+    def note(db: str, key: str) -> str:
+        """Record that it ran."""
+        return side_effects.record(db, key)
+
+    @server.tool(annotations=ToolAnnotations(idempotentHint=True))
+    async def hold(db: str, key: str, path: str) -> str:
+        """Record that it ran; wait for a file. Safe to run twice."""
+        return await side_effects.gate(db, key, path)
+
+    @server.tool()
+    async def hold_once(db: str, key: str, path: str) -> str:
+        """Record that it ran; wait for a file."""
+        return await side_effects.gate(db, key, path)
 
     @server.tool()
     def server_stats() -> str:
