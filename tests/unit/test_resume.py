@@ -151,9 +151,14 @@ async def test_a_restart_during_the_second_model_call_asks_the_model_again_and_r
 
 @contextlib.asynccontextmanager
 async def lost_then_restarted(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[Runtime, str]]:
-    """A background run (a 30 s tool call) lost with its server, and the next server on its file."""
+    """A background run lost with its server during a 30 s tool call, and the next server on its file."""
     first = Runtime.local(settings(tmp_path))
     started = await first.background("", req(input='[[call sleep {"ms": 30000}]]', background=True))
+
+    async def calling() -> bool:
+        return await step_kinds(first, started["id"]) == ["model"]
+
+    await wait_until(calling, what="the model turn that calls sleep stored")
     await first.close()
     second = Runtime.local(settings(tmp_path, **options))
     try:
@@ -169,6 +174,12 @@ async def test_a_lost_run_older_than_resume_within_s_is_failed(tmp_path):
         assert failed["status"] == "failed" and "not resumed" in failed["error"]["message"]
         assert failed["background"] is True and failed["id"] == response_id
         assert await second.recover() == 0, "failed once"
+        events = await events_of(second, response_id)  # a finished response replays to its end
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert events[0]["type"] == "response.created" and events[-1]["response"] == failed
+        assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+        assert [i["type"] for i in failed["output"]] == ["function_call"], "the output it had"
+        assert events[-2]["message"] == failed["error"]["message"]
 
 
 async def test_a_run_whose_hosts_keep_failing_is_failed_after_max_resumes(tmp_path):

@@ -327,7 +327,9 @@ class ConversationHost:
         request that turned out not to fit its thread, a storage error)."""
         code, message = getattr(exc, "code", None), getattr(exc, "message", None)
         error = {"code": code or "server_error", "message": message or f"The response failed: {exc}"}
-        record = failed_record(run.job.tenant, run.job.thread_id, run.writer, error, started_at=run.job.created_at)
+        record = failed_record(
+            run.job.tenant, run.job.thread_id, run.writer, error, started_at=run.job.created_at, events=run.events or []
+        )
         try:
             await self.store.write_response(record)
         except Exception:  # nothing more to do: it was never stored, and a GET says 404

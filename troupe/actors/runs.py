@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from troupe.agentloop.checkpoint import ResumePoint
+from troupe.agentloop.events import ResponseStarted
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import InvalidRequest, NotFound, parse_create_request
-from troupe.storage import ResponseRecord, RunRecord, StepTrace
+from troupe.storage import ResponseRecord, RunRecord, StepTrace, event_log
 
 if TYPE_CHECKING:
     from .host import TurnJob
@@ -258,20 +259,34 @@ def run_snapshot(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]
     return writer.response
 
 
-def lost_run_record(run: RunRecord, message: str) -> ResponseRecord:
-    """The record that ends a durable run that will not be resumed: the response, ``failed``."""
+def lost_run_record(run: RunRecord, message: str, events: list[dict[str, Any]]) -> ResponseRecord:
+    """The record that ends a durable run that will not be resumed: the response ``failed``
+    with the output its checkpoints hold (``events``: their wire events)."""
     error = {"code": "server_error", "message": message}
-    return failed_record(run.tenant, run.thread_id, _writer_of(run), error, started_at=run.created_at)
+    writer = _writer_of(run)
+    writer.restore(events)
+    return failed_record(run.tenant, run.thread_id, writer, error, started_at=run.created_at, events=events)
 
 
 def failed_record(
-    tenant: str, thread_id: str, writer: WireWriter, error: dict[str, Any], *, started_at: float
+    tenant: str,
+    thread_id: str,
+    writer: WireWriter,
+    error: dict[str, Any],
+    *,
+    started_at: float,
+    events: list[dict[str, Any]],
 ) -> ResponseRecord:
-    """A response that failed before its loop could say so: ``writer``'s Response, ``failed``
-    with ``error``, no input or output stored, nothing added to its conversation."""
-    now = time.time()
-    response = dict(writer.response, status="failed", error=error, completed_at=int(now))
+    """A response that failed before its loop could say so: ``writer``'s Response (its output
+    as the writer holds it), ``failed`` with ``error``; no input items stored, nothing added to
+    its conversation. Its event log, so that it replays to its end: ``events`` (what
+    ``writer`` wrote; the response's opening if nothing), then ``error`` and ``response.failed``."""
+    if not events:
+        events = writer.write(ResponseStarted())
+    ended = time.time()
+    response = dict(writer.response, status="failed", error=error, completed_at=int(ended))
+    ending = WireWriter.failure_after(writer.response, events[-1]["sequence_number"], error, int(ended))
     return ResponseRecord(
-        tenant=tenant, response=response, input_items=[], thread_id=thread_id, started_at=started_at, ended_at=now,
-        append_to_conversation=False,
+        tenant=tenant, response=response, input_items=[], thread_id=thread_id, started_at=started_at, ended_at=ended,
+        append_to_conversation=False, events=event_log.pack(events + ending, response),
     )

@@ -382,12 +382,17 @@ class Runtime(ConversationCalls):
 
     async def _as_checkpointed(self, run: RunRecord) -> dict[str, Any]:
         """The Response of a run being resumed, as its last checkpoint left it (``in_progress``)."""
+        return run_snapshot(run, await self._checkpointed_events(run))
+
+    async def _checkpointed_events(self, run: RunRecord) -> list[dict[str, Any]]:
+        """The wire events a run's checkpoints hold, in order."""
         steps = await self.store.run_steps(run.tenant, run.response_id)
-        return run_snapshot(run, [event for step in steps for event in step.data["events"]])
+        return [event for step in steps for event in step.data["events"]]
 
     async def _fail_lost(self, run: RunRecord, message: str) -> dict[str, Any]:
-        """Store a background response whose run was lost as ``failed``; the Response."""
-        record = lost_run_record(run, message)
+        """Store a durable response whose run was lost as ``failed``, with the output and the
+        event log its checkpoints hold; the Response."""
+        record = lost_run_record(run, message, await self._checkpointed_events(run))
         try:
             await self.store.write_response(record)
         except StorageError:  # failed by another caller meanwhile
