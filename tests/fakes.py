@@ -140,3 +140,31 @@ class FunctionMcpClient:
         except Exception as exc:
             raise McpError(str(exc), kind="tool") from exc
         return str(result)
+
+
+class WordsFileSearcher:
+    """An in-process stand-in for the vector stores, for loop unit tests: store id ->
+    {file_id: (filename, text)}, ranked by the query's words each passage holds.
+
+    The e2e tests search real vector stores (DuckDB, through the storage actor); this one lets
+    the loop's file_search logic be tested with plain values. It records every search.
+    """
+
+    def __init__(self, stores: dict[str, dict[str, tuple[str, str]]]) -> None:
+        self.stores = stores
+        self.searches: list[dict[str, Any]] = []
+
+    async def search(self, vector_store_ids: Sequence[str], query: str, *, max_num_results: int,
+                     filters: dict[str, Any] | None, ranking_options: dict[str, Any] | None) -> list[dict[str, Any]]:  # fmt: skip
+        self.searches.append({"vector_store_ids": list(vector_store_ids), "query": query, "max_num_results": max_num_results})
+        words = set(query.lower().replace("?", "").split())
+        found = []
+        for store_id in vector_store_ids:
+            if store_id not in self.stores:
+                raise LookupError(f"No vector store found with id '{store_id}'.")
+            for file_id, (filename, text) in self.stores[store_id].items():
+                score = len(words & set(text.lower().replace(".", "").split())) / max(len(words), 1)
+                if score > 0:
+                    found.append({"file_id": file_id, "filename": filename, "score": score, "text": text,
+                                  "attributes": {}})  # fmt: skip
+        return sorted(found, key=lambda r: -r["score"])[:max_num_results]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,10 +71,14 @@ async def run(
     stream: bool = True,
     mcp_client: Any = None,
     context_window: int | None = None,
+    file_searcher: Any = None,
 ) -> Outcome:
     """One response through prepare → run_loop → WireWriter, streamed or collected."""
     request = parse_create_request(body)
-    prepared = prepare(request, history, executors, mcp_client=mcp_client, mcp_servers=mcp_servers_of(body))
+    prepared = prepare(
+        request, history, executors, mcp_client=mcp_client, mcp_servers=mcp_servers_of(body),
+        file_searcher=file_searcher,
+    )  # fmt: skip
     writer = WireWriter(request, response_id=new_id("resp"), created_at=1_700_000_000)
     events = run_loop(prepared, model=model, executors=executors, settings=settings, context_window=context_window)
     if not stream:
@@ -142,8 +147,9 @@ def check_stream(outcome: Outcome) -> Response | None:
         if "response" in event:
             assert isinstance(event["response"]["created_at"], int), "strict clients need an integer created_at"
         model = OPEN_RESPONSES_EVENTS.get(event["type"])
-        # OR nests errors; we send the openai SDK's flat error shape.
-        if model is not None and event["type"] != "error" and (or_can_model or "response" not in event and "item" not in event):
+        # OR nests errors; we send the openai SDK's flat error shape. OR models url citations only.
+        or_models_it = '"file_citation"' not in json.dumps(event)
+        if model is not None and event["type"] != "error" and or_models_it and (or_can_model or "response" not in event and "item" not in event):
             model.model_validate(event)
     if or_can_model:
         ort.ResponseResource.model_validate(outcome.response)

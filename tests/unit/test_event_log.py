@@ -12,7 +12,7 @@ from tests.unit.test_writer_wire_shapes import SCENARIOS
 from troupe.storage import event_log
 
 # The only events a row keeps whole: their fields are not in the Response.
-KEPT_WHOLE = {"error", "response.requires_action"}
+KEPT_WHOLE = {"error", "response.requires_action", "response.output_text.annotation.added"}
 
 
 def _stored(value: Any) -> Any:

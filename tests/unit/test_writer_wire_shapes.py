@@ -18,7 +18,7 @@ import pydantic
 import pytest
 from openai.types.responses import ResponseStreamEvent
 
-from tests.fakes import FunctionMcpClient, FunctionModel, ScriptedModel, text_turn, tool_turn
+from tests.fakes import FunctionMcpClient, FunctionModel, ScriptedModel, WordsFileSearcher, text_turn, tool_turn
 from tests.loop_harness import Outcome, check_stream, history_of, run
 from troupe.agentloop.driver import LoopSettings
 from troupe.agentloop.model import ModelError
@@ -57,6 +57,10 @@ WRITER_EVENT_TYPES = frozenset(
         "response.mcp_call_arguments.done",
         "response.mcp_call.completed",
         "response.mcp_call.failed",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.file_search_call.completed",
+        "response.output_text.annotation.added",
         "error",
         "response.completed",
         "response.incomplete",
@@ -200,6 +204,17 @@ async def mcp_approval() -> list[Outcome]:
     return [first, second]
 
 
+async def file_search() -> list[Outcome]:
+    searcher = WordsFileSearcher({"vs_1": {"file-1": ("notes.md", "The launch code is blue.")}})
+    body = {
+        "model": "sim",
+        "input": "What is the launch code?",
+        "tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}],
+        "include": ["file_search_call.results"],
+    }
+    return [await run(body, SimModel(), file_searcher=searcher)]
+
+
 SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     text,
     reasoning_then_text,
@@ -212,6 +227,7 @@ SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     mcp_list_and_call,
     mcp_failures,
     mcp_approval,
+    file_search,
 ]
 
 

@@ -37,6 +37,7 @@ from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopS
 from .model import ChatRequest, ModelClient, ToolCall, TurnEnd
 from .model import ReasoningDelta as ModelReasoningDelta
 from .model import TextDelta as ModelTextDelta
+from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
 from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import ToolCallArgumentsDelta, ToolCallStart
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
@@ -71,6 +72,8 @@ class PreparedTurn:
     policy: ToolPolicy = field(default_factory=ToolPolicy)
     mcp: McpToolset | None = None
     """The request's MCP servers (listed as the response starts, when not yet in the thread)."""
+    file_search: FileSearchTool | None = None
+    """The request's ``file_search`` tool, when it offers one (module :mod:`.file_search`)."""
 
 
 def prepare(
@@ -80,6 +83,7 @@ def prepare(
     *,
     mcp_client: McpClient | None = None,
     mcp_servers: Sequence[McpServer] = (),
+    file_searcher: FileSearcher | None = None,
 ) -> PreparedTurn:
     """Validate the parts of ``request`` only the loop can judge, and build its transcript.
 
@@ -89,6 +93,7 @@ def prepare(
         executors: the server-side tool executors.
         mcp_client: how to reach MCP servers (None: MCP tools are refused).
         mcp_servers: the request's ``mcp`` tools, resolved (secrets included).
+        file_searcher: searches vector stores (None: ``file_search`` tools are refused).
 
     Returns:
         The prepared turn.
@@ -99,6 +104,7 @@ def prepare(
     """
     tools = [plain(t) for t in (request.tools or [])]
     supported = _SUPPORTED_TOOL_TYPES | ({"mcp"} if mcp_client is not None else set())
+    supported |= {"file_search"} if file_searcher is not None else set()
     for i, tool in enumerate(tools):
         if tool.get("type") not in supported:
             raise InvalidRequest(
@@ -125,9 +131,13 @@ def prepare(
                 param="tools",
                 code="invalid_value",
             )
+    file_search = None
+    if file_searcher is not None and (spec := _file_search_spec(tools)) is not None:
+        file_search = FileSearchTool(file_searcher, spec, next_marker(transcript.outputs_of(FILE_SEARCH)))
     functions = [t for t in tools if t.get("type") == "function"]
     declared = {t["name"] for t in functions}
-    definitions = functions + [d for ex in executors for d in ex.definitions() if d["name"] not in declared]
+    offered = ([file_search] if file_search is not None else []) + list(executors)
+    definitions = functions + [d for ex in offered for d in ex.definitions() if d["name"] not in declared]
     allowed = None
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
         allowed = frozenset(t["name"] for t in choice.get("tools", []) if t.get("type") == "function")
@@ -144,7 +154,31 @@ def prepare(
         tool_definitions=definitions,
         policy=policy,
         mcp=mcp,
+        file_search=file_search,
     )
+
+
+def _file_search_spec(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The request's one ``file_search`` tool, checked; None when it offers none."""
+    found = [(i, t) for i, t in enumerate(tools) if t.get("type") == "file_search"]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise InvalidRequest("Only one file_search tool may be given.", param=f"tools[{found[1][0]}]", code="invalid_value")
+    i, spec = found[0]
+    ids = spec.get("vector_store_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(v, str) and v for v in ids):
+        raise InvalidRequest(
+            "file_search needs 'vector_store_ids': a non-empty list of vector store ids.",
+            param=f"tools[{i}].vector_store_ids",
+            code="invalid_value",
+        )
+    limit = spec.get("max_num_results")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50):
+        raise InvalidRequest(
+            "max_num_results must be an integer from 1 to 50.", param=f"tools[{i}].max_num_results", code="invalid_value"
+        )
+    return spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +215,12 @@ class _Run:
         self.req = prepared.request
         self.model = model
         self.mcp = prepared.mcp
-        # The MCP servers act as one more executor, consulted first.
-        self.executors: list[ToolExecutor] = ([self.mcp] if self.mcp else []) + list(executors)
+        self.fs = prepared.file_search
+        # The MCP servers and file_search act as executors too, consulted first.
+        hosted: list[ToolExecutor] = ([self.mcp] if self.mcp else []) + ([self.fs] if self.fs else [])
+        self.executors: list[ToolExecutor] = hosted + list(executors)
+        self.fs_items: dict[str, str] = {}  # call_id -> open file_search_call item id
+        self.include_results = "file_search_call.results" in (self.req.include or [])
         self.upstream_model = upstream_model or self.req.model
         self.cancel = cancel
         self.clock = clock
@@ -247,6 +285,8 @@ class _Run:
             if isinstance(action, Finish):
                 for item_id in self.mcp_items.values():  # calls never run (tool_choice none, a failure)
                     yield ev.McpCallDone(item_id=item_id, error=McpError("The call was not run.").to_item_error())
+                for item_id in self.fs_items.values():
+                    yield ev.FileSearchCallDone(item_id=item_id, queries=(), status="failed")
                 yield ev.ResponseFinished(
                     status=action.status,
                     usage=self.state.usage,
@@ -332,6 +372,9 @@ class _Run:
             return ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=name)
         if self.mcp is not None and self.mcp.label_of(name) is not None:
             return None
+        if self.fs is not None and name == FILE_SEARCH:
+            self.fs_items[call_id] = new_id("fs")
+            return ev.FileSearchCallStarted(item_id=self.fs_items[call_id])
         call_items[index] = new_id("fc")
         return ev.FunctionCallStarted(item_id=call_items[index], call_id=call_id, name=name)
 
@@ -409,7 +452,8 @@ class _Run:
         if reasoning_id is not None:
             yield ev.ReasoningDone(item_id=reasoning_id, text=turn.reasoning if done else reasoning, status=item_status)
         if message_id is not None:
-            yield ev.MessageDone(item_id=message_id, text=turn.text if done else text, status=item_status)
+            final = turn.text if done else text
+            yield ev.MessageDone(item_id=message_id, text=final, status=item_status, annotations=self._citations(final))
         calls = turn.tool_calls if done else ()
         plan = self._plan(calls)
         ignored = {call.call_id for call in plan.ignored}
@@ -438,9 +482,11 @@ class _Run:
         self._fold_turn(turn, plan, had_tools=action.tools_enabled)
         if self.checkpoints and not isinstance(decide(self.state), Finish):  # the last turn: the end is stored next
             opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
-            yield ev.Checkpoint(
-                data={"kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened}
-            )
+            searches = {call.call_id: self.fs_items[call.call_id] for call in calls if call.call_id in self.fs_items}
+            yield ev.Checkpoint(data={
+                "kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened,
+                "fs_items": searches,
+            })  # fmt: skip
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
         return plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
@@ -466,6 +512,7 @@ class _Run:
             match step["kind"]:
                 case "model":
                     self.mcp_items.update(step["mcp_items"])
+                    self.fs_items.update(step.get("fs_items") or {})
                     turn = turn_from_data(step["turn"])
                     self._fold_turn(turn, self._plan(turn.tool_calls), had_tools=step["had_tools"])
                 case "approved":
@@ -484,11 +531,15 @@ class _Run:
                     for call, output, _ in self._answers(action, self.settled):
                         self.p.transcript.add_output(call.call_id, output)
                         self.mcp_items.pop(call.call_id, None)
+                        self.fs_items.pop(call.call_id, None)
                     self.settled = {}
                     self.state = self.state.after_tools()
         pending = decide(self.state)
         if isinstance(pending, ExecuteTools):  # the host died during this tool step
             self.in_flight = frozenset(c.call_id for c in pending.calls) - set(self.settled)
+        if self.fs is not None:  # passages found before the restart keep their markers
+            outputs = [*self.p.transcript.outputs_of(FILE_SEARCH), *(o.output for o in self.settled.values())]
+            self.fs.next_marker = next_marker(outputs)
 
     # -- tools -------------------------------------------------------------------
 
@@ -517,6 +568,9 @@ class _Run:
                     yield _tool_checkpoint(call, results[call.call_id])
         self.settled, self.in_flight = {}, frozenset()
         to_run = [call for call in action.calls if call.call_id not in results]
+        for call in to_run:
+            if call.call_id in self.fs_items:
+                yield ev.FileSearchCallSearching(item_id=self.fs_items[call.call_id])
         started = self.clock()
         tasks = {asyncio.ensure_future(self._run_tool(call)): call for call in to_run}
         pending = dict(tasks)
@@ -551,6 +605,7 @@ class _Run:
         # Outputs in the model's call order, whichever finished first.
         for call, output, failure in self._answers(action, results, order):
             mcp_item = self.mcp_items.pop(call.call_id, None)
+            fs_item = self.fs_items.pop(call.call_id, None)
             outcome = results.get(call.call_id)
             if outcome is not None:
                 yield ev.StepTraced(
@@ -564,8 +619,34 @@ class _Run:
                 else:
                     error = failure if isinstance(failure, McpError) else McpError(str(failure))
                     yield ev.McpCallDone(item_id=mcp_item, error=error.to_item_error())
+            elif fs_item is not None:
+                yield self._file_search_done(fs_item, call, output, failure)
             else:
                 yield ev.ItemEmitted(item=_output_item(call, output))
+
+    def _file_search_done(
+        self, item_id: str, call: ToolCall, output: str, failure: Exception | None
+    ) -> ev.FileSearchCallDone:
+        """The end of a ``file_search_call`` item: its query, and its results when the request
+        includes them (after a restart, as its stored output lists them)."""
+        query = query_of(call.arguments)
+        results: tuple[dict[str, Any], ...] | None = None
+        if self.include_results and failure is None:
+            found = self.fs.results.get(call.call_id) if self.fs is not None else None
+            if found is None:
+                found = [{"file_id": f, "filename": n, "score": None, "text": t, "attributes": None}
+                         for _, n, f, t in parse_results(output)]  # fmt: skip
+            results = tuple(found)
+        return ev.FileSearchCallDone(
+            item_id=item_id, queries=(query,) if query else (), status="failed" if failure else "completed",
+            results=results,
+        )
+
+    def _citations(self, text: str) -> tuple[dict[str, Any], ...]:
+        """The ``file_citation`` annotations of an answer (module :mod:`.file_search`)."""
+        if self.fs is None or "【" not in text:
+            return ()
+        return tuple(citations(text, self.p.transcript.outputs_of(FILE_SEARCH)))
 
     def _answers(
         self, action: ExecuteTools, results: dict[str, _ToolOutcome], order: Sequence[ToolCall] | None = None

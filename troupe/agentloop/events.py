@@ -33,6 +33,9 @@ __all__ = [
     "McpCallArgumentsDelta",
     "McpCallArgumentsDone",
     "McpCallDone",
+    "FileSearchCallStarted",
+    "FileSearchCallSearching",
+    "FileSearchCallDone",
     "ItemEmitted",
     "StepTraced",
     "Checkpoint",
@@ -67,6 +70,8 @@ class MessageDone:
     item_id: str
     text: str
     status: Literal["completed", "incomplete"] = "completed"
+    annotations: tuple[dict[str, Any], ...] = ()
+    """The text's annotations (``file_citation``), known once it is whole."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,6 +155,28 @@ class McpCallDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FileSearchCallStarted:
+    """The model called ``file_search``: its ``file_search_call`` item opens (module ``file_search``)."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileSearchCallSearching:
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileSearchCallDone:
+    """The search ran (``completed``) or failed; ``results`` only when the request includes them."""
+
+    item_id: str
+    queries: tuple[str, ...]
+    status: Literal["completed", "failed"] = "completed"
+    results: tuple[dict[str, Any], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemEmitted:
     """A whole item with no deltas (a tool's output): added and done at once."""
 
@@ -211,6 +238,9 @@ LoopEvent = (
     | McpCallArgumentsDelta
     | McpCallArgumentsDone
     | McpCallDone
+    | FileSearchCallStarted
+    | FileSearchCallSearching
+    | FileSearchCallDone
     | ItemEmitted
     | StepTraced
     | Checkpoint

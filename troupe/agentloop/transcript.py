@@ -13,6 +13,7 @@ Canonicalization rules (:func:`build_transcript`):
 
 * a replayed ``mcp_call`` becomes a ``function_call`` plus its output (an error
   becomes the output text), so the model sees what happened and nothing runs again;
+  so does a ``file_search_call``, its output rebuilt from its ``results`` (:mod:`.file_search`);
 * ``mcp_list_tools``, ``mcp_approval_request``, ``mcp_approval_response``,
   ``reasoning`` and hosted-tool items never go upstream;
 * a ``compaction`` item (made by ``POST /v1/responses/compact``) goes upstream as a system
@@ -40,6 +41,7 @@ from typing import Any
 from troupe.protocol import InvalidRequest, content_text
 
 from .compaction import decode_summary, summary_message
+from .file_search import FILE_SEARCH, replayed_output
 from .model import ToolCall
 
 __all__ = ["Transcript", "build_transcript"]
@@ -62,6 +64,11 @@ class Transcript:
 
     def add_output(self, call_id: str, output: str) -> None:
         self.items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+
+    def outputs_of(self, name: str) -> list[str]:
+        """The outputs of the calls of tool ``name``, in order."""
+        calls = {i["call_id"] for i in self.items if i["type"] == "function_call" and i["name"] == name}
+        return [i["output"] for i in self.items if i["type"] == "function_call_output" and i["call_id"] in calls]
 
     def settled_call_ids(self) -> set[str]:
         return {item["call_id"] for item in self.items if item["type"] == "function_call_output"}
@@ -178,6 +185,7 @@ def build_transcript(
     settled: set[str] = set()
     requests: dict[str, dict[str, Any]] = {}  # mcp_approval_request items by id
     approved: dict[str, dict[str, Any]] = {}  # approved in this input, not yet run
+    markers = [0]  # the next file_search passage marker, numbered across the thread
 
     def take(item: dict[str, Any], index: int | None) -> None:
         kind = item.get("type", "message")
@@ -208,6 +216,16 @@ def build_transcript(
             )
             error = item.get("error")
             transcript.add_output(call_id, _error_text(error) if error else _output_text(item.get("output")))
+        elif kind == "file_search_call":
+            call_id = item.get("id", "")
+            calls.add(call_id)
+            settled.add(call_id)
+            query = next(iter(item.get("queries") or []), "")
+            transcript.items.append(
+                {"type": "function_call", "call_id": call_id, "name": FILE_SEARCH, "arguments": json.dumps({"query": query})}
+            )
+            transcript.add_output(call_id, replayed_output(item, markers[0]))
+            markers[0] += len(item.get("results") or [])
         elif kind == "compaction":
             param = None if index is None else f"input[{index}].encrypted_content"
             transcript.items.append(summary_message(decode_summary(item.get("encrypted_content"), param=param)))
@@ -215,7 +233,7 @@ def build_transcript(
             requests[item["id"]] = item
         elif kind == "mcp_approval_response":
             _take_approval(item, index)
-        # Everything else (mcp_list_tools, reasoning, hosted-tool calls) is for the client
+        # Everything else (mcp_list_tools, reasoning, other hosted-tool calls) is for the client
         # only and stays out of the upstream view.
 
     def _take_approval(item: dict[str, Any], index: int | None) -> None:

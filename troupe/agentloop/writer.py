@@ -133,11 +133,13 @@ class WireWriter:
                 return [added, self._content_part_event("response.content_part.added", item_id, _text_part(""))]
             case ev.MessageDelta(item_id=item_id, delta=delta):
                 return [self._text_delta(item_id, delta)]
-            case ev.MessageDone(item_id=item_id, text=text, status=status):
+            case ev.MessageDone(item_id=item_id, text=text, status=status, annotations=annotations):
+                part = _text_part(text, list(annotations))
                 return [
+                    *(self._annotation_added(item_id, i, a) for i, a in enumerate(annotations)),
                     self._text_done(item_id, text),
-                    self._content_part_event("response.content_part.done", item_id, _text_part(text)),
-                    self._done(_message(item_id, status, [_text_part(text)])),
+                    self._content_part_event("response.content_part.done", item_id, part),
+                    self._done(_message(item_id, status, [part])),
                 ]
             case ev.ReasoningStarted(item_id=item_id):
                 added = self._add(_reasoning(item_id, "in_progress", []))
@@ -194,6 +196,16 @@ class WireWriter:
                 item = {**self._output[self._index[item_id]], "output": output, "error": error, "status": status}
                 status_type = "response.mcp_call.failed" if error else "response.mcp_call.completed"
                 return [self._item_event(status_type, item_id), self._done(item)]
+            case ev.FileSearchCallStarted(item_id=item_id):
+                added = self._add(_file_search_call(item_id, (), "in_progress", None))
+                return [added, self._item_event("response.file_search_call.in_progress", item_id)]
+            case ev.FileSearchCallSearching(item_id=item_id):
+                return [self._item_event("response.file_search_call.searching", item_id)]
+            case ev.FileSearchCallDone(item_id=item_id, queries=queries, status=status, results=results):
+                item = _file_search_call(item_id, queries, status, results)
+                if status == "failed":  # there is no file_search_call.failed event: the item says it
+                    return [self._done(item)]
+                return [self._item_event("response.file_search_call.completed", item_id), self._done(item)]
             case ev.ItemEmitted(item=item):
                 return [self._add(item), self._done(item)]
             case ev.StepTraced() | ev.Checkpoint():
@@ -290,6 +302,18 @@ class WireWriter:
             "sequence_number": self._next_seq(),
             "text": text,
             "type": "response.output_text.done",
+        }
+
+    def _annotation_added(self, item_id: str, index: int, annotation: dict[str, Any]) -> dict[str, Any]:
+        """``ResponseOutputTextAnnotationAddedEvent``."""
+        return {
+            "annotation": annotation,
+            "annotation_index": index,
+            "content_index": 0,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": "response.output_text.annotation.added",
         }
 
     def _reasoning_delta(self, item_id: str, delta: str) -> dict[str, Any]:
@@ -391,9 +415,22 @@ def _message(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[s
     return {"id": item_id, "content": content, "role": "assistant", "status": status, "type": "message"}
 
 
-def _text_part(text: str) -> dict[str, Any]:
+def _text_part(text: str, annotations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A ``ResponseOutputText`` (a message's content part)."""
-    return {"annotations": [], "text": text, "type": "output_text", "logprobs": []}
+    return {"annotations": annotations or [], "text": text, "type": "output_text", "logprobs": []}
+
+
+def _file_search_call(
+    item_id: str, queries: tuple[str, ...], status: str, results: tuple[dict[str, Any], ...] | None
+) -> dict[str, Any]:
+    """A ``ResponseFileSearchToolCall``."""
+    return {
+        "id": item_id,
+        "queries": list(queries),
+        "status": status,
+        "type": "file_search_call",
+        "results": None if results is None else [_search_result(r) for r in results],
+    }
 
 
 def _reasoning(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -415,6 +452,17 @@ def _function_call(item_id: str, call_id: str, name: str, arguments: str, status
         "type": "function_call",
         "id": item_id,
         "status": status,
+    }
+
+
+def _search_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A ``file_search_call`` result (``response_file_search_tool_call.Result``)."""
+    return {
+        "attributes": result.get("attributes"),
+        "file_id": result.get("file_id"),
+        "filename": result.get("filename"),
+        "score": result.get("score"),
+        "text": result.get("text"),
     }
 
 

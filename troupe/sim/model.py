@@ -24,10 +24,14 @@ Decision order for each turn:
    it cannot fill (no finite value, a ``$ref`` that does not resolve): ``invalid_json_schema``.
 1. ``fail`` -> fail (in-process: ``ModelError(status=STATUS)``; server: that HTTP status).
 2. Tool results after the last user message: without ``loop``, answer one line per result,
-   ``NAME -> OUTPUT``, joined by "\\n"; with ``loop``, call the loop tools again.
+   ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
+   passage's text and its citation marker (``troupe.agentloop.file_search``), or says nothing
+   was found; with ``loop``, call the loop tools again.
 3. ``call`` / ``loop`` -> tool calls (finish_reason "tool_calls").
 4. ``say`` / ``tokens`` / ``history`` -> that text (the first of them in the message wins).
-5. No directive: tool_choice "required" -> the first offered tool, a forced
+5. No directive: a question (the message ends with "?") while ``file_search`` is offered
+   (and tool_choice is not "none") -> ``file_search`` with the question as its query;
+   tool_choice "required" -> the first offered tool, a forced
    ``{"type": "function", "function": {"name": X}}`` -> X; otherwise, with tools offered
    (and tool_choice not "none"), a word of 4+ letters from the message found in a tool's
    name or description -> the best-matching tool (most words; ties -> first offered);
@@ -65,6 +69,7 @@ from typing import Any
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
 from troupe.sim.schema import SchemaError, generate_from_schema
+from troupe.agentloop.file_search import FILE_SEARCH, parse_results
 from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
@@ -231,13 +236,15 @@ def _plan(
     calls: list[CallCue] = []
     text = ""
     if results and not loops:
-        text = "\n".join(f"{name} -> {output}" for name, output in results)
+        text = "\n".join(_result_line(name, output) for name, output in results)
     elif results:
         calls = loops
     elif cues.calls:
         calls = cues.calls
     elif cues.answer is not None:
         text = _answer(cues.answer, messages)
+    elif _searches(request, cues.plain):
+        calls = [CallCue(name=FILE_SEARCH, arguments=json.dumps({"query": cues.plain.strip()}), loop=False)]
     elif (chosen := _choose_tool(request, cues.plain)) is not None:
         calls = [CallCue(name=chosen, arguments=None, loop=False)]
     else:
@@ -277,6 +284,23 @@ def _tool_results(messages: list[dict[str, Any]], *, after: int) -> list[tuple[s
             call_id = message.get("tool_call_id", "")
             results.append((names.get(call_id) or message.get("name") or "unknown", message_text(message)))
     return results
+
+
+def _result_line(name: str, output: str) -> str:
+    """The answer's line for one tool result."""
+    if name != FILE_SEARCH:
+        return f"{name} -> {output}"
+    passages = parse_results(output)
+    if not passages:
+        return "I found nothing about that in the files."
+    marker, filename, _, text = passages[0]
+    return f"{text} 【{marker}†{filename}】"
+
+
+def _searches(request: ChatRequest, message: str) -> bool:
+    """Whether an undirected message is a question to search the files for."""
+    offered = any(f.get("name") == FILE_SEARCH for f in _functions(request))
+    return offered and request.tool_choice != "none" and message.strip().endswith("?")
 
 
 def _answer(answer: tuple[str, str], messages: list[dict[str, Any]]) -> str:

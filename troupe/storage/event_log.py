@@ -87,6 +87,9 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
             "response.mcp_call.in_progress",
             "response.mcp_call.completed",
             "response.mcp_call.failed",
+            "response.file_search_call.in_progress",
+            "response.file_search_call.searching",
+            "response.file_search_call.completed",
         )
     },
     **{name: (_ITEM_KEYS, "item") for name in ("response.output_item.added", "response.output_item.done")},
