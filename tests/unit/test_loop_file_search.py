@@ -165,3 +165,13 @@ async def test_a_run_resumed_after_its_search_was_called_searches_and_cites_as_i
     assert len([e for e in events if e["type"] == "response.output_item.added"]) == 2, "no item opened twice"
     assert message["content"][0]["annotations"][0]["file_id"] == "file-launch"
     assert len(searcher.searches) == 1, "no tool starts before its turn is stored: the search ran on the next host"
+
+
+async def test_tool_choice_can_force_or_allow_file_search():
+    forced = await run(body("Tell me about soup", tool_choice={"type": "file_search"}), SimModel(),
+                       file_searcher=WordsFileSearcher(DOCS))  # fmt: skip
+    assert forced.response["output"][0]["type"] == "file_search_call"
+    allowed = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "file_search"}]}
+    outcome = await run(body("Where is the launch code?", tool_choice=allowed), SimModel(),
+                        file_searcher=WordsFileSearcher(DOCS))  # fmt: skip
+    assert outcome.response["output"][0]["status"] == "completed"

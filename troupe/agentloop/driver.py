@@ -114,6 +114,7 @@ def prepare(
             )
     choice = plain(request.tool_choice)
     choice_types = ("function", "allowed_tools") + (("mcp",) if mcp_client is not None else ())
+    choice_types += ("file_search",) if file_searcher is not None else ()
     if isinstance(choice, dict) and choice.get("type") not in choice_types:
         raise InvalidRequest(
             f"tool_choice of type '{choice.get('type')}' is not supported by this server.",
@@ -140,7 +141,11 @@ def prepare(
     definitions = functions + [d for ex in offered for d in ex.definitions() if d["name"] not in declared]
     allowed = None
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
-        allowed = frozenset(t["name"] for t in choice.get("tools", []) if t.get("type") == "function")
+        allowed = frozenset(
+            t["name"] if t.get("type") == "function" else FILE_SEARCH
+            for t in choice.get("tools", [])
+            if t.get("type") in ("function", "file_search")
+        )
     policy = ToolPolicy(
         declared=frozenset(declared),
         allowed=allowed,
