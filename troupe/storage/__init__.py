@@ -14,12 +14,16 @@ from .base import (
     EvalRunRecord,
     Order,
     Page,
+    QueryError,
+    QueryResult,
+    QueryTimeout,
     ResponseRecord,
     RunRecord,
     RunStep,
     StepTrace,
     StorageError,
     Store,
+    StoreLocked,
 )
 from .duckdb_store import DuckDBStore
 from .group_commit import GroupCommitWriter
@@ -34,6 +38,9 @@ __all__ = [
     "InMemoryStore",
     "Order",
     "Page",
+    "QueryError",
+    "QueryResult",
+    "QueryTimeout",
     "ResponseRecord",
     "RunRecord",
     "RunStep",
@@ -41,4 +48,5 @@ __all__ = [
     "StepTrace",
     "StorageError",
     "Store",
+    "StoreLocked",
 ]

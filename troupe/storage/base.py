@@ -17,32 +17,54 @@ Lists page the way the OpenAI API does: ``after`` is the id of
 the last item of the previous page (exclusive), ``limit`` 1–100, ``order``
 ``asc`` or ``desc`` (default ``desc``), and a :class:`Page` says ``has_more``.
 
+Read-only SQL (:meth:`Store.run_sql`, for ``troupe sql`` and ``POST /v1/troupe/sql``) spans
+every tenant: it is an operator's tool.
+
 Errors::
 
     StorageError        the backend failed (I/O, corruption, a migration)
+    ├── QueryError      a read-only SQL query was refused (not exactly one read-only
+    │   │               statement) or failed in DuckDB (bad SQL): the query's fault
+    │   └── QueryTimeout    it ran past its timeout and was interrupted
+    └── StoreLocked     the DuckDB file is open in another process (DuckDB allows one)
 """
 
 from __future__ import annotations
 
 import abc
+import base64
+import datetime
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "DEFAULT_MAX_ROWS",
+    "DEFAULT_TIMEOUT_S",
     "EvalResultRecord",
     "EvalRunRecord",
     "Order",
     "Page",
+    "QueryError",
+    "QueryResult",
+    "QueryTimeout",
     "ResponseRecord",
     "RunRecord",
     "RunStep",
     "StepTrace",
     "StorageError",
     "Store",
+    "StoreLocked",
+    "json_value",
 ]
 
 Order = Literal["asc", "desc"]
+
+DEFAULT_MAX_ROWS = 10_000
+"""The most rows a read-only SQL query returns unless told otherwise (:meth:`Store.run_sql`)."""
+DEFAULT_TIMEOUT_S = 10.0
+"""How long a read-only SQL query may run unless told otherwise (:meth:`Store.run_sql`)."""
 
 
 class StorageError(Exception):
@@ -51,6 +73,30 @@ class StorageError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class QueryError(StorageError):
+    """A read-only SQL query was refused (not exactly one read-only statement), or DuckDB
+    rejected it (a syntax error, an unknown column): the query's fault, not the store's."""
+
+
+class QueryTimeout(QueryError):
+    """A read-only SQL query ran past its timeout and was interrupted; nothing was returned."""
+
+
+class StoreLocked(StorageError):
+    """The DuckDB file is open in another process (DuckDB lets one process open a file).
+
+    Picklable: ``pid`` travels with the message.
+    """
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+        """The process holding the file, when DuckDB says (it does on Linux and macOS)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.pid))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +123,51 @@ class Page:
             "last_id": self.last_id,
             "has_more": self.has_more,
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryResult:
+    """What a read-only SQL query answered (:meth:`Store.run_sql`)."""
+
+    columns: list[str]
+    """The column names, in order (two columns may share a name)."""
+    types: list[str]
+    """DuckDB's name of each column's type: ``VARCHAR``, ``DOUBLE``, ``STRUCT(a INTEGER)``, …"""
+    rows: list[tuple[Any, ...]]
+    """The rows, as DuckDB's Python values (JSON columns as JSON text)."""
+    truncated: bool = False
+    """The query had more rows than the row limit; ``rows`` holds the first ones."""
+
+    def to_json_object(self) -> dict[str, Any]:
+        """The wire shape (``POST /v1/troupe/sql``): ``{"columns", "types", "rows", "truncated"}``,
+        each row an array of JSON values (see :func:`json_value`)."""
+        return {
+            "columns": list(self.columns),
+            "types": list(self.types),
+            "rows": [[json_value(v) for v in row] for row in self.rows],
+            "truncated": self.truncated,
+        }
+
+
+def json_value(value: Any) -> Any:
+    """A DuckDB value as JSON can hold it: dates and times in ISO 8601, an ``INTERVAL`` in
+    seconds, a ``BLOB`` in base64, ``NaN`` and infinities as the strings ``"nan"``, ``"inf"``,
+    ``"-inf"``, and anything else JSON has no type for (``DECIMAL``, ``UUID``) as its text."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -412,6 +503,31 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def eval_results(self, run_id: str) -> list[EvalResultRecord]:
         """A run's results ordered by ``(case_id, sample)``; [] if the run has none."""
+
+    # -- read-only SQL -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def run_sql(
+        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> QueryResult:
+        """Run one read-only SQL statement over everything stored (every tenant's).
+
+        Args:
+            sql: one SELECT (also ``WITH …``, ``FROM …``, ``VALUES``), DESCRIBE, SHOW,
+                SUMMARIZE, or EXPLAIN [ANALYZE] of one of those; a trailing ``;`` is fine.
+            max_rows: the most rows returned; a query with more sets ``truncated``.
+            timeout_s: the query is interrupted once it has run this long; None: never.
+
+        Returns:
+            The columns, their types and the rows.
+
+        Raises:
+            QueryTimeout: the query ran past ``timeout_s``.
+            QueryError: not exactly one read-only statement, or the database rejected it
+                (or this store cannot run SQL at all).
+            StorageError: the store failed (closed, I/O).
+            ValueError: ``max_rows`` < 1 or ``timeout_s`` <= 0.
+        """
 
     # -- lifecycle ---------------------------------------------------------------
 

@@ -49,11 +49,14 @@ Memory, measured with DuckDB 2.0:
   the process 540 MB larger for good). The store turns on the allocator's background
   threads, which give freed pages back to the OS within about a second.
 
-Read-only SQL (:meth:`DuckDBStore.query`) is guarded twice: the statement must
-pass :func:`~troupe.storage.schema.check_read_only`, and it runs inside a
-transaction that is always rolled back. A second ``read_only`` connection is not
-an option: DuckDB refuses to open a file twice in one process with a different
-configuration, and ``:memory:`` databases cannot be shared that way at all.
+Read-only SQL (:meth:`DuckDBStore.run_sql`, :meth:`DuckDBStore.query`) runs on the store's
+one connection through :func:`troupe.storage.sql.run_read_only`: exactly one read-only
+statement, inside a transaction that is always rolled back, interrupted past its timeout.
+Opening a file another process holds raises :class:`~troupe.storage.base.StoreLocked`,
+naming that process (``troupe sql`` then asks the server that holds it). A second
+``read_only`` connection is not an option: DuckDB refuses to open a file twice in one
+process with a different configuration, and ``:memory:`` databases cannot be shared that
+way at all.
 
 One long module because one class implements the whole Store contract over one connection and one lock; split, the transaction and lock discipline would be spread over files.
 """
@@ -62,6 +65,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -71,17 +75,22 @@ import duckdb
 
 from . import event_log, journal, schema
 from .base import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_S,
     EvalResultRecord,
     EvalRunRecord,
     Order,
     Page,
+    QueryResult,
     ResponseRecord,
     RunRecord,
     RunStep,
     StepTrace,
     StorageError,
     Store,
+    StoreLocked,
 )
+from .sql import run_read_only
 
 __all__ = ["DuckDBStore"]
 
@@ -93,6 +102,9 @@ ROW_GROUP_ROWS = 16_384
 
 # How many conversations' next append positions are kept (the least recently used go first).
 _CONVERSATION_SEQ_CACHE = 4096
+
+# The process holding a file's lock, as DuckDB names it: "Conflicting lock is held in /usr/bin/python3 (PID 4242)".
+_LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 
 # One link of a previous_response_id chain (see DuckDBStore.chain_items).
 _PREVIOUS = "SELECT previous_response_id FROM responses WHERE tenant = ? AND id = ?"
@@ -119,6 +131,7 @@ class DuckDBStore(Store):
             (module docstring, Memory).
 
     Raises:
+        StoreLocked: another process has the file open (a running server's storage actor).
         StorageError: the file cannot be opened, is not a DuckDB database, was
             written by a newer Troupe (a newer schema version), or a migration failed.
     """
@@ -135,7 +148,11 @@ class DuckDBStore(Store):
         try:
             self._conn = self._connect(memory_limit)
         except duckdb.Error as exc:
-            raise StorageError(f"cannot open DuckDB database {self.path!r}: {exc}") from exc
+            message = f"cannot open DuckDB database {self.path!r}: {exc}"
+            if isinstance(exc, duckdb.IOException) and "Could not set lock" in str(exc):
+                holder = _LOCK_HOLDER.search(str(exc))
+                raise StoreLocked(message, int(holder.group(1)) if holder else None) from exc
+            raise StorageError(message) from exc
         try:
             self._release_freed_memory()
             self._migrate()
@@ -874,12 +891,9 @@ class DuckDBStore(Store):
         return {"limit": limit, "used_bytes": int(used), "temporary_bytes": int(spilled)}
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
-        """Run one read-only statement (for ``troupe sql`` and analytics).
+        """Run one read-only statement, to its last row and without a timeout (for analytics and tests).
 
-        Allowed: SELECT (also ``WITH …``, ``FROM …``, ``VALUES``), DESCRIBE, SHOW,
-        SUMMARIZE, and EXPLAIN [ANALYZE] of one of those. The statement runs in a
-        transaction that is rolled back whatever happens, so even a function with
-        side effects on the database leaves nothing behind.
+        Allowed: what :meth:`run_sql` allows (:func:`troupe.storage.sql.run_read_only`).
 
         Args:
             sql: the statement (a trailing ``;`` is fine, a second statement is not).
@@ -889,18 +903,20 @@ class DuckDBStore(Store):
             ``(column names, rows)``; JSON values come back as JSON text.
 
         Raises:
-            StorageError: not exactly one read-only statement, or DuckDB rejected it.
+            QueryError: not exactly one read-only statement, or DuckDB rejected it.
+            StorageError: the store is closed.
         """
-        schema.check_read_only(sql)
         with self._locked() as conn:
-            conn.execute("BEGIN TRANSACTION")
-            try:
-                result = conn.execute(sql, params)
-                columns = [d[0] for d in result.description or []]
-                rows = result.fetchall()
-            finally:
-                conn.execute("ROLLBACK")
-        return columns, rows
+            result = run_read_only(conn, sql, params)
+        return result.columns, result.rows
+
+    def run_sql(
+        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> QueryResult:
+        """See :meth:`Store.run_sql`. The query holds the store's lock (and its thread, in the
+        runtime) while it runs, so ``timeout_s`` is also the longest it holds writes back."""
+        with self._locked() as conn:
+            return run_read_only(conn, sql, max_rows=max_rows, timeout_s=timeout_s)
 
     # -- lifecycle ---------------------------------------------------------------
 

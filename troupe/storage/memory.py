@@ -3,7 +3,8 @@
 Everything is kept as JSON text, which gives two properties for free: callers can
 never mutate stored state (every read decodes a fresh object), and the store
 accepts and returns exactly what :class:`~troupe.storage.duckdb_store.DuckDBStore`
-does (tuples come back as lists, a non-JSON value or NaN is a StorageError).
+does (tuples come back as lists, a non-JSON value or NaN is a StorageError). It has no
+tables, so it runs no SQL: :meth:`InMemoryStore.run_sql` refuses every query.
 
 One long module because it is one class implementing the whole Store contract, the twin of
 the DuckDB store that the same conformance suite runs against.
@@ -20,10 +21,14 @@ from typing import Any
 
 from . import event_log
 from .base import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_S,
     EvalResultRecord,
     EvalRunRecord,
     Order,
     Page,
+    QueryError,
+    QueryResult,
     ResponseRecord,
     RunRecord,
     RunStep,
@@ -447,3 +452,15 @@ class InMemoryStore(Store):
         with self._lock:
             found = sorted((key, encoded) for key, encoded in self._eval_results.items() if key[0] == run_id)
         return [EvalResultRecord(**json.loads(encoded)) for _, encoded in found]
+
+    # -- read-only SQL -------------------------------------------------------------
+
+    def run_sql(
+        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> QueryResult:
+        """Refused: this store keeps JSON in dicts, not tables (see :meth:`Store.run_sql`).
+
+        Raises:
+            QueryError: always.
+        """
+        raise QueryError("SQL needs the DuckDB store: the in-memory store has no tables to query")

@@ -29,7 +29,7 @@ from typing import Any
 
 import duckdb
 
-from .base import EvalResultRecord, EvalRunRecord, ResponseRecord, StepTrace, StorageError
+from .base import EvalResultRecord, EvalRunRecord, QueryError, ResponseRecord, StepTrace, StorageError
 
 __all__ = [
     "CONVERSATION_ITEM_COLUMNS",
@@ -419,28 +419,30 @@ def eval_result_from_row(row: tuple[Any, ...]) -> EvalResultRecord:
 
 _READ_KEYWORDS = frozenset({"select", "with", "from", "values", "describe", "show", "summarize", "explain"})
 _EXPLAIN_PREFIX = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
+_ONLY_READS = "only read-only queries are allowed (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)"
 
 
 def check_read_only(sql: str) -> None:
-    """Raise StorageError unless ``sql`` is exactly one read-only statement.
+    """Raise QueryError unless ``sql`` is exactly one read-only statement.
 
     DuckDB's own parser must find exactly one statement, of type SELECT (which
     DESCRIBE, SHOW and SUMMARIZE also are; ``WITH … DELETE`` is not); as a cheap
     second line, its first keyword must be a reading one (SELECT, WITH, FROM,
     VALUES, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN [ANALYZE] of such a statement).
+    Comments are not statements: the parser drops them before either check.
     """
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise StorageError(f"invalid SQL: {exc}") from exc
+        raise QueryError(f"invalid SQL: {exc}") from exc
     if len(statements) != 1:
-        raise StorageError("exactly one statement is allowed")
+        raise QueryError(f"exactly one statement is allowed, got {len(statements) or 'none'}")
     text = statements[0].query.strip()
     first = text.split(None, 1)[0].lower() if text else ""
     if first not in _READ_KEYWORDS:
-        raise StorageError(f"only read-only queries are allowed, not {first.upper() or 'an empty statement'}")
+        raise QueryError(f"{_ONLY_READS}, not {first.upper() or 'an empty statement'}")
     if first == "explain":
         # EXPLAIN ANALYZE executes its statement: the explained one must be read-only too.
         check_read_only(_EXPLAIN_PREFIX.sub("", text, count=1))
     elif statements[0].type != duckdb.StatementType.SELECT:
-        raise StorageError(f"only read-only queries are allowed, not {statements[0].type.name}")
+        raise QueryError(f"{_ONLY_READS}, not {statements[0].type.name}")

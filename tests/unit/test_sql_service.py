@@ -1,0 +1,142 @@
+"""The read-only SQL service (``Store.run_sql``, :mod:`troupe.storage.sql`) and its exports. Real DuckDB files, no Ray."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from troupe.storage import DuckDBStore, InMemoryStore, QueryError, QueryResult, QueryTimeout
+from troupe.storage.sql import write_result
+
+from .test_store_contract import make_record
+
+# Counts to ten billion: minutes of work, so only the timeout can end it.
+SLOW = "SELECT count(*) FROM range(10_000_000_000)"
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    store = DuckDBStore(tmp_path / "troupe.duckdb")
+    store.write_responses([make_record("resp_1"), make_record("resp_2")])
+    yield store
+    store.close()
+
+
+# -- refusals ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "says"),
+    [
+        ("DELETE FROM responses", "not DELETE"),
+        ("/* looks harmless */ UPDATE responses SET status = 'x'", "not UPDATE"),
+        ("WITH r AS (SELECT 1) DELETE FROM responses", "not DELETE"),
+        ("EXPLAIN ANALYZE DELETE FROM responses", "not DELETE"),
+        ("CREATE TABLE x AS SELECT 1", "not CREATE"),
+        ("SELECT 1; DELETE FROM responses", "exactly one statement is allowed, got 2"),
+        ("SELECT 1; SELECT 2", "exactly one statement is allowed, got 2"),
+        ("-- nothing but a comment", "exactly one statement is allowed, got none"),
+        ("SELEC 1", "invalid SQL"),
+    ],
+)
+def test_anything_but_one_read_is_refused_and_changes_nothing(store, sql: str, says: str) -> None:
+    with pytest.raises(QueryError, match=says) as refused:
+        store.run_sql(sql)
+    assert not isinstance(refused.value, QueryTimeout)
+    assert store.run_sql("SELECT count(*) FROM responses WHERE status = 'completed'").rows == [(2,)]
+
+
+def test_sql_the_database_rejects_is_the_querys_fault(store) -> None:
+    with pytest.raises(QueryError, match="no_such_column"):
+        store.run_sql("SELECT no_such_column FROM responses")
+    store.write_responses([make_record("resp_3")])  # the store is usable after it
+    assert store.run_sql("SELECT count(*) FROM responses").rows == [(3,)]
+
+
+def test_the_in_memory_store_runs_no_sql() -> None:
+    with pytest.raises(QueryError, match="DuckDB store"):
+        InMemoryStore().run_sql("SELECT 1")
+
+
+@pytest.mark.parametrize(("options", "message"), [({"max_rows": 0}, "max_rows"), ({"timeout_s": 0}, "timeout_s")])
+def test_bad_limits_are_a_programming_error(store, options, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        store.run_sql("SELECT 1", **options)
+
+
+# -- row limit and timeout ----------------------------------------------------------------
+
+
+def test_the_row_limit_cuts_and_says_so(store) -> None:
+    cut = store.run_sql("SELECT range AS n FROM range(25) ORDER BY n", max_rows=10)
+    assert (cut.columns, cut.types, cut.truncated) == (["n"], ["BIGINT"], True)
+    assert cut.rows == [(n,) for n in range(10)]
+    whole = store.run_sql("SELECT range AS n FROM range(25)", max_rows=25)
+    assert not whole.truncated and len(whole.rows) == 25
+
+
+def test_a_slow_query_is_interrupted_at_its_timeout_and_the_store_goes_on(store) -> None:
+    started = time.monotonic()
+    with pytest.raises(QueryTimeout, match="longer than 0.3 s"):
+        store.run_sql(SLOW, timeout_s=0.3)
+    assert time.monotonic() - started < 10, "interrupted, not run to its end"
+    # Neither the transaction nor the interrupt outlives the query: a write and a read go through.
+    store.write_responses([make_record("resp_3")])
+    assert store.run_sql("SELECT count(*) FROM responses", timeout_s=0.3).rows == [(3,)]
+
+
+def test_a_query_done_in_time_disarms_its_timer(store) -> None:
+    assert store.run_sql("SELECT 1 AS one", timeout_s=0.02).rows == [(1,)]
+    # The next statement on the connection runs past that timeout (hashing is not optimised
+    # away; ~0.2 s on 2 cores): a timer left armed would interrupt it.
+    started = time.monotonic()
+    assert len(store.query("SELECT sum(hash(range)) FROM range(50_000_000)")[1]) == 1
+    assert time.monotonic() - started > 0.02, "long enough to meet a timer left armed"
+
+
+# -- results as JSON, and exports ------------------------------------------------------------
+
+VARIED = (
+    "SELECT 1 AS a, 2 AS a, NULL AS nothing, 1.25::DECIMAL(10, 2) AS price, TIMESTAMP '2025-01-02 03:04:05' AS at,"
+    " {'k': [1, 2]} AS nested, 'x''y' AS text, 'nan'::DOUBLE AS nan, INTERVAL 90 SECOND AS took, 'ab'::BLOB AS raw"
+)
+
+
+def test_a_result_as_json_has_every_value_in_a_json_type(store) -> None:
+    result = store.run_sql(VARIED)
+    body = json.loads(json.dumps(result.to_json_object(), allow_nan=False))
+    assert body["columns"] == ["a", "a", "nothing", "price", "at", "nested", "text", "nan", "took", "raw"]
+    assert body["types"][3:5] == ["DECIMAL(10,2)", "TIMESTAMP"]
+    assert body["rows"] == [[1, 2, None, "1.25", "2025-01-02T03:04:05", {"k": [1, 2]}, "x'y", "nan", 90.0, "YWI="]]
+    assert body["truncated"] is False
+
+
+def test_parquet_keeps_the_rows_and_their_types(store, tmp_path: Path) -> None:
+    result = store.run_sql(VARIED)
+    write_result(result, tmp_path / "out.parquet", "parquet")
+    back = duckdb.connect().execute(f"SELECT * FROM '{tmp_path / 'out.parquet'}'")
+    names = [d[0] for d in back.description]
+    assert names == ["a", "a_1", "nothing", "price", "at", "nested", "text", "nan", "took", "raw"]
+    row = back.fetchall()[0]
+    assert row[:7] == (1, 2, None, decimal.Decimal("1.25"), datetime.datetime(2025, 1, 2, 3, 4, 5), {"k": [1, 2]}, "x'y")
+    assert row[8:] == (datetime.timedelta(seconds=90), b"ab")
+
+
+def test_csv_and_json_round_trip(store, tmp_path: Path) -> None:
+    result = store.run_sql("SELECT id, status, 'a,b \"c\"' AS tricky FROM responses ORDER BY id", max_rows=1)
+    write_result(result, tmp_path / "out.csv", "csv")
+    write_result(result, tmp_path / "out.json", "json")
+    expected = [("resp_1", "completed", 'a,b "c"')]
+    assert duckdb.connect().execute(f"SELECT * FROM read_csv('{tmp_path / 'out.csv'}')").fetchall() == expected
+    assert json.loads((tmp_path / "out.json").read_text()) == [
+        {"id": "resp_1", "status": "completed", "tricky": 'a,b "c"'}
+    ]
+    empty = QueryResult(columns=["n"], types=["INTEGER"], rows=[])
+    write_result(empty, tmp_path / "empty.csv", "csv")
+    assert (tmp_path / "empty.csv").read_text().splitlines() == ["n"]
