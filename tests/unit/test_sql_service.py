@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from troupe.actors.store_client import AsyncStore
 from troupe.storage import DuckDBStore, InMemoryStore, QueryError, QueryResult, QueryTimeout
 from troupe.storage.sql import write_result
 
@@ -98,6 +99,18 @@ def test_a_query_done_in_time_disarms_its_timer(store) -> None:
     started = time.monotonic()
     assert len(store.query("SELECT sum(hash(range)) FROM range(50_000_000)")[1]) == 1
     assert time.monotonic() - started > 0.02, "long enough to meet a timer left armed"
+
+
+async def test_through_the_async_store_a_query_sees_what_was_written_before_it(tmp_path: Path) -> None:
+    store = AsyncStore.open(str(tmp_path / "troupe.duckdb"))
+    try:
+        await store.write_response(make_record("resp_live"))  # durable in the journal; DuckDB behind
+        result = await store.run_sql("SELECT id FROM responses", max_rows=5, timeout_s=5)
+        assert result.rows == [("resp_live",)]
+        with pytest.raises(QueryTimeout):
+            await store.run_sql(SLOW, timeout_s=0.2)
+    finally:
+        await store.close()
 
 
 # -- results as JSON, and exports ------------------------------------------------------------

@@ -16,6 +16,10 @@ the records to the actor in batches behind. Its other calls first wait until wha
 journaled is shipped, so it reads its own writes. A writer that dies leaves its journal to
 :func:`troupe.storage.journal.adopt_orphans`, which the actor runs when it opens the file and
 whenever a new writer connects.
+
+The actor leaves an owner file beside the DuckDB file (``<path>.owner.json``: its Ray
+cluster's address, its namespace, its process id), so that ``troupe sql`` can reach it while
+it holds the file (:mod:`troupe.actors.live_sql`).
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ from troupe.storage import (
     StepTrace,
     StorageError,
 )
+from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
 
+from .live_sql import Owner, owner_path, write_owner
 from .ray_actors import start_actor
 from .raycall import ray_result, ray_result_sync
 from .settings import RuntimeSettings
@@ -59,14 +65,36 @@ logger = logging.getLogger(__name__)
 
 
 class StorageService(AsyncStore):
-    """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``."""
+    """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``.
 
-    def __init__(self, path: str, memory_limit: str = "") -> None:
+    ``namespace``: the Ray namespace the actor is named in, for its owner file (an actor's
+    runtime context names its creator's job's namespace, which may be another).
+    """
+
+    def __init__(self, path: str, memory_limit: str = "", namespace: str | None = None) -> None:
         journal = journal_of(path)
         self._journal_dir = None if journal is None else os.path.abspath(journal)
         self._positions: dict[str, int] = {}
         """Writer journals' positions as last stored here (a cache of ``journal_positions``)."""
         super().__init__(open_store(path, memory_limit), journal=journal)
+        if journal is not None and ray.is_initialized():
+            self._leave_owner_file(path, namespace or ray.get_runtime_context().namespace)
+
+    @staticmethod
+    def _leave_owner_file(path: str, namespace: str) -> None:
+        """Say beside the file how to reach this actor: ``troupe sql`` asks it while the file is
+        locked (:mod:`troupe.actors.live_sql`)."""
+        context = ray.get_runtime_context()
+        owner = Owner(
+            address=context.gcs_address,
+            namespace=namespace,
+            pid=os.getpid(),
+            auth_mode=os.environ.get("RAY_AUTH_MODE"),  # Ray's workers inherit the cluster's
+        )
+        try:
+            write_owner(path, owner)
+        except OSError as exc:  # the store works without it; only `troupe sql` cannot find it
+            logger.warning("cannot write %s (troupe sql will not find this server): %s", owner_path(path), exc)
 
     async def ping(self) -> bool:
         return True
@@ -120,6 +148,7 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
         StorageService,
         settings.storage_path,
         settings.storage_memory_limit,
+        settings.namespace,
         name=STORAGE_ACTOR_NAME,
         namespace=settings.namespace,
         resources={"node:__internal_head__": 0.001},  # the DuckDB file lives on the head node's disk
@@ -258,6 +287,11 @@ class RayStoreClient:
 
     async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
         return await self._call(self.handle.eval_results, run_id)
+
+    async def run_sql(
+        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> QueryResult:
+        return await self._call(self.handle.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
 
     async def close(self) -> None:
         """The actor outlives any one client; nothing to release here."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, RunRecord, RunStep, StepTrace, Store
+from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, journal_dir
 
@@ -108,6 +109,12 @@ class StoreClient(Protocol):
     async def list_eval_runs(self) -> list[EvalRunRecord]: ...
     async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None: ...
     async def eval_results(self, run_id: str) -> list[EvalResultRecord]: ...
+    async def run_sql(
+        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> QueryResult:
+        """One read-only SQL statement, on the store's thread once what was written before it
+        is stored; it holds later store calls (the writes too) back at most ``timeout_s``."""
+        ...
     async def close(self) -> None: ...
 
 
@@ -251,6 +258,13 @@ class AsyncStore:
 
     async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
         return await self._run(self.store.eval_results, run_id)
+
+    async def run_sql(
+        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> QueryResult:
+        # On the store's thread like every call: between two write batches, never beside one,
+        # so a query never competes with a write or a checkpoint for the store's memory_limit.
+        return await self._run(self.store.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
 
     async def close(self) -> None:
         await self.runs.close()
