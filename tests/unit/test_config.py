@@ -359,3 +359,15 @@ def test_storage_memory_limit_from_file_and_environment(write):
     assert load_config(write('[runtime]\nstorage_memory_limit = "1.5GiB"\n'), env={})[1].storage_memory_limit == "1.5GiB"
     assert load_config(write('[runtime]\nstorage_memory_limit = ""\n'), env={})[1].storage_memory_limit == ""
     assert load_config(None, env={"TROUPE_STORAGE_MEMORY_LIMIT": "512MB"})[1].storage_memory_limit == "512MB"
+
+
+def test_admin_keys_and_sql_limits_from_file_and_environment(write):
+    server = load_config(None, env={})[0]
+    assert (server.admin_keys, server.sql_timeout_s, server.sql_max_rows) == ((), 10.0, 10_000)
+    path = write('[auth]\nadmin_keys = ["sk-op"]\n\n[limits]\nsql_timeout_s = 2.5\nsql_max_rows = 50\n')
+    server = load_config(path, env={})[0]
+    assert (server.admin_keys, server.sql_timeout_s, server.sql_max_rows) == (("sk-op",), 2.5, 50)
+    assert "sk-op" not in repr(server), "a key is never shown"
+    assert load_config(path, env={"TROUPE_ADMIN_KEYS": "sk-a, sk-b,"})[0].admin_keys == ("sk-a", "sk-b")
+    with pytest.raises(ConfigError, match="auth.admin_keys"):
+        load_config(write('[auth]\nadmin_keys = [""]\n'), env={})

@@ -10,7 +10,7 @@ example tools, ``127.0.0.1:8000``, no API keys.
 model whose field docstrings document the options (``docs/troupe.example.toml`` shows them
 all, and a test keeps it in step)::
 
-    [server]    ServerOptions        [limits]   Limits         [auth]  keys
+    [server]    ServerOptions        [limits]   Limits         [auth]  keys, admin_keys
     [runtime]   RuntimeOptions, plus example_tools and sim_model
     [[models]]  ModelSpec            [[tools]]  ToolSpec
     [mcp]       McpSettings, with [[mcp.servers]] McpServerSpec
@@ -22,7 +22,8 @@ Precedence, lowest first: embedded defaults → the TOML file → the environmen
 short name (:data:`ENV_SHORT_NAMES`): ``TROUPE_HOST``, ``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``,
 ``TROUPE_INGRESS``, ``TROUPE_STORAGE_PATH``, ``TROUPE_STORAGE_MEMORY_LIMIT``,
 ``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_API_KEYS`` (comma-separated
-``key=tenant`` pairs or bare keys) and ``TROUPE_MCP_ALLOWED_URLS`` (comma-separated).
+``key=tenant`` pairs or bare keys), ``TROUPE_ADMIN_KEYS`` and ``TROUPE_MCP_ALLOWED_URLS``
+(comma-separated).
 ``TROUPE_CONFIG`` names the file when no path is given. An empty variable counts as unset.
 
 Example::
@@ -59,6 +60,7 @@ from troupe.actors.settings import (
     RuntimeSettings,
     ToolSpec,
 )
+from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 
 __all__ = [
     "ENV_SHORT_NAMES",
@@ -134,6 +136,13 @@ class Limits(BaseModel):
     stream_keepalive_s: NonNegativeFloat = 15.0
     """A stream that has sent nothing for this long sends an SSE comment (``: keepalive``), so
     that proxies do not close it while a tool or the model takes its time; 0: never."""
+    sql_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S
+    """A read-only SQL query (``POST /v1/troupe/sql``; ``troupe sql``'s default) running longer is
+    interrupted. It runs on the storage actor's thread between two write batches, so this is
+    also the longest it holds stored responses back from DuckDB (they are durable meanwhile)."""
+    sql_max_rows: PositiveInt = DEFAULT_MAX_ROWS
+    """The most rows a read-only SQL query returns (``POST /v1/troupe/sql`` may ask for fewer;
+    ``troupe sql``'s default); a result cut there says ``truncated``."""
 
 
 class ServerSettings(ServerOptions, Limits):
@@ -141,6 +150,8 @@ class ServerSettings(ServerOptions, Limits):
 
     api_keys: Mapping[str, str] = Field(default_factory=dict)
     """API key → tenant name. Empty: authentication is off and every caller is tenant ``""``."""
+    admin_keys: tuple[str, ...] = Field((), repr=False)
+    """Keys of the operator endpoints (``POST /v1/troupe/sql``), which are refused while there is none."""
 
 
 class Auth(BaseModel):
@@ -151,6 +162,9 @@ class Auth(BaseModel):
     keys: dict[str, NonEmpty] = Field(default_factory=dict)
     """``{"sk-…" = "tenant"}``, or a list of bare keys, each key's tenant then being
     :func:`tenant_of_key`. Empty: authentication is off."""
+    admin_keys: tuple[NonEmpty, ...] = ()
+    """Keys for the operator endpoints (``POST /v1/troupe/sql``: SQL over every tenant's history),
+    apart from the tenants' ``keys``. Empty: those endpoints are off."""
 
     @field_validator("keys", mode="before")
     @classmethod
@@ -215,7 +229,9 @@ class TroupeConfig(BaseSettings):
 
     def settings(self) -> tuple[ServerSettings, RuntimeSettings]:
         """The two halves: :class:`ServerSettings` and :class:`RuntimeSettings`."""
-        server = ServerSettings(**dict(self.server), **dict(self.limits), api_keys=self.auth.keys)
+        server = ServerSettings(
+            **dict(self.server), **dict(self.limits), api_keys=self.auth.keys, admin_keys=self.auth.admin_keys
+        )
         options = {name: getattr(self.runtime, name) for name in RuntimeOptions.model_fields}
         if self.server.num_replicas > 1 and not self._placement_chosen():
             options["placement"] = "pooled"  # several ingress replicas share pooled hosts
@@ -259,6 +275,7 @@ ENV_SHORT_NAMES: dict[str, str] = {
     "TROUPE_PLACEMENT": "runtime.placement",
     "TROUPE_POOL_SIZE": "runtime.pool_size",
     "TROUPE_API_KEYS": "auth.keys",
+    "TROUPE_ADMIN_KEYS": "auth.admin_keys",
     "TROUPE_MCP_ALLOWED_URLS": "mcp.allowed_urls",
 }
 """Short environment variables for the usual options (each also has its ``TROUPE_<TABLE>__<KEY>`` name)."""
@@ -278,7 +295,7 @@ def _nested_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]
             name = _env_name(ENV_SHORT_NAMES[var])
             if var == "TROUPE_API_KEYS":
                 value = json.dumps(parse_api_keys(value))
-            elif var == "TROUPE_MCP_ALLOWED_URLS":
+            elif var in ("TROUPE_MCP_ALLOWED_URLS", "TROUPE_ADMIN_KEYS"):
                 value = json.dumps([p.strip() for p in value.split(",") if p.strip()])
         else:
             name = var
