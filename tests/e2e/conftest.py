@@ -56,15 +56,10 @@ def serve_port(ray_session) -> Iterator[int]:
 
 
 @pytest.fixture(scope="session")
-def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
-    """Deploy one Troupe app per placement; their root URLs (``…/v1`` is the API) by placement."""
-    from ray import serve
-
-    from troupe.serve.deployment import build_app
-
-    urls = {}
-    for placement in PLACEMENTS:
-        settings = RuntimeSettings(
+def troupe_app_settings(tmp_path_factory) -> dict[str, RuntimeSettings]:
+    """The runtime settings of each placement's app (its Ray namespace, its DuckDB file), by placement."""
+    return {
+        placement: RuntimeSettings(
             placement=placement,
             pool_size=2,
             namespace=f"e2e-{placement}-{uuid.uuid4().hex[:6]}",
@@ -77,6 +72,19 @@ def troupe_apps(serve_port, tmp_path_factory) -> dict[str, str]:
                 servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
             ),
         )
+        for placement in PLACEMENTS
+    }
+
+
+@pytest.fixture(scope="session")
+def troupe_apps(serve_port, troupe_app_settings) -> dict[str, str]:
+    """Deploy one Troupe app per placement; their root URLs (``…/v1`` is the API) by placement."""
+    from ray import serve
+
+    from troupe.serve.deployment import build_app
+
+    urls = {}
+    for placement, settings in troupe_app_settings.items():
         serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
         root = direct_ingress_root(placement)
         wait_for(lambda root=root: _healthy(root), what=f"{root}/health")

@@ -1,18 +1,23 @@
-"""The read-only SQL service (``Store.run_sql``, :mod:`troupe.storage.sql`) and its exports. Real DuckDB files, no Ray."""
+"""The read-only SQL service (``Store.run_sql``, :mod:`troupe.storage.sql`), its exports, and
+``troupe sql`` on a file held by another process. Real DuckDB files, no Ray."""
 
 from __future__ import annotations
 
 import datetime
 import decimal
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from troupe.actors.live_sql import Owner, owner_path, read_owner, write_owner
 from troupe.actors.store_client import AsyncStore
-from troupe.storage import DuckDBStore, InMemoryStore, QueryError, QueryResult, QueryTimeout
+from troupe.cli import main
+from troupe.storage import DuckDBStore, InMemoryStore, QueryError, QueryResult, QueryTimeout, StoreLocked
 from troupe.storage.sql import write_result
 
 from .test_store_contract import make_record
@@ -153,3 +158,59 @@ def test_csv_and_json_round_trip(store, tmp_path: Path) -> None:
     empty = QueryResult(columns=["n"], types=["INTEGER"], rows=[])
     write_result(empty, tmp_path / "empty.csv", "csv")
     assert (tmp_path / "empty.csv").read_text().splitlines() == ["n"]
+
+
+# -- a file held by another process --------------------------------------------------------------
+
+HOLD = "import sys; from troupe.storage import DuckDBStore; s = DuckDBStore(sys.argv[1]); print('ready', flush=True); input()"
+
+
+def test_a_file_another_process_holds_is_locked_by_that_process(tmp_path: Path, capsys) -> None:
+    path = str(tmp_path / "troupe.duckdb")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        with pytest.raises(StoreLocked) as locked:
+            DuckDBStore(path)
+        assert locked.value.pid == holder.pid
+
+        # An owner file is trusted only when it names the process that holds the lock.
+        assert read_owner(path, holder.pid) is None, "no owner file yet"
+        write_owner(path, Owner(address="127.0.0.1:1", namespace="ns", pid=holder.pid + 1))
+        assert read_owner(path, holder.pid) is None, "a stale owner file"
+        assert main(["sql", "SELECT 1", "--db", path]) == 1
+        err = capsys.readouterr().err
+        assert f"is open in process {holder.pid}, which is not a running Troupe server" in err
+
+        owner = Owner(address="127.0.0.1:1", namespace="ns", pid=holder.pid, auth_mode="token")
+        write_owner(path, owner)
+        assert read_owner(path, holder.pid) == owner
+        # The owner it names is gone: refused at once, not after minutes of Ray retrying.
+        started = time.monotonic()
+        assert main(["sql", "SELECT 1", "--db", path]) == 1
+        assert "no Ray cluster answers at 127.0.0.1:1" in capsys.readouterr().err
+        assert time.monotonic() - started < 30
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert Path(owner_path(path)).exists()
+    # The holder gone, the file opens directly again (the owner file left behind is not read).
+    assert main(["sql", "SELECT count(*) AS n FROM responses", "--db", path]) == 0
+    assert capsys.readouterr().out == "n\n-\n0\n(1 row)\n"
+
+
+def test_the_cli_writes_each_format(tmp_path: Path, capsys) -> None:
+    path = str(tmp_path / "troupe.duckdb")
+    DuckDBStore(path).close()
+    query = "SELECT range AS n, 'v' || range AS v FROM range(4)"
+    assert main(["sql", query, "--db", path, "--format", "csv", "--max-rows", "3"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "n,v\n0,v0\n1,v1\n2,v2\n"
+    assert "only the first 3 rows" in captured.err
+    assert main(["sql", query, "--db", path, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[3] == {"n": 3, "v": "v3"}
+    assert main(["sql", query, "--db", path, "--format", "parquet"]) == 2, "parquet needs --output"
+    assert main(["sql", query, "--db", path, "--format", "parquet", "--output", str(tmp_path / "o.parquet")]) == 0
+    assert capsys.readouterr().out == f"4 rows written to {tmp_path / 'o.parquet'}\n"
+    assert duckdb.connect().execute(f"SELECT sum(n) FROM '{tmp_path / 'o.parquet'}'").fetchone() == (6,)
+    assert main(["sql", SLOW, "--db", path, "--timeout", "0.2"]) == 1
+    assert "longer than 0.2 s" in capsys.readouterr().err

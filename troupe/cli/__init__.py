@@ -3,7 +3,7 @@
 Commands::
 
     troupe serve   the Responses/Conversations API on Ray Serve (.serve)
-    troupe sql     a read-only SQL query over the stored history, printed as a table (.sql)
+    troupe sql     a read-only SQL query over the stored history, the server running or not (.sql)
     troupe sim     the simulated model as a standalone OpenAI-compatible server (.sim)
     troupe bench   a load generator for any Responses API server (.bench)
     troupe eval    batch evaluation on Ray: run, report, compare, export, list (.eval, .eval_run)
