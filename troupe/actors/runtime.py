@@ -49,7 +49,7 @@ from troupe.protocol import (
     previous_response_not_found,
     thread_of_response,
 )
-from troupe.storage import Order, Page, RunRecord, StorageError
+from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
 
 from .conversations import ConversationCalls, not_found
 from .host import HostClient, TurnJob
@@ -546,6 +546,11 @@ class Runtime(ConversationCalls):
             {f: getattr(t, f) for f in t.__slots__}  # type: ignore[attr-defined]
             for t in await self.store.step_traces(tenant, response_id)
         ]
+
+    async def run_sql(self, sql: str, *, max_rows: int, timeout_s: float) -> QueryResult:
+        """One read-only SQL statement over every tenant's history (an operator's; see
+        :meth:`troupe.storage.base.Store.run_sql`)."""
+        return await self.store.run_sql(sql, max_rows=max_rows, timeout_s=timeout_s)
 
 
 async def _failures_as_events(

@@ -16,6 +16,7 @@ lack is written here.
 from .body import DEFAULT_MAX_DEPTH, decode_json_body
 from .errors import (
     AuthenticationFailed,
+    PermissionDenied,
     ExternalConnectorError,
     InvalidRequest,
     NotFound,
@@ -75,6 +76,7 @@ __all__ = [
     "ProtocolError",
     "InvalidRequest",
     "AuthenticationFailed",
+    "PermissionDenied",
     "NotFound",
     "ExternalConnectorError",
     "ServerError",

@@ -11,6 +11,7 @@ Tree::
     ProtocolError              root; ``status`` 500 unless a subclass says otherwise
     ├── InvalidRequest         400  invalid_request_error   (bad body, bad parameter)
     ├── AuthenticationFailed   401  invalid_request_error   code "invalid_api_key"
+    ├── PermissionDenied       403  invalid_request_error   code "permission_denied"
     ├── NotFound               404  invalid_request_error   code "not_found" unless given
     ├── ExternalConnectorError 424  external_connector_error (an MCP server could not be listed)
     └── ServerError            500  server_error
@@ -39,6 +40,7 @@ __all__ = [
     "ProtocolError",
     "InvalidRequest",
     "AuthenticationFailed",
+    "PermissionDenied",
     "NotFound",
     "ExternalConnectorError",
     "ServerError",
@@ -127,6 +129,14 @@ class AuthenticationFailed(ProtocolError):
     default_status = 401
     default_type = "invalid_request_error"
     default_code = "invalid_api_key"
+
+
+class PermissionDenied(ProtocolError):
+    """A known API key that may not do this (403), e.g. a tenant's key on an operator endpoint."""
+
+    default_status = 403
+    default_type = "invalid_request_error"
+    default_code = "permission_denied"
 
 
 class NotFound(ProtocolError):

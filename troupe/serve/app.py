@@ -12,6 +12,7 @@ Routes (OpenAI's Responses and Conversations APIs)::
     GET|POST    /v1/conversations/{id}/items         list | add {items: [≤20]}
     GET|DELETE  /v1/conversations/{id}/items/{item}  retrieve | delete (answers the Conversation)
     GET         /v1/models, /health                  model names | liveness (never authenticated)
+    POST        /v1/troupe/sql                       Troupe extension, admin keys only: a read-only SQL query
 
 Every error answers OpenAI's body ``{"error": {message, type, param, code}}``, with
 ``x-should-retry: false`` unless it is a 429 or 503: the ``openai`` SDK retries 5xx by
@@ -34,7 +35,7 @@ import asyncio
 import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -51,6 +52,8 @@ from troupe.protocol import (
     SSE_MEDIA_TYPE,
     AuthenticationFailed,
     InvalidRequest,
+    NotFound,
+    PermissionDenied,
     ProtocolError,
     check_id_format,
     check_metadata,
@@ -62,7 +65,7 @@ from troupe.protocol import (
     validate_input_items,
 )
 from troupe.protocol.ids import CONVERSATION, RESPONSE
-
+from troupe.storage.base import QueryError, QueryTimeout
 
 from .config import ServerSettings
 from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
@@ -98,6 +101,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         get_runtime: returns the :class:`Runtime` to serve; called on every request, so
             the runtime may be built after the app (Serve builds it in the replica).
         settings: ``api_keys`` turns authentication on (key → tenant); empty: off.
+            ``admin_keys`` turns the operator endpoint (``POST /v1/troupe/sql``) on.
 
     Returns:
         The app; it owns no resources (closing the runtime is the caller's job).
@@ -112,6 +116,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         version="0.1.0",
     )
     keys = dict(settings.api_keys)
+    admin_keys = tuple(settings.admin_keys)
     created = int(time.time())
     _install_error_handlers(app)
     install_openapi(app)
@@ -133,6 +138,10 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     async def tenant(request: Request) -> str:
         # A dependency, so that it runs (and may answer 401) before parameters are validated.
         return _authenticate(request, keys)
+
+    async def admin(request: Request) -> None:
+        # A dependency too: a refusal comes before the body is read.
+        _authenticate_admin(request, admin_keys, keys)
 
     # A default, not an Annotated alias: string annotations (PEP 563) are resolved
     # against module globals, where a local alias does not exist.
@@ -293,6 +302,28 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     async def delete_item(conversation_id: str, item_id: str, who: str = who_dep) -> dict[str, Any]:
         return await get_runtime().delete_conversation_item(who, _conversation_id(conversation_id), item_id)
 
+    # -- operator endpoints ---------------------------------------------------------
+
+    # Not in the OpenAPI description: an operator's tool, beside the OpenAI-compatible API.
+    @app.post("/v1/troupe/sql", include_in_schema=False, dependencies=[Depends(admin)])
+    async def run_sql(request: Request) -> dict[str, Any]:
+        body = _object_body(await json_body(request), allowed=("query", "max_rows"))
+        query = body.get("query")
+        if query is None:
+            raise _missing("query")
+        if not isinstance(query, str):
+            raise InvalidRequest("Invalid type for 'query': expected a string.", param="query", code="invalid_type")
+        max_rows = _max_rows(body.get("max_rows", settings.sql_max_rows), settings.sql_max_rows)
+        try:
+            result = await get_runtime().run_sql(query, max_rows=max_rows, timeout_s=settings.sql_timeout_s)
+        except QueryTimeout as exc:
+            # 400, not 408: the same query would time out again (408 invites a retry, which the
+            # openai SDK and proxies make, and each would hold the store's thread as long again).
+            raise InvalidRequest(f"{exc.message} (limits.sql_timeout_s).", param="query", code="query_timeout") from exc
+        except QueryError as exc:
+            raise InvalidRequest(f"Invalid 'query': {exc.message}", param="query", code="invalid_query") from exc
+        return result.to_json_object()
+
     return app
 
 
@@ -334,6 +365,30 @@ def _authenticate(request: Request, keys: dict[str, str]) -> str:
     """The caller's tenant: ``""`` with auth off, else the tenant of its bearer key."""
     if not keys:
         return ""
+    token = _bearer_token(request)
+    found = _matching(token, keys)
+    if not found:
+        raise _incorrect_key(token)
+    return keys[found[0]]
+
+
+def _authenticate_admin(request: Request, admin_keys: tuple[str, ...], keys: dict[str, str]) -> None:
+    """Let a caller with an admin key through: 404 while no admin key is configured, 403 for a
+    tenant's key, 401 for any other."""
+    if not admin_keys:
+        raise NotFound(
+            "The operator endpoints are off: configure an admin key ([auth] admin_keys, or "
+            "TROUPE_ADMIN_KEYS) to turn them on."
+        )
+    token = _bearer_token(request)
+    if _matching(token, admin_keys):
+        return
+    if _matching(token, keys):
+        raise PermissionDenied("This endpoint needs an admin key; the key provided is a tenant's.")
+    raise _incorrect_key(token)
+
+
+def _bearer_token(request: Request) -> str:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
@@ -341,12 +396,29 @@ def _authenticate(request: Request, keys: dict[str, str]) -> str:
             "You didn't provide an API key. Provide it in an Authorization header using Bearer auth "
             "(Authorization: Bearer YOUR_KEY)."
         )
-    # compare_digest against every key: the timing tells nothing about which (if any) matched.
-    found = [name for key, name in keys.items() if hmac.compare_digest(key.encode(), token.encode())]
-    if not found:
-        hint = token[:3] + "…" + token[-4:] if len(token) > 8 else "…"
-        raise AuthenticationFailed(f"Incorrect API key provided: {hint}.")
-    return found[0]
+    return token
+
+
+def _matching(token: str, keys: Iterable[str]) -> list[str]:
+    """The keys equal to ``token``, compared with every key: the timing tells nothing about
+    which (if any) matched."""
+    return [key for key in keys if hmac.compare_digest(key.encode(), token.encode())]
+
+
+def _incorrect_key(token: str) -> AuthenticationFailed:
+    hint = token[:3] + "…" + token[-4:] if len(token) > 8 else "…"
+    return AuthenticationFailed(f"Incorrect API key provided: {hint}.")
+
+
+def _max_rows(value: Any, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest("Invalid type for 'max_rows': expected an integer.", param="max_rows", code="invalid_type")
+    if not 1 <= value <= limit:
+        raise InvalidRequest(
+            f"Invalid 'max_rows': expected an integer from 1 to {limit} (limits.sql_max_rows), got {value}.",
+            param="max_rows", code="invalid_value",
+        )  # fmt: skip
+    return value
 
 
 async def _read_body(request: Request, limit: int, *, empty_ok: bool) -> bytes:
