@@ -319,7 +319,8 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         except QueryTimeout as exc:
             # 400, not 408: the same query would time out again (408 invites a retry, which the
             # openai SDK and proxies make, and each would hold the store's thread as long again).
-            raise InvalidRequest(f"{exc.message} (limits.sql_timeout_s).", param="query", code="query_timeout") from exc
+            message = f"{exc.message[:1].upper()}{exc.message[1:]} (limits.sql_timeout_s)."
+            raise InvalidRequest(message, param="query", code="query_timeout") from exc
         except QueryError as exc:
             raise InvalidRequest(f"Invalid 'query': {exc.message}", param="query", code="invalid_query") from exc
         return result.to_json_object()
