@@ -136,6 +136,13 @@ def test_a_result_as_json_has_every_value_in_a_json_type(store) -> None:
     assert body["truncated"] is False
 
 
+def test_a_timestamp_with_its_time_zone_reads(store) -> None:
+    # schema_version's applied_at is one (DuckDB's client needs pytz to return it).
+    result = store.run_sql("SELECT TIMESTAMPTZ '2025-01-02 03:04:05+00' AS at, count(*) AS n FROM schema_version")
+    body = json.loads(json.dumps(result.to_json_object()))
+    assert body["rows"][0][0].startswith("2025-01-02") and body["rows"][0][1] >= 1
+
+
 def test_parquet_keeps_the_rows_and_their_types(store, tmp_path: Path) -> None:
     result = store.run_sql(VARIED)
     write_result(result, tmp_path / "out.parquet", "parquet")
