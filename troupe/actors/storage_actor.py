@@ -40,11 +40,15 @@ from troupe.storage import (
     EvalRunRecord,
     Order,
     Page,
+    ResponseFilter,
+    ResponseList,
     ResponseRecord,
+    ResponseStats,
     RunRecord,
     RunStep,
     StepTrace,
     StorageError,
+    Turn,
 )
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
 from troupe.storage.duckdb_store import DuckDBStore
@@ -197,6 +201,15 @@ class RayStoreClient:
         self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page:
         return await self._call(self.handle.list_responses, tenant, model=model, after=after, limit=limit, order=order)
+
+    async def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
+        return await self._call(self.handle.find_responses, where, after=after, limit=limit)
+
+    async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
+        return await self._call(self.handle.response_stats, tenant, since, until)
+
+    async def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
+        return await self._call(self.handle.thread_turns, tenant, thread_id, limit=limit)
 
     async def list_input_items(
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"

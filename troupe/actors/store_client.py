@@ -27,7 +27,21 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from troupe.storage import EvalResultRecord, EvalRunRecord, Order, Page, ResponseRecord, RunRecord, RunStep, StepTrace, Store
+from troupe.storage import (
+    EvalResultRecord,
+    EvalRunRecord,
+    Order,
+    Page,
+    ResponseFilter,
+    ResponseList,
+    ResponseRecord,
+    ResponseStats,
+    RunRecord,
+    RunStep,
+    StepTrace,
+    Store,
+    Turn,
+)
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, journal_dir
@@ -70,6 +84,11 @@ class StoreClient(Protocol):
     async def list_responses(
         self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page: ...
+    async def find_responses(
+        self, where: ResponseFilter, *, after: str | None = None, limit: int = 50
+    ) -> ResponseList: ...
+    async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats: ...
+    async def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]: ...
     async def list_input_items(
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page | None: ...
@@ -167,6 +186,15 @@ class AsyncStore:
         self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page:
         return await self._run(self.store.list_responses, tenant, model=model, after=after, limit=limit, order=order)
+
+    async def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
+        return await self._run(self.store.find_responses, where, after=after, limit=limit)
+
+    async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
+        return await self._run(self.store.response_stats, tenant, since, until)
+
+    async def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
+        return await self._run(self.store.thread_turns, tenant, thread_id, limit=limit)
 
     async def list_input_items(
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"

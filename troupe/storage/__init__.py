@@ -17,13 +17,18 @@ from .base import (
     QueryError,
     QueryResult,
     QueryTimeout,
+    ResponseFilter,
+    ResponseList,
     ResponseRecord,
+    ResponseStats,
+    ResponseSummary,
     RunRecord,
     RunStep,
     StepTrace,
     StorageError,
     Store,
     StoreLocked,
+    Turn,
 )
 from .duckdb_store import DuckDBStore
 from .group_commit import GroupCommitWriter
@@ -41,7 +46,11 @@ __all__ = [
     "QueryError",
     "QueryResult",
     "QueryTimeout",
+    "ResponseFilter",
+    "ResponseList",
     "ResponseRecord",
+    "ResponseStats",
+    "ResponseSummary",
     "RunRecord",
     "RunStep",
     "SCHEMA_VERSION",
@@ -49,4 +58,5 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreLocked",
+    "Turn",
 ]

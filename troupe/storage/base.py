@@ -1,5 +1,11 @@
 """The store contract: responses, conversations and step traces, per tenant.
 
+For the operator's console (:mod:`troupe.console`) it answers a few reads across the history:
+:meth:`Store.find_responses` (:class:`ResponseFilter` → :class:`ResponseSummary` rows),
+:meth:`Store.response_stats` (:class:`ResponseStats` of a time window) and
+:meth:`Store.thread_turns` (a conversation's :class:`Turn` objects). These may read every tenant
+at once (``tenant=None``): the console only asks so for an admin key.
+
 It also keeps batch evaluation runs and their per-sample results (:class:`EvalRunRecord`,
 :class:`EvalResultRecord`; written by ``troupe eval run``, see :mod:`troupe.eval`).
 
@@ -49,7 +55,11 @@ __all__ = [
     "QueryError",
     "QueryResult",
     "QueryTimeout",
+    "ResponseFilter",
+    "ResponseList",
     "ResponseRecord",
+    "ResponseStats",
+    "ResponseSummary",
     "RunRecord",
     "RunStep",
     "StepTrace",
@@ -57,6 +67,8 @@ __all__ = [
     "Store",
     "StoreLocked",
     "json_value",
+    "Turn",
+    "quantile",
 ]
 
 Order = Literal["asc", "desc"]
@@ -221,6 +233,119 @@ class ResponseRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseSummary:
+    """A stored response as the console lists it: its row of ``responses``, without the JSON."""
+
+    tenant: str
+    id: str
+    created_at: float
+    """Unix seconds (the Response's ``created_at``)."""
+    model: str | None
+    status: str | None
+    thread_id: str
+    conversation_id: str | None = None
+    previous_response_id: str | None = None
+    started_at: float
+    """Unix seconds when the request arrived."""
+    ended_at: float
+    ttft_s: float | None = None
+    e2e_s: float
+    """``ended_at - started_at``."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error_code: str | None = None
+
+    @classmethod
+    def of(cls, record: ResponseRecord) -> ResponseSummary:
+        """The summary of a record, as a store keeps it (the same values as DuckDB's columns)."""
+        response = record.response
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        conversation, error = response.get("conversation"), response.get("error")
+        return cls(
+            tenant=record.tenant,
+            id=response["id"],
+            created_at=response["created_at"],
+            model=response.get("model"),
+            status=response.get("status"),
+            thread_id=record.thread_id,
+            conversation_id=conversation.get("id") if isinstance(conversation, dict) else None,
+            previous_response_id=response.get("previous_response_id"),
+            started_at=record.started_at,
+            ended_at=record.ended_at,
+            ttft_s=record.ttft_s,
+            e2e_s=record.ended_at - record.started_at,
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            error_code=error.get("code") if isinstance(error, dict) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseFilter:
+    """Which stored responses :meth:`Store.find_responses` returns; every field set narrows it."""
+
+    tenant: str | None = None
+    """One tenant's responses; None: every tenant's (an operator's view)."""
+    model: str | None = None
+    status: str | None = None
+    since: float | None = None
+    """Created at or after (Unix seconds)."""
+    until: float | None = None
+    """Created before (Unix seconds)."""
+    thread_id: str | None = None
+    id: str | None = None
+    """One response id (of whichever tenant, with ``tenant=None``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseList:
+    """One page of :meth:`Store.find_responses`."""
+
+    data: list[ResponseSummary]
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseStats:
+    """What the responses that ended in a time window add up to (:meth:`Store.response_stats`)."""
+
+    since: float
+    until: float
+    responses: int
+    by_status: dict[str, int]
+    """Responses per final status (``completed``, ``failed``, …)."""
+    ttft_p50_s: float | None = None
+    """Percentiles interpolate linearly between the closest ranks (:func:`quantile`); None
+    without values (a non-streamed response has no time to first token)."""
+    ttft_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p99_s: float | None = None
+    threads: int = 0
+    """Distinct conversations and ``previous_response_id`` chains among them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """One response of a thread, with its items (:meth:`Store.thread_turns`)."""
+
+    summary: ResponseSummary
+    input_items: list[dict[str, Any]]
+    output_items: list[dict[str, Any]]
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0–1) of ``values``, interpolating linearly between the closest ranks
+    (numpy's default, DuckDB's ``quantile_cont``); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunRecord:
     """A background response accepted and not yet stored (a row of ``runs``). Storing the
     response ends it; one left behind by a host that died was lost."""
@@ -359,6 +484,32 @@ class Store(abc.ABC):
         self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
     ) -> Page:
         """Stored responses (full Response JSON), by creation time, optionally of one model."""
+
+    @abc.abstractmethod
+    def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
+        """Summaries of the stored responses ``where`` selects, newest ``created_at`` first.
+
+        Args:
+            where: the filter; ``where.tenant`` None reads every tenant (the console asks so
+                only for an admin key).
+            after: the id of the last summary of the previous page (exclusive); an id the
+                filter's tenant(s) do not have gives an empty page.
+            limit: 1 or more.
+
+        Returns:
+            The page, and whether more follow.
+        """
+
+    @abc.abstractmethod
+    def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
+        """What the responses that ended in ``[since, until)`` (Unix seconds) add up to; of every
+        tenant when ``tenant`` is None."""
+
+    @abc.abstractmethod
+    def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
+        """The first ``limit`` stored responses of a thread (a conversation id, or the first
+        response id of a ``previous_response_id`` chain), oldest first, each with its input and
+        output items ([] for an unknown thread)."""
 
     @abc.abstractmethod
     def list_input_items(

@@ -82,13 +82,18 @@ from .base import (
     Order,
     Page,
     QueryResult,
+    ResponseFilter,
+    ResponseList,
     ResponseRecord,
+    ResponseStats,
+    ResponseSummary,
     RunRecord,
     RunStep,
     StepTrace,
     StorageError,
     Store,
     StoreLocked,
+    Turn,
 )
 from .sql import run_read_only
 
@@ -112,6 +117,10 @@ _PREVIOUS = "SELECT previous_response_id FROM responses WHERE tenant = ? AND id 
 # Long values, joined from their parts (see DuckDBStore._fetch_values). Ids grow in write
 # order, so DuckDB skips the row groups whose min/max rule them out (EXPLAIN ANALYZE: 1 of 977).
 _JOIN_PARTS = "SELECT id, string_agg(text, '' ORDER BY part) FROM value_parts WHERE id = ANY(?) GROUP BY id"
+
+# A ResponseSummary's fields, which are columns of responses of the same names.
+_SUMMARY_FIELDS = tuple(ResponseSummary.__dataclass_fields__)
+_SUMMARY_COLUMNS = ", ".join(_SUMMARY_FIELDS)
 
 
 def _check_page_args(limit: int, order: str) -> None:
@@ -533,6 +542,76 @@ class DuckDBStore(Store):
             sql, params = sql + " AND model = ?", [*params, model]
         # seq breaks ties between equal created_at (whole seconds on the wire).
         return self._paged(sql, params, ("created_at", "seq"), anchor, limit, order)
+
+    def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
+        """See :meth:`Store.find_responses`."""
+        _check_page_args(limit, "desc")
+        conditions, params = [], []
+        for column, op, value in (
+            ("tenant", "=", where.tenant), ("model", "=", where.model), ("status", "=", where.status),
+            ("created_at", ">=", where.since), ("created_at", "<", where.until),
+            ("thread_id", "=", where.thread_id), ("id", "=", where.id),
+        ):  # fmt: skip
+            if value is not None:
+                conditions.append(f"{column} {op} ?")
+                params.append(value)
+        if after is not None:
+            # The cursor's position among the filter's tenant(s); ids are unique in practice, so
+            # across tenants the first found is the one.
+            sql = "SELECT created_at, seq FROM responses WHERE id = ?" + (" AND tenant = ?" if where.tenant is not None else "")
+            anchor = self._fetchone(sql + " LIMIT 1", [after] + ([where.tenant] if where.tenant is not None else []))
+            if anchor is None:
+                return ResponseList(data=[], has_more=False)
+            conditions.append("(created_at, seq) < (?, ?)")
+            params.extend(anchor)
+        sql = f"SELECT {_SUMMARY_COLUMNS} FROM responses"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        rows = self._fetchall(sql + " ORDER BY created_at DESC, seq DESC LIMIT ?", [*params, limit + 1])
+        data = [ResponseSummary(**dict(zip(_SUMMARY_FIELDS, row, strict=True))) for row in rows[:limit]]
+        return ResponseList(data=data, has_more=len(rows) > limit)
+
+    def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
+        """See :meth:`Store.response_stats`. ``quantile_cont`` interpolates as :func:`~troupe.storage.base.quantile`."""
+        where, params = "ended_at >= ? AND ended_at < ?", [since, until]
+        if tenant is not None:
+            where, params = where + " AND tenant = ?", [*params, tenant]
+        with self._locked() as conn:
+            total, ttft, e2e, threads = conn.execute(
+                "SELECT count(*), quantile_cont(ttft_s, [0.5, 0.99]), quantile_cont(e2e_s, [0.5, 0.99]),"
+                f" count(DISTINCT (tenant, thread_id)) FROM responses WHERE {where}",
+                params,
+            ).fetchone()
+            by_status = conn.execute(
+                f"SELECT coalesce(status, ''), count(*) FROM responses WHERE {where} GROUP BY ALL ORDER BY ALL", params
+            ).fetchall()
+        ttft, e2e = ttft or [None, None], e2e or [None, None]
+        return ResponseStats(
+            since=since, until=until, responses=total, by_status=dict(by_status), threads=threads,
+            ttft_p50_s=ttft[0], ttft_p99_s=ttft[1], e2e_p50_s=e2e[0], e2e_p99_s=e2e[1],
+        )  # fmt: skip
+
+    def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
+        """See :meth:`Store.thread_turns`. Two reads: the thread's rows, then their items."""
+        rows = self._fetchall(
+            f"SELECT {_SUMMARY_COLUMNS} FROM responses WHERE tenant = ? AND thread_id = ?"
+            " ORDER BY created_at, seq LIMIT ?",
+            [tenant, thread_id, limit],
+        )
+        summaries = [ResponseSummary(**dict(zip(_SUMMARY_FIELDS, row, strict=True))) for row in rows]
+        if not summaries:
+            return []
+        items: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for response_id, role, _, item in self._fetch_values(
+            "SELECT response_id, role, position, item, item_parts FROM response_items"
+            " WHERE tenant = ? AND response_id = ANY(?) ORDER BY response_id, role, position",
+            [tenant, [s.id for s in summaries]],
+        ):
+            items.setdefault((response_id, role), []).append(item)
+        return [
+            Turn(summary=s, input_items=items.get((s.id, "input"), []), output_items=items.get((s.id, "output"), []))
+            for s in summaries
+        ]
 
     def list_input_items(
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"

@@ -29,12 +29,18 @@ from .base import (
     Page,
     QueryError,
     QueryResult,
+    ResponseFilter,
+    ResponseList,
     ResponseRecord,
+    ResponseStats,
+    ResponseSummary,
     RunRecord,
     RunStep,
     StepTrace,
     StorageError,
     Store,
+    Turn,
+    quantile,
 )
 
 __all__ = ["InMemoryStore"]
@@ -76,6 +82,21 @@ def _page_after(entries: list[tuple[Any, str | None, str]], after: str | None, l
     return Page(data=[], has_more=False) if anchor is None else _page(entries, anchor, limit, order)
 
 
+def _selected(summary: ResponseSummary, where: ResponseFilter) -> bool:
+    """Whether ``where`` selects the response of ``summary``."""
+    return (
+        all(
+            wanted is None or wanted == value
+            for wanted, value in (
+                (where.tenant, summary.tenant), (where.model, summary.model), (where.status, summary.status),
+                (where.thread_id, summary.thread_id), (where.id, summary.id),
+            )
+        )  # fmt: skip
+        and (where.since is None or summary.created_at >= where.since)
+        and (where.until is None or summary.created_at < where.until)
+    )
+
+
 @dataclass(slots=True)
 class _Response:
     seq: int
@@ -88,6 +109,7 @@ class _Response:
     """``(id, JSON)`` in input order."""
     output_items: list[str]
     traces: list[StepTrace]
+    summary: ResponseSummary
     ended_at: float = 0.0
     events: str | None = None
     """The event log, as JSON."""
@@ -175,6 +197,7 @@ class InMemoryStore(Store):
                 input_items=_encode_items(record.input_items),
                 output_items=[text for _, text in outputs],
                 traces=list(record.traces),
+                summary=ResponseSummary.of(record),
                 ended_at=record.ended_at,
                 events=None if record.events is None else _dump(record.events),
             )
@@ -224,6 +247,58 @@ class InMemoryStore(Store):
                 if t == tenant and (model is None or r.model == model)
             )
             return _page(entries, anchor, limit, order)
+
+    def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
+        """See :meth:`Store.find_responses`."""
+        _check_page_args(limit, "desc")
+        with self._lock:
+            found = sorted(
+                ((r.created_at, r.seq), r.summary)
+                for r in self._responses.values()
+                if _selected(r.summary, where)
+            )[::-1]
+            if after is not None:
+                cursor = next(
+                    (r for (t, rid), r in self._responses.items() if rid == after and where.tenant in (None, t)), None
+                )
+                if cursor is None:
+                    return ResponseList(data=[], has_more=False)
+                found = [(key, s) for key, s in found if key < (cursor.created_at, cursor.seq)]
+        return ResponseList(data=[s for _, s in found[:limit]], has_more=len(found) > limit)
+
+    def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
+        """See :meth:`Store.response_stats`."""
+        with self._lock:
+            ended = [
+                r.summary for (t, _), r in self._responses.items()
+                if tenant in (None, t) and since <= r.ended_at < until
+            ]  # fmt: skip
+        ttfts = [s.ttft_s for s in ended if s.ttft_s is not None]
+        e2es = [s.e2e_s for s in ended]
+        statuses = sorted(s.status or "" for s in ended)
+        return ResponseStats(
+            since=since, until=until, responses=len(ended),
+            by_status={status: statuses.count(status) for status in statuses},
+            ttft_p50_s=quantile(ttfts, 0.5), ttft_p99_s=quantile(ttfts, 0.99),
+            e2e_p50_s=quantile(e2es, 0.5), e2e_p99_s=quantile(e2es, 0.99),
+            threads=len({(s.tenant, s.thread_id) for s in ended}),
+        )  # fmt: skip
+
+    def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
+        """See :meth:`Store.thread_turns`."""
+        with self._lock:
+            stored = sorted(
+                (r for (t, _), r in self._responses.items() if t == tenant and r.thread_id == thread_id),
+                key=lambda r: (r.created_at, r.seq),
+            )[:limit]
+            return [
+                Turn(
+                    summary=r.summary,
+                    input_items=[json.loads(text) for _, text in r.input_items],
+                    output_items=[json.loads(text) for text in r.output_items],
+                )
+                for r in stored
+            ]
 
     def list_input_items(
         self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
