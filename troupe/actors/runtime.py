@@ -51,6 +51,7 @@ from troupe.protocol import (
 )
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
 
+from .console_calls import ConsoleCalls
 from .conversations import ConversationCalls, not_found
 from .host import HostClient, TurnJob
 from .placement import HostFailed, LocalPlacement, Placement
@@ -91,7 +92,7 @@ async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
     return runners
 
 
-class Runtime(ConversationCalls):
+class Runtime(ConversationCalls, ConsoleCalls):
     """What the HTTP layer talks to. Build it with :meth:`local` or :meth:`on_ray`."""
 
     def __init__(self, settings: RuntimeSettings, *, store: StoreClient, placement: Placement) -> None:

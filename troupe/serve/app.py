@@ -13,6 +13,7 @@ Routes (OpenAI's Responses and Conversations APIs)::
     GET|DELETE  /v1/conversations/{id}/items/{item}  retrieve | delete (answers the Conversation)
     GET         /v1/models, /health                  model names | liveness (never authenticated)
     POST        /v1/troupe/sql                       Troupe extension, admin keys only: a read-only SQL query
+    GET         /console, /v1/troupe/console/...     the operator's console and its JSON API (troupe.console)
 
 Every error answers OpenAI's body ``{"error": {message, type, param, code}}``, with
 ``x-should-retry: false`` unless it is a 429 or 503: the ``openai`` SDK retries 5xx by
@@ -46,6 +47,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from troupe.actors.runtime import EventBatches, Runtime
 from troupe.agentloop.compaction import parse_compact_request
+from troupe.console import Viewer, install_console
 from troupe.protocol import (
     SSE_DONE,
     SSE_KEEPALIVE,
@@ -101,7 +103,8 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         get_runtime: returns the :class:`Runtime` to serve; called on every request, so
             the runtime may be built after the app (Serve builds it in the replica).
         settings: ``api_keys`` turns authentication on (key → tenant); empty: off.
-            ``admin_keys`` turns the operator endpoint (``POST /v1/troupe/sql``) on.
+            ``admin_keys`` turns the operator endpoint (``POST /v1/troupe/sql``) on, and lets
+            the console show every tenant.
 
     Returns:
         The app; it owns no resources (closing the runtime is the caller's job).
@@ -146,6 +149,11 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     # A default, not an Annotated alias: string annotations (PEP 563) are resolved
     # against module globals, where a local alias does not exist.
     who_dep = Depends(tenant)
+
+    async def viewer(request: Request) -> Viewer:
+        return _viewer(request, keys, admin_keys)
+
+    install_console(app, get_runtime, viewer)
 
     @app.get("/health", include_in_schema=False)
     async def health() -> dict[str, str]:
@@ -387,6 +395,13 @@ def _authenticate_admin(request: Request, admin_keys: tuple[str, ...], keys: dic
     if _matching(token, keys):
         raise PermissionDenied("This endpoint needs an admin key; the key provided is a tenant's.")
     raise _incorrect_key(token)
+def _viewer(request: Request, keys: dict[str, str], admin_keys: tuple[str, ...]) -> Viewer:
+    """Who looks at the console: an admin key sees every tenant; any other caller is its
+    tenant, authenticated as by the API (so with no ``keys``, anyone is tenant ``""``)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if admin_keys and scheme.lower() == "bearer" and _matching(token.strip(), admin_keys):
+        return Viewer(tenant="", admin=True, keys=bool(keys))
+    return Viewer(tenant=_authenticate(request, keys), admin=False, keys=bool(keys))
 
 
 def _bearer_token(request: Request) -> str:

@@ -151,7 +151,8 @@ class ServerSettings(ServerOptions, Limits):
     api_keys: Mapping[str, str] = Field(default_factory=dict)
     """API key → tenant name. Empty: authentication is off and every caller is tenant ``""``."""
     admin_keys: tuple[str, ...] = Field((), repr=False)
-    """Keys of the operator endpoints (``POST /v1/troupe/sql``), which are refused while there is none."""
+    """Keys of the operator endpoints (``POST /v1/troupe/sql``, refused while there is none) and
+    of the console's view over every tenant, apart from ``api_keys``."""
 
 
 class Auth(BaseModel):
@@ -163,8 +164,9 @@ class Auth(BaseModel):
     """``{"sk-…" = "tenant"}``, or a list of bare keys, each key's tenant then being
     :func:`tenant_of_key`. Empty: authentication is off."""
     admin_keys: tuple[NonEmpty, ...] = ()
-    """Keys for the operator endpoints (``POST /v1/troupe/sql``: SQL over every tenant's history),
-    apart from the tenants' ``keys``. Empty: those endpoints are off."""
+    """Keys for the operator endpoints (``POST /v1/troupe/sql``: SQL over every tenant's history)
+    and the console's views over every tenant (``/console``, the evaluation runs), apart from the
+    tenants' ``keys``. Empty: those endpoints are off, and the console shows each key its tenant."""
 
     @field_validator("keys", mode="before")
     @classmethod
