@@ -31,7 +31,7 @@ def walk(command: click.Command, path: tuple[str, ...]) -> list[tuple[tuple[str,
 COMMANDS = walk(cli, ("troupe",))
 EXPECTED = {
     "troupe", "troupe serve", "troupe sql", "troupe sim", "troupe bench", "troupe eval", "troupe eval run",
-    "troupe eval report", "troupe eval compare", "troupe eval export", "troupe eval list",
+    "troupe eval report", "troupe eval compare", "troupe eval export", "troupe eval list", "troupe trace",
 }  # fmt: skip
 
 

@@ -7,6 +7,7 @@ Commands::
     troupe sim     the simulated model as a standalone OpenAI-compatible server (.sim)
     troupe bench   a load generator for any Responses API server (.bench)
     troupe eval    batch evaluation on Ray: run, report, compare, export, list (.eval, .eval_run)
+    troupe trace   a response's step timeline, as a table or a PNG Gantt chart (.trace)
 
 A command returns its exit status: 0, 1 when it failed, 2 for usage and configuration
 errors (as click itself for a bad option), 130 when interrupted. The modules import only
@@ -35,6 +36,7 @@ from .eval import eval_group
 from .serve import serve
 from .sim import sim
 from .sql import sql
+from .trace import trace
 
 __all__ = ["cli", "main"]
 
@@ -51,6 +53,7 @@ Examples:
   troupe sql "SELECT status, count(*) FROM responses GROUP BY status"
   troupe sim --port 8001 --ttft-ms 200 --itl-ms 20
   troupe eval run examples/eval/sample.jsonl --run-id sample --report
+  troupe trace resp_0123 --png trace.png
 
 `troupe COMMAND --help` for each command.
 """,
@@ -61,7 +64,7 @@ def cli(ctx: click.Context) -> None:
     usage_unless_command(ctx)
 
 
-for _command in (serve, sql, sim, bench, eval_group):
+for _command in (serve, sql, sim, bench, eval_group, trace):
     cli.add_command(_command)
 
 
