@@ -387,7 +387,7 @@
           {
             class: classes, x: left, y: y + 5, width: barWidth, height: rowH - 10, rx: 2,
             "data-seq": b.seq, "data-kind": b.kind, "data-name": b.name,
-            "data-start": b.start_s, "data-end": b.end_s, "data-critical": b.critical,
+            "data-start": b.start_s, "data-end": b.end_s, "data-critical": String(b.critical),
           },
           s("title", {}, details.join("\n")),
         ),
