@@ -34,7 +34,7 @@
     const body = await reply.json().catch(() => null);
     const message = body && body.error ? body.error.message : `${reply.status} ${reply.statusText}`;
     if (reply.status === 401) {
-      showLogin(message);
+      showLogin(key ? "That key was refused." : "This server needs an API key.");
       throw new NeedsKey(message);
     }
     if (!reply.ok) throw new Error(message);
@@ -77,6 +77,11 @@
 
   function link(hash, text) {
     return h("a", { href: hash }, text);
+  }
+
+  // Response ids are long (the thread's id is part of them): a table shows their start.
+  function shortId(id) {
+    return id.length > 34 ? h("span", { title: id }, id.slice(0, 32) + "…") : id;
   }
 
   function hashOf(path, params = {}) {
@@ -264,14 +269,14 @@
           "tr",
           { class: "row", onclick: () => (location.hash = responseHash(r.id, r.tenant)) },
           h("td", {}, when(r.created_at)),
-          h("td", { class: "mono" }, link(responseHash(r.id, r.tenant), r.id)),
+          h("td", { class: "mono" }, link(responseHash(r.id, r.tenant), shortId(r.id))),
           me.admin ? h("td", {}, r.tenant === "" ? h("span", { class: "muted" }, '""') : r.tenant) : null,
           h("td", {}, r.model || "–"),
           h("td", {}, statusBadge(r.status), r.error_code ? h("span", { class: "muted" }, " " + r.error_code) : null),
           h("td", { class: "num" }, secs(r.ttft_s)),
           h("td", { class: "num" }, secs(r.e2e_s)),
           h("td", { class: "num" }, `${r.input_tokens ?? "–"} / ${r.output_tokens ?? "–"}`),
-          h("td", { class: "mono" }, r.conversation_id ? link(threadHash(r.thread_id, r.tenant), r.conversation_id) : r.previous_response_id ? link(threadHash(r.thread_id, r.tenant), "chain") : ""),
+          h("td", { class: "mono" }, r.conversation_id ? link(threadHash(r.thread_id, r.tenant), shortId(r.conversation_id)) : r.previous_response_id ? link(threadHash(r.thread_id, r.tenant), "chain") : ""),
         );
         body.append(tr);
       }
@@ -337,7 +342,7 @@
     else if (type === "function_call") body = h("pre", {}, `${item.name}(${item.arguments})`);
     else if (type === "function_call_output") body = h("pre", {}, typeof item.output === "string" ? item.output : JSON.stringify(item.output));
     else if (type === "mcp_call") body = h("pre", {}, `${item.server_label}.${item.name}(${item.arguments})\n→ ${item.output ?? item.error ?? ""}`);
-    else if (type === "reasoning") body = h("pre", {}, (item.summary || []).map((p) => p.text).join("\n") || "(reasoning)");
+    else if (type === "reasoning") body = h("pre", {}, [...(item.summary || []), ...(item.content || [])].map((p) => p.text).join("\n") || "(reasoning)");
     else body = null;
     return h(
       "div",
