@@ -4,11 +4,16 @@ isolation, what an admin key sees, the step timeline, the live figures and the e
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import time
+import tomllib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
+
+import troupe.console
 
 from tests.unit.test_store_contract import T0, conversation, make_record
 from troupe.actors import Runtime, RuntimeSettings
@@ -204,3 +209,13 @@ async def test_with_no_keys_the_console_is_open_as_the_api_is(open_server: httpx
     # Everyone is tenant "", as in the API: the keyed tenants' history is not theirs.
     assert await ids(open_server, {}) == []
     assert (await open_server.get(f"{API}/responses", params={"tenant": "acme"})).status_code == 403
+
+
+def test_every_console_file_ships_in_the_package() -> None:
+    # The page has no build step: the wheel and sdist carry static/ as is (pyproject's package-data).
+    root = Path(__file__).resolve().parents[2]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["troupe.console"]
+    package = Path(troupe.console.__file__).parent
+    files = [p.relative_to(package).as_posix() for p in (package / "static").iterdir()]
+    assert sorted(files) == ["static/console.css", "static/console.html", "static/console.js"]
+    assert all(any(fnmatch.fnmatch(f, pattern) for pattern in patterns) for f in files)
