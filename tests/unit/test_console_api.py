@@ -121,7 +121,8 @@ async def test_an_admin_key_sees_every_tenant(keyed: httpx.AsyncClient) -> None:
     # Without a tenant named, an object is found in whichever tenant has it.
     one = (await keyed.get(f"{API}/responses/resp_b1", headers=ADMIN_KEY)).json()
     assert (one["tenant"], one["response"]["id"]) == ("beta", "resp_b1")
-    assert (await keyed.get(f"{API}/responses/resp_b1", params={"tenant": "acme"}, headers=ADMIN_KEY)).status_code == 404
+    acme_only = await keyed.get(f"{API}/responses/resp_b1", params={"tenant": "acme"}, headers=ADMIN_KEY)
+    assert acme_only.status_code == 404
     assert (await keyed.get(f"{API}/threads/conv_a", headers=ADMIN_KEY)).json()["tenant"] == "acme"
     assert (await keyed.get(f"{API}/stats", headers=ADMIN_KEY)).json()["responses"] == 3
 
@@ -188,9 +189,11 @@ async def test_eval_runs_pass_rate_per_tag_and_comparison(runtime: Runtime, keye
     assert sorted(r["run_id"] for r in runs) == ["run_a", "run_b"]
     one = (await keyed.get(f"{API}/evals/run_a", headers=ADMIN_KEY)).json()
     assert one["run"]["dataset"] == "cases.jsonl"
-    assert {t["tag"]: (t["passed"], t["results"]) for t in one["summary"]["by_tag"]} == {"math": (2, 2), "tools": (1, 2)}
+    by_tag = {t["tag"]: (t["passed"], t["results"]) for t in one["summary"]["by_tag"]}
+    assert by_tag == {"math": (2, 2), "tools": (1, 2)}
     compared = (await keyed.get(f"{API}/evals/compare", params={"a": "run_a", "b": "run_b"}, headers=ADMIN_KEY)).json()
-    assert {t["tag"]: (t["a"]["rate"], t["b"]["rate"]) for t in compared["tags"]} == {"math": (1.0, 0.5), "tools": (0.5, 0.5)}
+    rates = {t["tag"]: (t["a"]["rate"], t["b"]["rate"]) for t in compared["tags"]}
+    assert rates == {"math": (1.0, 0.5), "tools": (0.5, 0.5)}
     assert {c["case_id"]: c["change"] for c in compared["cases"]} == {"c1": "same", "c2": "regressed", "c3": "improved"}
     assert (await keyed.get(f"{API}/evals/run_missing", headers=ADMIN_KEY)).status_code == 404
 
@@ -214,7 +217,8 @@ async def test_with_no_keys_the_console_is_open_as_the_api_is(open_server: httpx
 def test_every_console_file_ships_in_the_package() -> None:
     # The page has no build step: the wheel and sdist carry static/ as is (pyproject's package-data).
     root = Path(__file__).resolve().parents[2]
-    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["troupe.console"]
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["troupe.console"]
     package = Path(troupe.console.__file__).parent
     files = [p.relative_to(package).as_posix() for p in (package / "static").iterdir()]
     assert sorted(files) == ["static/console.css", "static/console.html", "static/console.js"]

@@ -127,7 +127,9 @@ def install_console(
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
         v: Viewer = who,
     ) -> dict[str, Any]:
-        where = ResponseFilter(tenant=v.scope(tenant), model=model or None, status=status or None, since=since, until=until)
+        where = ResponseFilter(
+            tenant=v.scope(tenant), model=model or None, status=status or None, since=since, until=until
+        )
         found = await get_runtime().find_responses(where, after=after or None, limit=limit)
         data = [_summary(s) for s in found.data]
         return {"data": data, "has_more": found.has_more, "last_id": data[-1]["id"] if data else None}

@@ -558,8 +558,10 @@ class DuckDBStore(Store):
         if after is not None:
             # The cursor's position among the filter's tenant(s); ids are unique in practice, so
             # across tenants the first found is the one.
-            sql = "SELECT created_at, seq FROM responses WHERE id = ?" + (" AND tenant = ?" if where.tenant is not None else "")
-            anchor = self._fetchone(sql + " LIMIT 1", [after] + ([where.tenant] if where.tenant is not None else []))
+            sql, cursor = "SELECT created_at, seq FROM responses WHERE id = ?", [after]
+            if where.tenant is not None:
+                sql, cursor = sql + " AND tenant = ?", [after, where.tenant]
+            anchor = self._fetchone(sql + " LIMIT 1", cursor)
             if anchor is None:
                 return ResponseList(data=[], has_more=False)
             conditions.append("(created_at, seq) < (?, ?)")
