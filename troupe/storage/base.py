@@ -507,9 +507,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
-        """The first ``limit`` stored responses of a thread (a conversation id, or the first
-        response id of a ``previous_response_id`` chain), oldest first, each with its input and
-        output items ([] for an unknown thread)."""
+        """The first ``limit`` stored responses of a thread (their ``thread_id``: a conversation
+        id, or the id a ``previous_response_id`` chain shares), oldest first, each with its input
+        and output items ([] for an unknown thread)."""
 
     @abc.abstractmethod
     def list_input_items(
