@@ -407,6 +407,7 @@ class _Run:
 
     async def _call_model(self, action: CallModel) -> AsyncIterator[ev.LoopEvent]:
         started, first_at = self.clock(), None
+        yield ev.StepStarted(kind="model", name=self.upstream_model, started_at=started)
         message_id = reasoning_id = None
         text = reasoning = ""
         call_items: dict[int, str] = {}  # tool-call index -> function_call item id
@@ -577,6 +578,11 @@ class _Run:
             if call.call_id in self.fs_items:
                 yield ev.FileSearchCallSearching(item_id=self.fs_items[call.call_id])
         started = self.clock()
+        for call in to_run:
+            yield ev.StepStarted(
+                kind="tool", name=call.name, started_at=started, call_id=call.call_id, arguments=call.arguments,
+                server=self._server_of(call),
+            )
         tasks = {asyncio.ensure_future(self._run_tool(call)): call for call in to_run}
         pending = dict(tasks)
         if pending:
@@ -603,7 +609,8 @@ class _Run:
                     yield ev.StepTraced(
                         kind="tool", name=call.name, call_id=call.call_id,
                         started_at=outcome.started if outcome else started, ended_at=outcome.ended if outcome else ended,
-                        error=outcome.error_text if outcome else "cancelled",
+                        error=outcome.error_text if outcome else "cancelled", server=self._server_of(call),
+                        output=outcome.output if outcome else None,
                     )  # fmt: skip
                 self.state = replace(self.state, cancelled=True)
                 return
@@ -615,7 +622,7 @@ class _Run:
             if outcome is not None:
                 yield ev.StepTraced(
                     kind="tool", name=call.name, call_id=call.call_id, started_at=outcome.started,
-                    ended_at=outcome.ended, error=outcome.error_text,
+                    ended_at=outcome.ended, error=outcome.error_text, server=self._server_of(call), output=output,
                 )
             self.p.transcript.add_output(call.call_id, output)
             if mcp_item is not None:
@@ -667,6 +674,13 @@ class _Run:
             elif call.call_id in rejected:
                 reason = rejected[call.call_id].reason
                 yield call, f"Error: {reason}", McpError(reason)
+
+    def _server_of(self, call: ToolCall) -> str | None:
+        """The label of the MCP server a call goes to; None for any other tool."""
+        label = self.resume_labels.get(call.call_id)
+        if label is None and self.mcp is not None:
+            label = self.mcp.label_of(call.name)
+        return label
 
     def _executor_of(self, call: ToolCall) -> ToolExecutor | None:
         if call.call_id in self.resume_labels:

@@ -37,6 +37,7 @@ __all__ = [
     "FileSearchCallSearching",
     "FileSearchCallDone",
     "ItemEmitted",
+    "StepStarted",
     "StepTraced",
     "Checkpoint",
     "ResponseFinished",
@@ -184,6 +185,23 @@ class ItemEmitted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted:
+    """A model call or a tool call begins; not a wire event (hooks and traces watch these).
+    Every one is followed by the :class:`StepTraced` of the same step."""
+
+    kind: Literal["model", "tool"]
+    name: str
+    """The upstream model, or the tool called."""
+    started_at: float
+    """Seconds on the loop's clock."""
+    call_id: str | None = None
+    arguments: str | None = None
+    """Tool calls: the JSON arguments the model gave."""
+    server: str | None = None
+    """MCP calls: the server's label."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepTraced:
     """One model call or tool call, timed; not a wire event (storage keeps these)."""
 
@@ -198,6 +216,10 @@ class StepTraced:
     output_tokens: int = 0
     call_id: str | None = None
     error: str | None = None
+    server: str | None = None
+    """MCP calls: the server's label."""
+    output: str | None = None
+    """Tool calls: what the model is shown."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,6 +264,7 @@ LoopEvent = (
     | FileSearchCallSearching
     | FileSearchCallDone
     | ItemEmitted
+    | StepStarted
     | StepTraced
     | Checkpoint
     | ResponseFinished

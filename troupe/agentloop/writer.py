@@ -208,7 +208,7 @@ class WireWriter:
                 return [self._item_event("response.file_search_call.completed", item_id), self._done(item)]
             case ev.ItemEmitted(item=item):
                 return [self._add(item), self._done(item)]
-            case ev.StepTraced() | ev.Checkpoint():
+            case ev.StepStarted() | ev.StepTraced() | ev.Checkpoint():
                 return []
             case ev.ResponseFinished() as finished:
                 return self._finish(finished)
