@@ -35,10 +35,11 @@ from typing import Any, Protocol
 
 from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
-from troupe.agentloop.events import Checkpoint, StepTraced
+from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
 from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
+from troupe.observe import Observer, TurnObserver
 from troupe.protocol import (
     CreateResponseRequest,
     conversation_not_found,
@@ -64,6 +65,9 @@ DELTA_TYPES = frozenset(
 )
 """The wire events whose first one marks a response's time to first token."""
 
+_NOT_WIRE = frozenset({StepStarted, StepTraced, Checkpoint})
+"""Loop events the writer has nothing to say about: one type check tells them from the rest."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnJob:
@@ -75,6 +79,9 @@ class TurnJob:
     created_at: int
     thread_id: str
     """The conversation id, the chain's thread id, or a fresh one."""
+    traceparent: str | None = None
+    """The request's W3C ``traceparent`` header (kept only with traces on): the parent of its spans."""
+    tracestate: str | None = None
 
 
 class HostClient(Protocol):
@@ -121,6 +128,8 @@ class ConversationHost:
         settings: the runtime settings (models, limits, batching).
         store: the storage client (group-committing writes).
         executors: the server-side tool executors.
+        host_label: the host's ``host`` label in metrics (``local``, ``replica``, a pooled
+            actor's name, ``dedicated``).
     """
 
     def __init__(
@@ -130,6 +139,7 @@ class ConversationHost:
         store: StoreClient,
         executors: Sequence[ToolExecutor] = (),
         mcp_client: McpClient | None = None,
+        host_label: str = "local",
     ) -> None:
         self.settings = settings
         self.store = store
@@ -143,6 +153,10 @@ class ConversationHost:
         self.last_active = time.monotonic()
         self.running = 0
         """Turns in progress (the dedicated placement's idle check reads it)."""
+        self.observer = Observer(settings.telemetry, host=host_label, mcp_servers=(s.label for s in settings.mcp.servers))
+        self._unwatch = self.observer.watch_host(
+            lambda: len(self._threads), lambda: self.running, lambda: max(0, len(self.runs) - self.running)
+        )
 
     # -- the message cache -------------------------------------------------------
 
@@ -167,6 +181,7 @@ class ConversationHost:
     async def _history(self, job: TurnJob, thread: _Thread) -> list[dict[str, Any]]:
         request, tenant = job.request, job.tenant
         if request.conversation_id is not None:
+            self.observer.cache(hit=thread.history is not None)
             if thread.history is None:
                 items = await self.store.conversation_items(tenant, request.conversation_id)
                 if items is None:
@@ -174,6 +189,7 @@ class ConversationHost:
                 thread.history = items
             return thread.history
         if request.previous_response_id is not None:
+            self.observer.cache(hit=thread.history is not None and thread.tip == request.previous_response_id)
             if thread.history is None or thread.tip != request.previous_response_id:
                 items = await self.store.chain_items(tenant, request.previous_response_id)
                 if items is None:
@@ -307,9 +323,12 @@ class ConversationHost:
             async with thread.lock:  # turns of one conversation never interleave
                 run.started()
                 self.running += 1
+                sizes = self.observer.stream_batches if stream else None
                 try:
                     async with contextlib.aclosing(coalesce(self._run_turn(run, thread, stream=stream))) as batches:
                         async for batch in batches:
+                            if sizes is not None:
+                                sizes.observe((), len(batch))
                             yield batch
                 finally:
                     self.running -= 1
@@ -346,6 +365,9 @@ class ConversationHost:
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
         prepared = prepare(request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers)
+        obs = self.observer.turn(job, stream=stream, started=started)
+        if obs is not None:
+            obs.accepted(prepared.input_items)
         events = run_loop(
             prepared,
             model=self.models.client(spec),
@@ -361,32 +383,47 @@ class ConversationHost:
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)
         started_sent = False
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if isinstance(event, StepTraced):
-                    traces.append(_trace(job.response_id, len(traces), event))
-                    continue
-                if isinstance(event, Checkpoint):
-                    await self._checkpoint(run, event, ttft_s)
-                    continue
-                wire = writer.write(event)
-                run.add_events(wire)
-                if writer.finished:
-                    # Durable before the client hears it is done.
-                    await self._finish(
-                        job, thread, history, prepared.input_items, writer.response, started, ttft_s, traces,
-                        run.events if run.durable or self.settings.event_logs == "all" else None,
-                    )
-                    run.stored = True
-                    yield wire
-                    return
-                if ttft_s is None and any(e["type"] in DELTA_TYPES for e in wire):
-                    ttft_s = time.time() - started
-                if stream or not started_sent:
-                    started_sent = True
-                    yield wire
+        try:
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if type(event) in _NOT_WIRE:
+                        if isinstance(event, StepTraced):
+                            traces.append(_trace(job.response_id, len(traces), event))
+                            if obs is not None:
+                                obs.step_ended(event)
+                        elif isinstance(event, StepStarted):
+                            if obs is not None:
+                                obs.step_started(event)
+                        else:
+                            await self._checkpoint(run, event, ttft_s, obs)
+                        continue
+                    wire = writer.write(event)
+                    run.add_events(wire)
+                    if writer.finished:
+                        # Durable before the client hears it is done.
+                        response = writer.response
+                        await self._finish(
+                            job, thread, history, prepared.input_items, response, started, ttft_s, traces,
+                            run.events if run.durable or self.settings.event_logs == "all" else None, obs,
+                        )
+                        run.stored = True
+                        if obs is not None:
+                            obs.finished(response, ttft_s)
+                        yield wire
+                        return
+                    if ttft_s is None and any(e["type"] in DELTA_TYPES for e in wire):
+                        ttft_s = time.time() - started
+                    if stream or not started_sent:
+                        started_sent = True
+                        yield wire
+        except BaseException as exc:
+            if obs is not None:
+                obs.abandoned(writer.response, failed=not isinstance(exc, GeneratorExit | asyncio.CancelledError))
+            raise
 
-    async def _checkpoint(self, run: LiveRun, checkpoint: Checkpoint, ttft_s: float | None) -> None:
+    async def _checkpoint(
+        self, run: LiveRun, checkpoint: Checkpoint, ttft_s: float | None, obs: TurnObserver | None = None
+    ) -> None:
         """Store a step of a durable run with the wire events and traces since its last step;
         the loop goes on once it is stored (it starts no tool whose call is not). A foreground
         run becomes durable here, at its first step: before it, no tool ran, and a host that
@@ -401,7 +438,10 @@ class ConversationHost:
             "started_at": run.started_at,
         }
         step = RunStep(tenant=run.job.tenant, response_id=run.job.response_id, seq=run.steps, data=data)
+        begun = time.time()
         await self.store.checkpoint_run(step, start)
+        if obs is not None:
+            obs.wrote("checkpoint", begun, time.time())
         run.durable = True
         run.steps, run.logged, run.traced = run.steps + 1, len(run.events), len(run.traces)
 
@@ -432,6 +472,7 @@ class ConversationHost:
         ttft_s: float | None,
         traces: list[StepTrace],
         events: list[dict[str, Any]] | None,
+        obs: TurnObserver | None = None,
     ) -> None:
         if not job.request.store:
             return  # nothing written, and the cache still matches storage
@@ -450,7 +491,10 @@ class ConversationHost:
             append_to_conversation=appended,
             events=None if events is None else event_log.pack(events, response),
         )
+        begun = time.time()
         await self.store.write_response(record)
+        if obs is not None:
+            obs.wrote("write_response", begun, time.time())
         if not in_conversation:
             thread.history, thread.tip = history + input_items + response["output"], response["id"]
         elif appended:
@@ -486,6 +530,7 @@ class ConversationHost:
         await self.models.warm()
 
     async def close(self) -> None:
+        self._unwatch()
         await self.runs.close()
         await self.models.close()
         if self.mcp_client is not None:

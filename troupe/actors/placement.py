@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from troupe.protocol import ProtocolError, ServerError
 
@@ -33,6 +33,9 @@ from .raycall import ray_result
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 from .tool_tasks import local_executor
+
+if TYPE_CHECKING:
+    from troupe.observe.metrics import Snapshot
 
 __all__ = [
     "Placement",
@@ -71,6 +74,11 @@ class Placement(Protocol):
         """The host of ``thread_id`` if one is up; never starts one (to read or cancel a run)."""
         ...
 
+    async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
+        """The metrics of every host process apart from this one, by a stable source name
+        (None: a host that did not answer now); ``troupe.observe.metrics.ScrapeView`` sums them."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -88,6 +96,10 @@ class LocalPlacement:
         self.host = ConversationHost(
             settings, store=store, executors=[local_executor(settings.tools)], mcp_client=LocalMcpClient(settings)
         )
+
+    async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
+        """The host is in this process: its metrics are this process's."""
+        return {}
 
     async def host_for(self, thread_id: str) -> HostClient:
         return self.host
@@ -140,7 +152,9 @@ class ReplicaPlacement(LocalPlacement):
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
         executors, mcp_client = ray_tools(settings)
-        self.host = ConversationHost(settings, store=store, executors=executors, mcp_client=mcp_client)
+        self.host = ConversationHost(
+            settings, store=store, executors=executors, mcp_client=mcp_client, host_label="replica"
+        )
 
 
 class HostActor(ConversationHost):
@@ -149,8 +163,15 @@ class HostActor(ConversationHost):
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
         from .storage_actor import RayStoreClient
 
+        import ray
+
         executors, mcp_client = ray_tools(settings)
-        super().__init__(settings, store=RayStoreClient.by_name(settings), executors=executors, mcp_client=mcp_client)
+        # A bounded label: a pooled host's name; every dedicated host is "dedicated" (its name holds a thread id).
+        label = "dedicated" if idle_timeout_s is not None else ray.get_runtime_context().get_actor_name() or "host"
+        super().__init__(
+            settings, store=RayStoreClient.by_name(settings), executors=executors, mcp_client=mcp_client,
+            host_label=label,
+        )
         self._idle_timeout_s = idle_timeout_s
         self._watcher: asyncio.Task[None] | None = None
 
@@ -178,6 +199,12 @@ class HostActor(ConversationHost):
     async def ping(self) -> int:
         """Turns running now (tests wait on it; a health probe just awaits it)."""
         return self.running
+
+    async def metrics_snapshot(self) -> Snapshot:
+        """This host process's metrics (``troupe.observe.metrics.Registry.snapshot``)."""
+        from troupe.observe.metrics import process_registry
+
+        return process_registry().snapshot()
 
 
 class RayHostClient:
@@ -281,6 +308,9 @@ class PooledPlacement:
     async def running_host(self, thread_id: str) -> HostClient | None:
         return await self.host_for(thread_id)
 
+    async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
+        return await _snapshots({f"troupe-host-{i}": handle for i, handle in enumerate(self.handles)})
+
     async def close(self) -> None:
         """The hosts serve every replica; they end with the Ray namespace."""
 
@@ -336,8 +366,39 @@ class DedicatedPlacement:
                 return None
         return RayHostClient(handle)
 
+    async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
+        """Every live dedicated host of the namespace (also those another replica started)."""
+        import ray
+
+        prefix = "troupe-conv-"
+        listed = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
+        names = {a["name"] for a in listed if a["namespace"] == self.settings.namespace and a["name"].startswith(prefix)}
+        handles = {}
+        for name in names:
+            handle = self._handles.get(name.removeprefix(prefix))
+            if handle is None:
+                try:
+                    handle = await asyncio.to_thread(ray.get_actor, name, namespace=self.settings.namespace)
+                except ValueError:  # it exited meanwhile
+                    continue
+            handles[name] = handle
+        return await _snapshots(handles)
+
     async def close(self) -> None:
         self._handles.clear()
+
+
+async def _snapshots(handles: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Snapshot | None]:
+    """Each host actor's ``metrics_snapshot()`` at once; None for one that did not answer in time."""
+
+    async def one(handle: Any) -> Snapshot | None:
+        try:
+            return await asyncio.wait_for(ray_result(handle.metrics_snapshot.remote()), timeout_s)
+        except Exception:  # noqa: BLE001 - restarting, exited, busy: its last snapshot stands
+            return None
+
+    results = await asyncio.gather(*(one(handle) for handle in handles.values()))
+    return dict(zip(handles, results, strict=True))
 
 
 def ray_placement(settings: RuntimeSettings, store: StoreClient) -> Placement:

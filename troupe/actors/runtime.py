@@ -30,8 +30,8 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from troupe.agentloop.compaction import compacted_response, summary_request
 from troupe.agentloop.writer import WireWriter
@@ -59,7 +59,10 @@ from .runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lo
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
-__all__ = ["Runtime", "EventBatches"]
+if TYPE_CHECKING:
+    from troupe.observe.metrics import ScrapeView
+
+__all__ = ["Runtime", "EventBatches", "TraceContext"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,8 @@ _RESUME_WAIT_S = 120.0
 process restarting on a loaded machine takes seconds); meanwhile the run is not stored."""
 
 EventBatches = AsyncIterator[list[dict[str, Any]]]
+TraceContext = Mapping[str, str] | None
+"""The request's W3C trace context headers (``traceparent``, ``tracestate``), when traces are on."""
 T = TypeVar("T")
 
 
@@ -107,6 +112,7 @@ class Runtime(ConversationCalls, ConsoleCalls):
         and resumes under way."""
         self._taking_over: set[str] = set()
         """Responses this runtime is resuming now (a poll during a host's restart starts no other)."""
+        self._scrapes: ScrapeView | None = None
 
     # -- construction ------------------------------------------------------------
 
@@ -115,7 +121,12 @@ class Runtime(ConversationCalls, ConsoleCalls):
         """An in-process runtime: one host, tools run in-process, the store in a thread."""
         from .store_client import AsyncStore
 
-        store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit)
+        on_commit = None
+        if settings.telemetry.metrics:
+            from troupe.observe.metrics import commit_recorder, process_registry
+
+            on_commit = commit_recorder(process_registry())
+        store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit, on_commit=on_commit)
         return cls(settings, store=store, placement=LocalPlacement(settings, store))
 
     @classmethod
@@ -154,12 +165,38 @@ class Runtime(ConversationCalls, ConsoleCalls):
         await self.placement.close()
         await self.store.close()
 
+    # -- observation -------------------------------------------------------------
+
+    async def metrics_text(self) -> str | None:
+        """``GET /metrics``: Troupe's metrics in Prometheus' text format, summed over this process,
+        the storage actor's and the hosts' (``troupe.observe.metrics``); None with metrics off."""
+        if not self.settings.telemetry.metrics:
+            return None
+        from troupe.observe.metrics import ScrapeView, process_registry, render
+
+        if self._scrapes is None:
+            self._scrapes = ScrapeView()
+        store, hosts = await asyncio.gather(self._store_metrics(), self.placement.metrics_snapshots())
+        snapshots = {"ingress": process_registry().snapshot(), **hosts}
+        if store is not ...:
+            snapshots["storage"] = store
+        return render(self._scrapes.update(snapshots))
+
+    async def _store_metrics(self) -> Any:
+        """The storage actor's snapshot; ``...`` for a store in this process; None if it did not answer."""
+        try:
+            async with asyncio.timeout(5.0):
+                snapshot = await self.store.metrics_snapshot()
+        except Exception:  # noqa: BLE001 - restarting: its last snapshot stands
+            return None
+        return ... if snapshot is None else snapshot
+
     # -- responses ---------------------------------------------------------------
 
     def model_names(self) -> list[str]:
         return [m.name for m in self.settings.models]
 
-    async def stream(self, tenant: str, request: CreateResponseRequest) -> EventBatches:
+    async def stream(self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None) -> EventBatches:
         """Start a response; its wire events in batches, ending with the terminal event.
 
         A host that dies mid-stream ends the stream with an ``error`` event and
@@ -172,7 +209,8 @@ class Runtime(ConversationCalls, ConsoleCalls):
                 unknown ``previous_response_id`` or ``conversation``, bad input items).
             HostFailed: no host could start the turn.
         """
-        return _failures_as_events(await self._start(tenant, request), resumed=lambda rid: self._resume_lost(tenant, rid))
+        batches = await self._start(tenant, request, trace=trace)
+        return _failures_as_events(batches, resumed=lambda rid: self._resume_lost(tenant, rid))
 
     async def _resume_lost(self, tenant: str, response_id: str) -> bool:
         """After its host died: resume ``response_id`` in the background if it is durable and
@@ -189,14 +227,14 @@ class Runtime(ConversationCalls, ConsoleCalls):
         except Exception:  # the next read of the response (or the next start) tries again
             log.exception("response %s: its host died, and it could not be resumed", run.response_id)
 
-    async def respond(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
+    async def respond(self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None) -> dict[str, Any]:
         """Run a response to the end; the final Response (non-streaming).
 
         Raises:
             HostFailed: the host died during the turn (a 500 ``server_error``).
         """
         final: dict[str, Any] | None = None
-        async for batch in await self._start(tenant, request, stream=False):
+        async for batch in await self._start(tenant, request, stream=False, trace=trace):
             for event in batch:
                 if "response" in event:
                     final = event["response"]
@@ -204,14 +242,16 @@ class Runtime(ConversationCalls, ConsoleCalls):
             raise ServerError("The response ended without a result.")
         return final
 
-    async def background(self, tenant: str, request: CreateResponseRequest) -> dict[str, Any]:
+    async def background(
+        self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None
+    ) -> dict[str, Any]:
         """Start a background response (``background: true``); the Response at once, ``queued``
         or ``in_progress``. It runs on its conversation's host; ``get_response`` shows its
         progress and ``cancel_response`` stops it.
 
         Raises: as :meth:`stream`, before anything runs.
         """
-        job = await self._job(tenant, request)
+        job = await self._job(tenant, request, trace)
 
         async def start(host: HostClient) -> dict[str, Any]:
             return await host.start_background(job)
@@ -243,8 +283,10 @@ class Runtime(ConversationCalls, ConsoleCalls):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _start(self, tenant: str, request: CreateResponseRequest, *, stream: bool = True) -> EventBatches:
-        job = await self._job(tenant, request)
+    async def _start(
+        self, tenant: str, request: CreateResponseRequest, *, stream: bool = True, trace: TraceContext = None
+    ) -> EventBatches:
+        job = await self._job(tenant, request, trace)
 
         async def start(host: HostClient) -> EventBatches:
             batches = host.respond(job, stream=stream)
@@ -254,7 +296,7 @@ class Runtime(ConversationCalls, ConsoleCalls):
 
         return await self._on_host(job, start)
 
-    async def _job(self, tenant: str, request: CreateResponseRequest) -> TurnJob:
+    async def _job(self, tenant: str, request: CreateResponseRequest, trace: TraceContext = None) -> TurnJob:
         thread_id = await self._thread_of(tenant, request)
         if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
             raise model_not_found(request.model)  # the host checks the model; no process starts for that
@@ -264,6 +306,8 @@ class Runtime(ConversationCalls, ConsoleCalls):
             response_id=new_response_id(thread_id),
             created_at=int(time.time()),
             thread_id=thread_id,
+            traceparent=trace.get("traceparent") if trace else None,
+            tracestate=trace.get("tracestate") if trace else None,
         )
 
     async def _on_host(

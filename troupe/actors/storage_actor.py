@@ -28,7 +28,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
@@ -72,15 +72,22 @@ class StorageService(AsyncStore):
     """The storage actor's body: an :class:`AsyncStore` over the DuckDB file at ``path``.
 
     ``namespace``: the Ray namespace the actor is named in, for its owner file (an actor's
-    runtime context names its creator's job's namespace, which may be another).
+    runtime context names its creator's job's namespace, which may be another). ``metrics``:
+    record the store's commits in this process's metrics registry (``troupe.observe``).
     """
 
-    def __init__(self, path: str, memory_limit: str = "", namespace: str | None = None) -> None:
+    def __init__(self, path: str, memory_limit: str = "", namespace: str | None = None, metrics: bool = False) -> None:
         journal = journal_of(path)
         self._journal_dir = None if journal is None else os.path.abspath(journal)
         self._positions: dict[str, int] = {}
         """Writer journals' positions as last stored here (a cache of ``journal_positions``)."""
-        super().__init__(open_store(path, memory_limit), journal=journal)
+        self._on_commit = None
+        if metrics:
+            from troupe.observe.metrics import RayExport, commit_recorder, process_registry
+
+            self._on_commit = commit_recorder(process_registry())
+            RayExport.start_once(process_registry())
+        super().__init__(open_store(path, memory_limit), journal=journal, on_commit=self._on_commit)
         if journal is not None and ray.is_initialized():
             self._leave_owner_file(path, namespace or ray.get_runtime_context().namespace)
 
@@ -102,6 +109,12 @@ class StorageService(AsyncStore):
 
     async def ping(self) -> bool:
         return True
+
+    async def metrics_snapshot(self) -> dict[str, Any]:
+        """This process's metrics: its group commits (``troupe.observe.metrics.Registry.snapshot``)."""
+        from troupe.observe.metrics import process_registry
+
+        return process_registry().snapshot()
 
     async def memory(self) -> dict[str, Any]:
         """DuckDB's memory limit and use in this actor (:meth:`DuckDBStore.memory`), and the
@@ -129,7 +142,10 @@ class StorageService(AsyncStore):
         A batch is stored whole or not at all, with its position; a batch sent again (its
         reply was lost) is recognised by the position and not stored twice.
         """
+        begun = time.perf_counter()
         await self._run(self._apply_journal, journal, records, last_lsn)
+        if self._on_commit is not None:
+            self._on_commit("duckdb", len(records), time.perf_counter() - begun)
 
     def _apply_journal(self, journal: str, records: list[ResponseRecord], last_lsn: int) -> None:
         applied = self._positions.get(journal)
@@ -153,6 +169,7 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
         settings.storage_path,
         settings.storage_memory_limit,
         settings.namespace,
+        settings.telemetry.metrics,
         name=STORAGE_ACTOR_NAME,
         namespace=settings.namespace,
         resources={"node:__internal_head__": 0.001},  # the DuckDB file lives on the head node's disk
@@ -306,6 +323,9 @@ class RayStoreClient:
     ) -> QueryResult:
         return await self._call(self.handle.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
 
+    async def metrics_snapshot(self) -> dict[str, Any] | None:
+        return await RayStoreClient._call(self, self.handle.metrics_snapshot)
+
     async def close(self) -> None:
         """The actor outlives any one client; nothing to release here."""
 
@@ -355,11 +375,22 @@ class JournalingStoreClient(RayStoreClient):
         apply_delay_s: the most a journaled record waits for company before it is shipped.
     """
 
-    def __init__(self, handle: ray.actor.ActorHandle, directory: str, *, apply_delay_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        handle: ray.actor.ActorHandle,
+        directory: str,
+        *,
+        apply_delay_s: float = 0.1,
+        on_commit: Callable[[str, int, float], None] | None = None,
+    ) -> None:
         super().__init__(handle)
         self.name = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._target = _ActorJournalStore(handle)
-        self._writer = JournaledWriter(self._target, directory, name=self.name, apply_delay_s=apply_delay_s)
+        stages = {"journal": "journal", "apply": "ship"}  # its batches go on to the actor
+        self._writer = JournaledWriter(
+            self._target, directory, name=self.name, apply_delay_s=apply_delay_s,
+            on_commit=None if on_commit is None else lambda stage, n, s: on_commit(stages[stage], n, s),
+        )  # fmt: skip
 
     @classmethod
     async def connect(cls, settings: RuntimeSettings) -> RayStoreClient:
@@ -369,7 +400,12 @@ class JournalingStoreClient(RayStoreClient):
         if home is None or home[0] != ray.get_runtime_context().get_node_id():
             return RayStoreClient(handle)
         await ray_result(handle.adopt_orphans.remote())  # an earlier writer of ours that crashed
-        return cls(handle, home[1])
+        on_commit = None
+        if settings.telemetry.metrics:
+            from troupe.observe.metrics import commit_recorder, process_registry
+
+            on_commit = commit_recorder(process_registry())
+        return cls(handle, home[1], on_commit=on_commit)
 
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         await self._writer.drain()

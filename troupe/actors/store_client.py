@@ -133,6 +133,10 @@ class StoreClient(Protocol):
     ) -> QueryResult:
         """One read-only SQL statement, on the store's thread once what was written before it
         is stored; it holds later store calls (the writes too) back at most ``timeout_s``."""
+
+    async def metrics_snapshot(self) -> dict[str, Any] | None:
+        """The metrics of the process the store runs in when it is another one (the storage
+        actor's, ``troupe.observe.metrics.Registry.snapshot``); None when it is this one."""
         ...
     async def close(self) -> None: ...
 
@@ -148,14 +152,29 @@ class AsyncStore:
     pending, then closes the store.
     """
 
-    def __init__(self, store: Store, *, journal: str | None = None) -> None:
-        """``journal``: the journal directory of ``store``, a ``DuckDBStore`` on a file (replayed already)."""
+    def __init__(
+        self, store: Store, *, journal: str | None = None, on_commit: Callable[[str, int, float], None] | None = None
+    ) -> None:
+        """``journal``: the journal directory of ``store``, a ``DuckDBStore`` on a file (replayed
+        already). ``on_commit(writer, records, seconds)``: told of every group commit, by writer
+        (``journal``, ``duckdb``, ``runs``), for metrics."""
         self.store = store
-        self.writer: GroupCommitWriter[ResponseRecord] | JournaledWriter = (
-            GroupCommitWriter(store.write_responses) if journal is None else JournaledWriter(store, journal)
-        )
+
+        def reported(writer: str) -> Callable[[int, float], None] | None:
+            return None if on_commit is None else functools.partial(on_commit, writer)
+
+        if journal is None:
+            self.writer: GroupCommitWriter[ResponseRecord] | JournaledWriter = GroupCommitWriter(
+                store.write_responses, on_commit=reported("duckdb")
+            )
+        else:
+            stages = {"journal": "journal", "apply": "duckdb"}
+            self.writer = JournaledWriter(
+                store, journal,
+                on_commit=None if on_commit is None else lambda stage, n, s: on_commit(stages[stage], n, s),
+            )  # fmt: skip
         self.runs: GroupCommitWriter[RunRecord | RunStep] = GroupCommitWriter(
-            store.write_run_progress, executor=self.writer.executor, max_delay_s=0.0
+            store.write_run_progress, executor=self.writer.executor, max_delay_s=0.0, on_commit=reported("runs")
         )
         """Durable runs' starts and checkpoints: group-committed on the store's thread, and not
         behind the responses in the journal (a run's own response always comes after them). No
@@ -163,9 +182,15 @@ class AsyncStore:
         a batch is written form the next one."""
 
     @classmethod
-    def open(cls, path: str, memory_limit: str = "") -> AsyncStore:
+    def open(
+        cls, path: str, memory_limit: str = "", *, on_commit: Callable[[str, int, float], None] | None = None
+    ) -> AsyncStore:
         """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
-        return cls(open_store(path, memory_limit), journal=journal_of(path))
+        return cls(open_store(path, memory_limit), journal=journal_of(path), on_commit=on_commit)
+
+    async def metrics_snapshot(self) -> None:
+        """The store runs in this process: its metrics are this process's."""
+        return None
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.writer.run_sync(functools.partial(fn, *args, **kwargs))

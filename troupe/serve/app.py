@@ -14,6 +14,7 @@ Routes (OpenAI's Responses and Conversations APIs)::
     GET         /v1/models, /health                  model names | liveness (never authenticated)
     POST        /v1/troupe/sql                       Troupe extension, admin keys only: a read-only SQL query
     GET         /console, /v1/troupe/console/...     the operator's console and its JSON API (troupe.console)
+    GET         /metrics                             Prometheus metrics (never authenticated; README "Observing Troupe")
 
 Every error answers OpenAI's body ``{"error": {message, type, param, code}}``, with
 ``x-should-retry: false`` unless it is a 429 or 503: the ``openai`` SDK retries 5xx by
@@ -48,6 +49,7 @@ from starlette.types import Message, Receive, Scope, Send
 from troupe.actors.runtime import EventBatches, Runtime
 from troupe.agentloop.compaction import parse_compact_request
 from troupe.console import Viewer, install_console
+from troupe.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from troupe.protocol import (
     SSE_DONE,
     SSE_KEEPALIVE,
@@ -159,6 +161,15 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        text = await get_runtime().metrics_text()
+        if text is None:
+            raise ProtocolError(
+                "Metrics are turned off ([telemetry] metrics = false).", type="invalid_request_error", status=404
+            )
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
+
     @app.get("/v1/models")
     async def list_models(who: str = who_dep) -> dict[str, Any]:
         data = [
@@ -174,20 +185,21 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         body = parse_create_request(await json_body(request))
         tenant_limits.check_request(who)
         runtime = get_runtime()
+        trace = _trace_context(request) if runtime.settings.telemetry.traces != "off" else None
         # Streaming is the body's call, never the Accept header's: the Agents SDK sends
         # `Accept: application/json` with "stream": true.
         if body.stream:
             if body.background:  # the run goes on if this stream is dropped; GET resumes it
 
                 async def background_stream() -> EventBatches:
-                    started = await runtime.background(who, body)
+                    started = await runtime.background(who, body, trace=trace)
                     return await runtime.follow_response(who, started["id"])
 
                 return await event_stream(who, background_stream)
-            return await event_stream(who, lambda: runtime.stream(who, body))
+            return await event_stream(who, lambda: runtime.stream(who, body, trace=trace))
         if body.background:
-            return JSONResponse(await runtime.background(who, body))
-        response = await runtime.respond(who, body)
+            return JSONResponse(await runtime.background(who, body, trace=trace))
+        response = await runtime.respond(who, body, trace=trace)
         if response.get("status") == "failed":
             # A stream reports a failure in-band (error + response.failed); a plain request has
             # only its status code. The failed response stays stored for GET.
@@ -435,6 +447,15 @@ def _max_rows(value: Any, limit: int) -> int:
             param="max_rows", code="invalid_value",
         )  # fmt: skip
     return value
+
+
+def _trace_context(request: Request) -> dict[str, str] | None:
+    """The request's W3C trace context headers, if it sent a ``traceparent``."""
+    traceparent = request.headers.get("traceparent")
+    if traceparent is None:
+        return None
+    tracestate = request.headers.get("tracestate")
+    return {"traceparent": traceparent, **({"tracestate": tracestate} if tracestate else {})}
 
 
 async def _read_body(request: Request, limit: int, *, empty_ok: bool) -> bytes:

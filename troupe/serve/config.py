@@ -14,6 +14,7 @@ all, and a test keeps it in step)::
     [runtime]   RuntimeOptions, plus example_tools and sim_model
     [[models]]  ModelSpec            [[tools]]  ToolSpec
     [mcp]       McpSettings, with [[mcp.servers]] McpServerSpec
+    [telemetry] TelemetrySettings
 
 Precedence, lowest first: embedded defaults → the TOML file → the environment →
 (in ``troupe serve``) command-line flags. Every option has an environment variable,
@@ -58,6 +59,7 @@ from troupe.actors.settings import (
     ModelSpec,
     RuntimeOptions,
     RuntimeSettings,
+    TelemetrySettings,
     ToolSpec,
 )
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
@@ -206,6 +208,7 @@ class TroupeConfig(BaseSettings):
     tools: tuple[ToolSpec, ...] = ()
     """Server-side Python tools, added to the example tools (the same name replaces one)."""
     mcp: McpSettings = McpSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     @field_validator("models", "tools")
     @classmethod
@@ -242,6 +245,7 @@ class TroupeConfig(BaseSettings):
             models=_merge(RuntimeSettings().models if self.runtime.sim_model else (), self.models),
             tools=_merge(DEFAULT_TOOLS if self.runtime.example_tools else (), self.tools),
             mcp=self.mcp,
+            telemetry=self.telemetry,
         )
         return server, runtime
 

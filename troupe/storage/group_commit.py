@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -65,6 +66,8 @@ class GroupCommitWriter(Generic[R]):
             (the response journal's). :meth:`hurry` skips the wait.
         executor: where ``write`` and :meth:`run_sync` calls run; default a
             dedicated single-thread executor, shut down by :meth:`close`.
+        on_commit: told of every ``write`` call that succeeded: its records and its seconds
+            (metrics; called on the event loop).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class GroupCommitWriter(Generic[R]):
         max_delay_s: float = 0.002,
         linger: bool = False,
         executor: concurrent.futures.Executor | None = None,
+        on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -95,6 +99,7 @@ class GroupCommitWriter(Generic[R]):
         self._closing = False
         self._hurry = False
         self._writes = 0
+        self._on_commit = on_commit
 
     @property
     def pending(self) -> int:
@@ -221,8 +226,11 @@ class GroupCommitWriter(Generic[R]):
     async def _try_write(self, records: list[R]) -> StorageError | None:
         """One ``write`` call on the executor thread; the error it raised, as a StorageError, or None."""
         self._writes += 1
+        begun = time.perf_counter()
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._write, records)
+            if self._on_commit is not None:
+                self._on_commit(len(records), time.perf_counter() - begun)
         except Exception as exc:
             if isinstance(exc, StorageError):
                 return exc

@@ -42,12 +42,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import fcntl
+import functools
 import json
 import logging
 import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from typing import Any, Protocol, TypeVar
@@ -370,6 +372,9 @@ class JournaledWriter:
         apply_delay_s: the most a journaled record waits for company before it goes to the store.
         max_batch: the most records per store transaction.
         segment_bytes: see :class:`Journal`.
+        on_commit: told of every batch committed, with its stage (``"journal"``: appended
+            and synced; ``"apply"``: written to the store), its records and its seconds
+            (metrics; called on the event loop).
     """
 
     def __init__(
@@ -381,14 +386,17 @@ class JournaledWriter:
         apply_delay_s: float = 0.1,
         max_batch: int = 256,
         segment_bytes: int = SEGMENT_BYTES,
+        on_commit: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self._store = store
+        self._on_commit = on_commit
         self._name = name
         self._rejected_dir = directory
         path, lock_fd = _create_writer_dir(directory, name) if name else (directory, None)
         self._journal = Journal(path, store.journal_lsn(name) + 1, segment_bytes=segment_bytes, lock_fd=lock_fd)
         self._applier: GroupCommitWriter[tuple[int, bytes, ResponseRecord]] = GroupCommitWriter(
-            self._apply, max_batch=max_batch, max_delay_s=apply_delay_s, linger=True
+            self._apply, max_batch=max_batch, max_delay_s=apply_delay_s, linger=True,
+            on_commit=None if on_commit is None else functools.partial(on_commit, "apply"),
         )
         self._appends = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-journal")
         self._queue: list[tuple[bytes, ResponseRecord, asyncio.Future[None]]] = []
@@ -459,8 +467,11 @@ class JournaledWriter:
                 await self._wakeup.wait()
                 continue
             batch, self._queue = self._queue, []
+            begun = time.perf_counter()
             try:
                 first = await loop.run_in_executor(self._appends, self._journal.append, [p for p, _, _ in batch])
+                if self._on_commit is not None:
+                    self._on_commit("journal", len(batch), time.perf_counter() - begun)
             except OSError as exc:
                 error = StorageError(f"cannot write the journal: {exc}")
                 for _, _, future in batch:
