@@ -113,7 +113,9 @@ class Lab:
         self.targets["sim"] = target
         return target
 
-    def start_troupe(self, sim_url: str, *, name: str = "troupe", checkout: str = ROOT) -> None:
+    def start_troupe(
+        self, sim_url: str, *, name: str = "troupe", checkout: str = ROOT, extra_args: tuple[str, ...] = ()
+    ) -> None:
         """Troupe from ``checkout`` (another commit's worktree runs on this environment, its
         own code first on ``PYTHONPATH``). Each Troupe app becomes target ``<name>-<app>`` at its
         direct-ingress URL and ``<name>-<app>-proxy`` through Serve's proxy; the Serve floor
@@ -129,7 +131,7 @@ class Lab:
         proc = self._start(
             name,
             [sys.executable, "-m", "benchmarks.troupe_server", "--port", str(port), "--sim-url", sim_url,
-             "--data-dir", data],
+             "--data-dir", data, *extra_args],
             cwd=checkout, env=None if checkout == ROOT else {"PYTHONPATH": checkout},
         )
         proc.wait_log("READY", timeout_s=300)

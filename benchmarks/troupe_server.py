@@ -93,7 +93,7 @@ def _run_apps(args: argparse.Namespace) -> None:
     """``serve.run`` the Serve floor, then every Troupe app, each at ``/<name>``."""
     from ray import serve
 
-    from troupe.actors.settings import ModelSpec, RuntimeSettings
+    from troupe.actors.settings import ModelSpec, RuntimeSettings, TelemetrySettings
     from troupe.serve.config import ServerSettings
     from troupe.serve.deployment import build_app
 
@@ -102,23 +102,29 @@ def _run_apps(args: argparse.Namespace) -> None:
         ModelSpec(name="sim-local", kind="sim"),
     )
     serve.run(_serve_floor(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
-    for name, fields in APPS.items():
+    for name, fields in _apps(args).items():
         settings = RuntimeSettings(
             models=models,
             **{"pool_size": args.pool_size, **fields},
             idle_timeout_s=args.idle_timeout,
             namespace=f"troupe-bench-{name}",
             storage_path=os.path.join(args.data_dir, f"{name}.duckdb"),
+            telemetry=TelemetrySettings(**json.loads(args.telemetry)),
         )
         serve.run(build_app(ServerSettings(port=args.port), settings), name=name, route_prefix=f"/{name}")
 
 
-def _urls(proxy_port: int, ports: range, timeout_s: float = 120.0) -> dict[str, dict[str, str]]:
+def _apps(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The Troupe apps ``--apps`` asks for (all of :data:`APPS` by default)."""
+    wanted = args.apps.split(",") if args.apps else list(APPS)
+    return {name: fields for name, fields in APPS.items() if name in wanted}
+
+
+def _urls(proxy_port: int, ports: range, names: list[str], timeout_s: float = 120.0) -> dict[str, dict[str, str]]:
     """Every app's API roots, direct and through the proxy, once each answers ``/health`` both
     ways. Raises TimeoutError naming what did not answer."""
     from troupe.serve.deployment import direct_ingress_roots
 
-    names = [*APPS, FLOOR_APP]
     deadline = time.monotonic() + timeout_s
     while True:
         direct = direct_ingress_roots(ports)
@@ -140,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--pool-size", type=int, default=4)
     parser.add_argument("--idle-timeout", type=float, default=900.0, help="dedicated actors' idle timeout (s)")
+    parser.add_argument("--apps", help="comma-separated Troupe apps to start (default: all of APPS)")
+    parser.add_argument("--telemetry", default="{}", help="the [telemetry] of every app, as JSON (default: {})")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -149,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     from troupe.serve.deployment import LOCAL_RAY_ENV, direct_ingress_env, free_port_range
 
     os.makedirs(args.data_dir, exist_ok=True)
-    replicas = len(APPS) + 1  # one replica per Troupe app and the Serve floor's, a direct-ingress port each
+    replicas = len(_apps(args)) + 1  # one replica per Troupe app and the Serve floor's, a direct-ingress port each
     first = free_port_range(replicas + 1)  # Serve's upper bound is inclusive: one port more
     os.environ.update(direct_ingress_env(first, replicas))  # inherited by Serve's controller and replicas
     for name, value in LOCAL_RAY_ENV.items():  # the local instance as `troupe serve` starts it
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
         _run_apps(args)
         try:
-            urls = _urls(args.port, range(first, first + replicas + 1))
+            urls = _urls(args.port, range(first, first + replicas + 1), [*_apps(args), FLOOR_APP])
         except TimeoutError as exc:
             print(exc, file=sys.stderr)
             return 1

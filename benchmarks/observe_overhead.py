@@ -1,0 +1,134 @@
+"""What observing costs: Troupe with its metrics on (traces off, the default) against the same
+build with ``[telemetry] metrics = false``, side by side.
+
+    .venv/bin/python -m benchmarks.observe_overhead              # 3 rounds, about 8 minutes on 2 cores
+    .venv/bin/python -m benchmarks.observe_overhead --rounds 1 --quick   # a smoke test, results to scratch
+
+Both sides are this checkout's benchmark server (:mod:`benchmarks.troupe_server`) with only its
+``replica`` app (``troupe serve``'s default placement), each on its own local Ray instance, in
+front of one ``troupe sim`` server; they differ only in ``--telemetry``. The loads, their
+alternation by round and the medians are :mod:`benchmarks.ab`'s (scenario 1 streaming, scenario
+2 non-streaming store on and off). Traces stay off on both: with traces off the OpenTelemetry SDK
+is never imported, so "tracing with its exporter off" costs what the ``None`` check per turn
+costs, which the metrics side includes. Writes
+``benchmarks/results/observe/<date>-<commit>-observe.{json,md}`` with the machine and the commit
+(``--quick``: the scratch directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from troupe.bench.machine import describe_machine, machine_info
+
+from .ab import _SCRATCH, _git, _rounds, summarize
+from .measure import Ctx, idle_cores, log
+from .scenarios import MAIN_APP, definitions
+from .targets import ROOT, Lab
+
+__all__ = ["main", "render", "SIDES"]
+
+SIDES = {"before": {"metrics": False}, "after": {"metrics": True}}
+"""Each side's ``[telemetry]``: ``before`` has nothing observed, ``after`` is the default."""
+BOUND = 0.02
+"""Observing may cost at most this share of throughput (responses/s)."""
+
+
+def render(doc: dict[str, Any]) -> str:
+    def num(v: float | None) -> str:
+        return "–" if v is None else f"{v:,.1f}"
+
+    lines = [
+        f"# What observing costs, {doc['date']}, commit `{doc['commit']}`",
+        "",
+        f"- Machine: {describe_machine(doc['machine'])}; load average at the end "
+        + "/".join(f"{v:g}" for v in doc["load_average_end"]) + ".",
+        f"- Reproduce: `{doc['command']}` ({doc['rounds']} rounds, {doc['seconds']:.0f} s).",
+        f"- `off`: `[telemetry] metrics = false`; `on`: the default (metrics on, traces off, no hooks). App "
+        f"`{MAIN_APP}` on both, each on its own local Ray instance in front of one `troupe sim`; each load on one then "
+        "the other, the order alternating by round; medians over the rounds. Change: on ÷ off − 1.",
+        f"- Bound: throughput (responses/s) within {BOUND:.0%}. Worst throughput change: "
+        f"{doc['worst_throughput_change']:+.1%} ({doc['verdict']}).",
+        "",
+        "| load | measure | off | on | change | off, per round | on, per round |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        unit = f" ({row['unit']})" if row["unit"] else ""
+        change = "–" if row["change"] is None else f"{row['change']:+.1%}"
+        lines.append(
+            f"| {row['load']} | {row['measure']}{unit} | {num(row['before'])} | {num(row['after'])} | {change} | "
+            + ", ".join(num(v) for v in row["before_rounds"]) + " | "
+            + ", ".join(num(v) for v in row["after_rounds"]) + " |"
+        )
+    if doc.get("errors"):
+        lines += ["", "Errors: " + "; ".join(doc["errors"])]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every load on both (default 3)")
+    parser.add_argument("--quick", action="store_true", help="small counts (a smoke test); results to scratch")
+    parser.add_argument("--out-dir", help="where results go (default: benchmarks/results/observe)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    started = time.perf_counter()
+    machine = machine_info()
+    commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+    default_out = os.path.join(_SCRATCH, "results") if args.quick else os.path.join(ROOT, "benchmarks", "results", "observe")
+    out_dir = args.out_dir or default_out
+    with Lab(scratch=os.path.join(_SCRATCH, "observe-run"), peers=False) as lab:
+        log("starting the sim server and Troupe with metrics off and on")
+        sim = lab.start_sim()
+        sides = {}
+        for side, telemetry in SIDES.items():
+            name = f"troupe-{side}"
+            lab.start_troupe(sim.base_url, name=name, extra_args=("--apps", MAIN_APP, "--telemetry", json.dumps(telemetry)))
+            sides[side] = lab.targets[f"{name}-{MAIN_APP}"]
+        ctx = Ctx(lab=lab, defs=definitions(quick=args.quick), progress=not args.quiet)
+        idle_cores(ctx)
+        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds))
+    rows = summarize(samples)
+    changes = [row["change"] for row in rows if row["measure"] == "responses/s" and row["change"] is not None]
+    worst = min(changes, default=0.0)
+    doc = {
+        "schema": "troupe-observe/1",
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": commit,
+        "sides": {"before": {"telemetry": SIDES["before"]}, "after": {"telemetry": SIDES["after"]}},
+        "rounds": args.rounds,
+        "quick": args.quick,
+        "machine": machine,
+        "load_average_end": [round(v, 2) for v in os.getloadavg()],
+        "idle_cpu_cores": ctx.idle_cores,
+        "command": "python -m benchmarks.observe_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seconds": round(time.perf_counter() - started, 1),
+        "samples": samples,
+        "rows": rows,
+        "worst_throughput_change": worst,
+        "verdict": "met" if worst >= -BOUND else "not met",
+        "errors": errors,
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.join(out_dir, f"{doc['date']}-{commit}-observe")
+    with open(stem + ".json", "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    with open(stem + ".md", "w", encoding="utf-8") as f:
+        f.write(render(doc))
+    log(f"wrote {stem}.json, {stem}.md")
+    print(render(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
