@@ -13,6 +13,13 @@ is never imported, so "tracing with its exporter off" costs what the ``None`` ch
 costs, which the metrics side includes. Writes
 ``benchmarks/results/observe/<date>-<commit>-observe.{json,md}`` with the machine and the commit
 (``--quick``: the scratch directory).
+
+Throughput on a shared 2-core machine moves by more than 2 % from one minute to the next, so
+the run also measures the cost where it is spent, without the noise of the network and of Ray:
+**in process**, two ``Runtime.local`` runtimes (in-memory store, the in-process ``sim``), one
+with metrics off and one on, take turns in blocks of responses in this one process, and the CPU
+time (``time.process_time``) per response of each is compared, for a plain answer, a 64-token
+stream and a tool loop (``--in-process-only`` runs only this part, in about a minute).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 from typing import Any
@@ -39,6 +47,56 @@ SIDES = {"before": {"metrics": False}, "after": {"metrics": True}}
 """Each side's ``[telemetry]``: ``before`` has nothing observed, ``after`` is the default."""
 BOUND = 0.02
 """Observing may cost at most this share of throughput (responses/s)."""
+
+
+IN_PROCESS_LOADS = {
+    "non-streaming, 16 tokens": ({"input": "[[tokens 16]]"}, False),
+    "streaming, 64 tokens": ({"input": "[[tokens 64]]"}, True),
+    "tool loop (calculator)": ({"input": '[[call calculator {"expression": "6 * 7"}]]'}, False),
+}
+
+
+async def in_process(*, blocks: int, per_block: int) -> list[dict[str, Any]]:
+    """CPU ms per response, metrics off and on, each load's blocks alternating between the two."""
+    from troupe.actors.runtime import Runtime
+    from troupe.actors.settings import RuntimeSettings, TelemetrySettings
+    from troupe.protocol import parse_create_request
+
+    runtimes = {
+        side: Runtime.local(RuntimeSettings(storage_path=":memory:", telemetry=TelemetrySettings(**telemetry)))
+        for side, telemetry in SIDES.items()
+    }
+
+    async def one(runtime: Runtime, body: dict[str, Any], stream: bool) -> None:
+        request = parse_create_request({"model": "sim", **body, "stream": stream})
+        if stream:
+            async for _ in await runtime.stream("", request):
+                pass
+        else:
+            await runtime.respond("", request)
+
+    rows = []
+    try:
+        for load, (body, stream) in IN_PROCESS_LOADS.items():
+            for runtime in runtimes.values():  # warm: imports, first-use allocations
+                for _ in range(20):
+                    await one(runtime, body, stream)
+            cpu: dict[str, list[float]] = {side: [] for side in runtimes}
+            for block in range(blocks):
+                order = list(runtimes) if block % 2 == 0 else list(reversed(runtimes))
+                for side in order:
+                    begun = time.process_time()
+                    for _ in range(per_block):
+                        await one(runtimes[side], body, stream)
+                    cpu[side].append((time.process_time() - begun) / per_block * 1000)
+            off, on = statistics.median(cpu["before"]), statistics.median(cpu["after"])
+            rows.append({"load": load, "cpu_ms_off": round(off, 4), "cpu_ms_on": round(on, 4),
+                         "change": round(on / off - 1, 4), "off_blocks": cpu["before"], "on_blocks": cpu["after"]})
+            log(f"in process, {load}: {off:.3f} ms off, {on:.3f} ms on ({on / off - 1:+.1%})")
+    finally:
+        for runtime in runtimes.values():
+            await runtime.close()
+    return rows
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -68,6 +126,16 @@ def render(doc: dict[str, Any]) -> str:
             + ", ".join(num(v) for v in row["before_rounds"]) + " | "
             + ", ".join(num(v) for v in row["after_rounds"]) + " |"
         )
+    if doc.get("in_process"):
+        lines += [
+            "", "## In process: CPU per response", "",
+            "Two `Runtime.local` runtimes (in-memory store, in-process `sim`, no Ray), metrics off and on, "
+            "in blocks alternating between them in one process; `time.process_time()` per response, median "
+            "over the blocks.", "",
+            "| load | off (ms CPU) | on (ms CPU) | change |", "|---|---|---|---|",
+        ]
+        for row in doc["in_process"]:
+            lines.append(f"| {row['load']} | {row['cpu_ms_off']:.3f} | {row['cpu_ms_on']:.3f} | {row['change']:+.1%} |")
     if doc.get("errors"):
         lines += ["", "Errors: " + "; ".join(doc["errors"])]
     return "\n".join(lines) + "\n"
@@ -79,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small counts (a smoke test); results to scratch")
     parser.add_argument("--out-dir", help="where results go (default: benchmarks/results/observe)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--in-process-only", action="store_true", help="only the in-process CPU comparison")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -87,6 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
     default_out = os.path.join(_SCRATCH, "results") if args.quick else os.path.join(ROOT, "benchmarks", "results", "observe")
     out_dir = args.out_dir or default_out
+    blocks, per_block = (4, 50) if args.quick else (10, 300)
+    measured_in_process = asyncio.run(in_process(blocks=blocks, per_block=per_block))
+    if args.in_process_only:
+        doc = {
+            "schema": "troupe-observe-in-process/1", "date": time.strftime("%Y-%m-%d"), "commit": commit,
+            "machine": machine, "load_average_end": [round(v, 2) for v in os.getloadavg()],
+            "command": "python -m benchmarks.observe_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "blocks": blocks, "per_block": per_block, "in_process": measured_in_process,
+        }  # fmt: skip
+        os.makedirs(out_dir, exist_ok=True)
+        stem = os.path.join(out_dir, f"{doc['date']}-{commit}-observe-in-process")
+        with open(stem + ".json", "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+        log(f"wrote {stem}.json")
+        return 0
     with Lab(scratch=os.path.join(_SCRATCH, "observe-run"), peers=False) as lab:
         log("starting the sim server and Troupe with metrics off and on")
         sim = lab.start_sim()
@@ -118,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "worst_throughput_change": worst,
         "verdict": "met" if worst >= -BOUND else "not met",
         "errors": errors,
+        "in_process": measured_in_process,
     }
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, f"{doc['date']}-{commit}-observe")

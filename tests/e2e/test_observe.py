@@ -66,32 +66,40 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     with client.responses.stream(model="sim", input="[[tokens 16]]") as stream:
         for _ in stream:
             pass
+    mcp = {"type": "mcp", "server_label": "stdio-calc"}  # configured in conftest
+    added = client.responses.create(model="sim", input='[[call add {"a": 20, "b": 22}]]', tools=[mcp])
+    assert added.output_text == "add -> 42"
 
     after = scrape(root)
 
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert delta("troupe_responses_total", model="sim", status="completed", stream="false") == 1
+    assert delta("troupe_responses_total", model="sim", status="completed", stream="false") == 2
     assert delta("troupe_responses_total", model="sim", status="completed", stream="true") == 1
-    # The tool loop: 2 model calls, 2 tool calls of `sleep`, both ok; the stream: 1 model call.
-    assert delta("troupe_model_call_duration_seconds_count", model="sim", outcome="ok") == 3
+    # The tool loop: 2 model calls, 2 tool calls of `sleep`, both ok; the stream: 1 model call;
+    # the MCP loop: 2 model calls and 1 MCP call, counted apart from the server-side tools.
+    assert delta("troupe_model_call_duration_seconds_count", model="sim", outcome="ok") == 5
     assert delta("troupe_tool_call_duration_seconds_count", tool="sleep", outcome="ok") == 2
+    assert delta("troupe_mcp_call_duration_seconds_count", server="stdio-calc", outcome="ok") == 1
+    assert delta("troupe_tool_call_duration_seconds_count", tool="add", outcome="ok") == 0
     assert delta("troupe_tool_call_duration_seconds_sum", tool="sleep", outcome="ok") >= 0.3
     assert delta("troupe_tool_call_duration_seconds_bucket", tool="sleep", outcome="ok", le="0.1") == 0
     assert delta("troupe_tool_call_duration_seconds_bucket", tool="sleep", outcome="ok", le="+Inf") == 2
-    assert delta("troupe_response_model_calls_count", model="sim") == 2
-    assert delta("troupe_response_model_calls_sum", model="sim") == 3  # 2 + 1
-    assert delta("troupe_response_ttft_seconds_count", model="sim", stream="false") == 1
+    assert delta("troupe_response_model_calls_count", model="sim") == 3
+    assert delta("troupe_response_model_calls_sum", model="sim") == 5  # 2 + 1 + 2
+    assert delta("troupe_response_ttft_seconds_count", model="sim", stream="false") == 2
     assert delta("troupe_response_ttft_seconds_count", model="sim", stream="true") == 1
-    assert delta("troupe_response_duration_seconds_count", model="sim", stream="false") == 1
+    assert delta("troupe_response_duration_seconds_count", model="sim", stream="false") == 2
     assert delta("troupe_response_duration_seconds_sum", model="sim", stream="false") >= 0.15
-    assert delta("troupe_output_tokens_total", model="sim") == response.usage.output_tokens + 16
+    assert delta("troupe_output_tokens_total", model="sim") == (
+        response.usage.output_tokens + 16 + added.usage.output_tokens
+    )
     # The streamed answer's 16 deltas and its framing went out in at least one batch, all counted.
     batches = delta("troupe_stream_batch_events_count")
     assert batches >= 1 and delta("troupe_stream_batch_events_sum") >= 16 + 2
     # Storage: each response made durable through a group commit of the journal.
-    assert delta("troupe_storage_commit_batch_size_sum", writer="journal") == 2
+    assert delta("troupe_storage_commit_batch_size_sum", writer="journal") == 3
     assert delta("troupe_storage_commit_duration_seconds_count", writer="journal") >= 1
     # A pooled host's gauges come from its own process, labelled with its name.
     hosts = {dict(labels)["host"] for (name, labels) in after if name == "troupe_host_conversations"}

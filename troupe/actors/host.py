@@ -365,7 +365,7 @@ class ConversationHost:
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
         prepared = prepare(request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers)
-        obs = self.observer.turn(job, stream=stream, started=started)
+        obs = self.observer.turn(job, started=started)
         if obs is not None:
             obs.accepted(prepared.input_items)
         events = run_loop(

@@ -111,11 +111,11 @@ class Observer:
             self._tracer = tracer_for(s.traces, s.otlp_endpoint, s.service_name)
         return self._tracer
 
-    def turn(self, job: TurnJob, *, stream: bool, started: float) -> TurnObserver | None:
+    def turn(self, job: TurnJob, *, started: float) -> TurnObserver | None:
         """The observer of one turn; None when nothing observes (metrics, traces, hooks all off)."""
         if self.registry is None and not self.tracing and not h.HOOKS.active:
             return None
-        return TurnObserver(self, job, stream=stream, started=started)
+        return TurnObserver(self, job, started=started)
 
     def server_label(self, server: str) -> str:
         return server if server in self.mcp_servers else OTHER_SERVER
@@ -127,11 +127,11 @@ class TurnObserver:
     __slots__ = ("o", "job", "model", "stream", "started", "calls", "gen_s", "gen_tokens", "steps", "writes",
                  "hooks", "metrics", "done")  # fmt: skip
 
-    def __init__(self, observer: Observer, job: TurnJob, *, stream: bool, started: float) -> None:
+    def __init__(self, observer: Observer, job: TurnJob, *, started: float) -> None:
         self.o = observer
         self.job = job
         self.model = job.request.model
-        self.stream = "true" if stream else "false"
+        self.stream = "true" if job.request.stream else "false"  # a background stream's run is driven unstreamed
         self.started = started
         self.calls = 0
         self.gen_s = 0.0
@@ -145,7 +145,7 @@ class TurnObserver:
             request = job.request
             self.hooks.emit(h.TurnStarted(
                 response_id=job.response_id, tenant=job.tenant, thread_id=job.thread_id, model=request.model,
-                stream=stream, background=request.background, at=started,
+                stream=request.stream, background=request.background, at=started,
             ))  # fmt: skip
 
     def accepted(self, input_items: Sequence[dict[str, Any]]) -> None:
