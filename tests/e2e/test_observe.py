@@ -83,7 +83,7 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     assert delta("troupe_tool_call_duration_seconds_count", tool="sleep", outcome="ok") == 2
     assert delta("troupe_mcp_call_duration_seconds_count", server="stdio-calc", outcome="ok") == 1
     assert delta("troupe_tool_call_duration_seconds_count", tool="add", outcome="ok") == 0
-    assert delta("troupe_tool_call_duration_seconds_sum", tool="sleep", outcome="ok") >= 0.3
+    assert delta("troupe_tool_call_duration_seconds_sum", tool="sleep", outcome="ok") >= 0.28
     assert delta("troupe_tool_call_duration_seconds_bucket", tool="sleep", outcome="ok", le="0.1") == 0
     assert delta("troupe_tool_call_duration_seconds_bucket", tool="sleep", outcome="ok", le="+Inf") == 2
     assert delta("troupe_response_model_calls_count", model="sim") == 3
@@ -91,7 +91,7 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     assert delta("troupe_response_ttft_seconds_count", model="sim", stream="false") == 2
     assert delta("troupe_response_ttft_seconds_count", model="sim", stream="true") == 1
     assert delta("troupe_response_duration_seconds_count", model="sim", stream="false") == 2
-    assert delta("troupe_response_duration_seconds_sum", model="sim", stream="false") >= 0.15
+    assert delta("troupe_response_duration_seconds_sum", model="sim", stream="false") >= 0.14
     assert delta("troupe_output_tokens_total", model="sim") == (
         response.usage.output_tokens + 16 + added.usage.output_tokens
     )
@@ -212,7 +212,7 @@ def test_a_hook_gets_the_events_of_a_tool_loop_in_order(hooked_url):
     assert [(e.call_id, e.output, e.error) for e in ended] == [
         (c.call_id, "slept 150 ms", None) for c in calls
     ]
-    assert all(e.ended_at - e.started_at >= 0.15 for e in ended)
+    assert all(e.ended_at - e.started_at >= 0.14 for e in ended)  # (asyncio.sleep may wake a hair early)
     assert mine[2].output_tokens > 0 and mine[2].ttft_s is not None and mine[2].error is None
     finished = mine[-1]
     assert finished.status == "completed" and finished.response["id"] == response.id

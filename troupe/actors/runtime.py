@@ -300,6 +300,8 @@ class Runtime(ConversationCalls, ConsoleCalls):
         thread_id = await self._thread_of(tenant, request)
         if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
             raise model_not_found(request.model)  # the host checks the model; no process starts for that
+        if self.settings.telemetry.traces == "off":
+            trace = None
         return TurnJob(
             tenant=tenant,
             request=request,

@@ -185,21 +185,22 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         body = parse_create_request(await json_body(request))
         tenant_limits.check_request(who)
         runtime = get_runtime()
-        trace = _trace_context(request) if runtime.settings.telemetry.traces != "off" else None
+        trace = _trace_context(request)  # with traces off, the runtime drops it
+        traced = {"trace": trace} if trace is not None else {}
         # Streaming is the body's call, never the Accept header's: the Agents SDK sends
         # `Accept: application/json` with "stream": true.
         if body.stream:
             if body.background:  # the run goes on if this stream is dropped; GET resumes it
 
                 async def background_stream() -> EventBatches:
-                    started = await runtime.background(who, body, trace=trace)
+                    started = await runtime.background(who, body, **traced)
                     return await runtime.follow_response(who, started["id"])
 
                 return await event_stream(who, background_stream)
-            return await event_stream(who, lambda: runtime.stream(who, body, trace=trace))
+            return await event_stream(who, lambda: runtime.stream(who, body, **traced))
         if body.background:
-            return JSONResponse(await runtime.background(who, body, trace=trace))
-        response = await runtime.respond(who, body, trace=trace)
+            return JSONResponse(await runtime.background(who, body, **traced))
+        response = await runtime.respond(who, body, **traced)
         if response.get("status") == "failed":
             # A stream reports a failure in-band (error + response.failed); a plain request has
             # only its status code. The failed response stays stored for GET.
