@@ -99,6 +99,61 @@ async def in_process(*, blocks: int, per_block: int) -> list[dict[str, Any]]:
     return rows
 
 
+def layer_cost(n: int = 20_000) -> dict[str, float]:
+    """The observation layer's own CPU per response, in microseconds, metrics on (no Ray export
+    thread, no traces, no hooks), for the events of a plain answer and of a two-tool loop: what
+    the host calls, with real events, in a tight loop. Precise where the runs above are not."""
+    from troupe.actors.host import TurnJob
+    from troupe.actors.settings import TelemetrySettings
+    from troupe.agentloop.events import StepStarted, StepTraced
+    from troupe.observe import Observer
+    from troupe.protocol import parse_create_request
+
+    observer = Observer(TelemetrySettings(), host="bench")
+    job = TurnJob(tenant="", request=parse_create_request({"model": "sim", "input": "x"}), response_id="resp_x",
+                  created_at=0, thread_id="t")  # fmt: skip
+    model = (StepStarted(kind="model", name="sim", started_at=1.0),
+             StepTraced(kind="model", name="sim", started_at=1.0, ended_at=1.1, ttft_s=0.01, output_tokens=16))
+    tool = (StepStarted(kind="tool", name="sleep", started_at=1.0, call_id="c", arguments="{}"),
+            StepTraced(kind="tool", name="sleep", started_at=1.0, ended_at=1.2, call_id="c", output="ok"))
+    response = {"status": "completed", "output": [{"type": "message"}], "usage": {"output_tokens": 32, "input_tokens": 9}}
+    shapes = {"plain answer (1 model call)": [model], "tool loop (2 model calls, 2 tools)": [model, tool, tool, model]}
+    out = {}
+    for shape, steps in shapes.items():
+        begun = time.process_time()
+        for _ in range(n):
+            obs = observer.turn(job, started=1.0)
+            assert obs is not None
+            obs.accepted([{"type": "message"}])
+            for started, ended in steps:
+                obs.step_started(started)
+                obs.step_ended(ended)
+            obs.wrote("write_response", 1.0, 1.01)
+            observer.cache(hit=True)
+            obs.finished(response, 0.01)
+        out[shape] = round((time.process_time() - begun) / n * 1e6, 2)
+    return out
+
+
+def _in_process_lines(doc: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if doc.get("in_process"):
+        lines += [
+            "", "## In process: CPU per response", "",
+            "Two `Runtime.local` runtimes (in-memory store, in-process `sim`, no Ray), metrics off and on, "
+            "in blocks alternating between them in one process; `time.process_time()` per response, median "
+            "over the blocks.", "",
+            "| load | off (ms CPU) | on (ms CPU) | change |", "|---|---|---|---|",
+        ]
+        for row in doc["in_process"]:
+            lines.append(f"| {row['load']} | {row['cpu_ms_off']:.3f} | {row['cpu_ms_on']:.3f} | {row['change']:+.1%} |")
+    if doc.get("layer_us"):
+        lines += ["", "## The observation layer alone", "",
+                  "What the host calls per response, with real events, in a tight loop (metrics on):", ""]
+        lines += [f"- {shape}: {us:.1f} µs of CPU per response" for shape, us in doc["layer_us"].items()]
+    return lines
+
+
 def render(doc: dict[str, Any]) -> str:
     def num(v: float | None) -> str:
         return "–" if v is None else f"{v:,.1f}"
@@ -126,19 +181,21 @@ def render(doc: dict[str, Any]) -> str:
             + ", ".join(num(v) for v in row["before_rounds"]) + " | "
             + ", ".join(num(v) for v in row["after_rounds"]) + " |"
         )
-    if doc.get("in_process"):
-        lines += [
-            "", "## In process: CPU per response", "",
-            "Two `Runtime.local` runtimes (in-memory store, in-process `sim`, no Ray), metrics off and on, "
-            "in blocks alternating between them in one process; `time.process_time()` per response, median "
-            "over the blocks.", "",
-            "| load | off (ms CPU) | on (ms CPU) | change |", "|---|---|---|---|",
-        ]
-        for row in doc["in_process"]:
-            lines.append(f"| {row['load']} | {row['cpu_ms_off']:.3f} | {row['cpu_ms_on']:.3f} | {row['change']:+.1%} |")
+    lines += _in_process_lines(doc)
     if doc.get("errors"):
         lines += ["", "Errors: " + "; ".join(doc["errors"])]
     return "\n".join(lines) + "\n"
+
+
+def render_in_process(doc: dict[str, Any]) -> str:
+    """The Markdown of an ``--in-process-only`` run."""
+    head = [
+        f"# What observing costs, in process, {doc['date']}, commit `{doc['commit']}`", "",
+        f"- Machine: {describe_machine(doc['machine'])}; load average at the end "
+        + "/".join(f"{v:g}" for v in doc["load_average_end"]) + ".",
+        f"- Reproduce: `{doc['command']}` ({doc['blocks']} blocks of {doc['per_block']} responses per side and load).",
+    ]  # fmt: skip
+    return "\n".join(head + _in_process_lines(doc)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,18 +215,23 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or default_out
     blocks, per_block = (4, 50) if args.quick else (10, 300)
     measured_in_process = asyncio.run(in_process(blocks=blocks, per_block=per_block))
+    layer = layer_cost()
+    log(f"the observation layer alone: {layer}")
     if args.in_process_only:
         doc = {
             "schema": "troupe-observe-in-process/1", "date": time.strftime("%Y-%m-%d"), "commit": commit,
             "machine": machine, "load_average_end": [round(v, 2) for v in os.getloadavg()],
             "command": "python -m benchmarks.observe_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "blocks": blocks, "per_block": per_block, "in_process": measured_in_process,
+            "blocks": blocks, "per_block": per_block, "in_process": measured_in_process, "layer_us": layer,
         }  # fmt: skip
         os.makedirs(out_dir, exist_ok=True)
         stem = os.path.join(out_dir, f"{doc['date']}-{commit}-observe-in-process")
         with open(stem + ".json", "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
-        log(f"wrote {stem}.json")
+        with open(stem + ".md", "w", encoding="utf-8") as f:
+            f.write(render_in_process(doc))
+        log(f"wrote {stem}.json, {stem}.md")
+        print(render_in_process(doc))
         return 0
     with Lab(scratch=os.path.join(_SCRATCH, "observe-run"), peers=False) as lab:
         log("starting the sim server and Troupe with metrics off and on")
@@ -203,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "verdict": "met" if worst >= -BOUND else "not met",
         "errors": errors,
         "in_process": measured_in_process,
+        "layer_us": layer,
     }
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, f"{doc['date']}-{commit}-observe")
