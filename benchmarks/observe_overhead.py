@@ -16,10 +16,12 @@ costs, which the metrics side includes. Writes
 
 Throughput on a shared 2-core machine moves by more than 2 % from one minute to the next, so
 the run also measures the cost where it is spent, without the noise of the network and of Ray:
-**in process**, two ``Runtime.local`` runtimes (in-memory store, the in-process ``sim``), one
-with metrics off and one on, take turns in blocks of responses in this one process, and the CPU
-time (``time.process_time``) per response of each is compared, for a plain answer, a 64-token
-stream and a tool loop (``--in-process-only`` runs only this part, in about a minute).
+**in process**, three ``Runtime.local`` runtimes (in-memory store, the in-process ``sim``),
+metrics off, on, and off again (a control: what two identical runtimes differ by), take turns in
+blocks of responses in this one process, and the CPU time (``time.process_time``) per response
+of each is compared, for a plain answer, a 64-token stream and a tool loop; and the observation
+layer alone, the calls a host makes per response in a tight loop (``--in-process-only`` runs only
+these, in a few minutes).
 """
 
 from __future__ import annotations
@@ -62,9 +64,12 @@ async def in_process(*, blocks: int, per_block: int) -> list[dict[str, Any]]:
     from troupe.actors.settings import RuntimeSettings, TelemetrySettings
     from troupe.protocol import parse_create_request
 
+    # "control" is a second runtime with metrics off: on ÷ off − 1 means something only beside
+    # control ÷ off − 1, what two identical runtimes differ by in the same process and blocks.
+    sides = {"before": SIDES["before"], "control": SIDES["before"], "after": SIDES["after"]}
     runtimes = {
         side: Runtime.local(RuntimeSettings(storage_path=":memory:", telemetry=TelemetrySettings(**telemetry)))
-        for side, telemetry in SIDES.items()
+        for side, telemetry in sides.items()
     }
 
     async def one(runtime: Runtime, body: dict[str, Any], stream: bool) -> None:
@@ -83,16 +88,20 @@ async def in_process(*, blocks: int, per_block: int) -> list[dict[str, Any]]:
                     await one(runtime, body, stream)
             cpu: dict[str, list[float]] = {side: [] for side in runtimes}
             for block in range(blocks):
-                order = list(runtimes) if block % 2 == 0 else list(reversed(runtimes))
+                order = list(runtimes)[block % 3 :] + list(runtimes)[: block % 3]  # each side first in turn
                 for side in order:
                     begun = time.process_time()
                     for _ in range(per_block):
                         await one(runtimes[side], body, stream)
                     cpu[side].append((time.process_time() - begun) / per_block * 1000)
             off, on = statistics.median(cpu["before"]), statistics.median(cpu["after"])
+            control = statistics.median(cpu["control"])
             rows.append({"load": load, "cpu_ms_off": round(off, 4), "cpu_ms_on": round(on, 4),
-                         "change": round(on / off - 1, 4), "off_blocks": cpu["before"], "on_blocks": cpu["after"]})
-            log(f"in process, {load}: {off:.3f} ms off, {on:.3f} ms on ({on / off - 1:+.1%})")
+                         "change": round(on / off - 1, 4), "cpu_ms_control": round(control, 4),
+                         "control_change": round(control / off - 1, 4), "off_blocks": cpu["before"],
+                         "on_blocks": cpu["after"], "control_blocks": cpu["control"]})  # fmt: skip
+            log(f"in process, {load}: {off:.3f} ms off, {on:.3f} ms on ({on / off - 1:+.1%}), "
+                f"{control:.3f} ms off again ({control / off - 1:+.1%})")
     finally:
         for runtime in runtimes.values():
             await runtime.close()
@@ -140,13 +149,16 @@ def _in_process_lines(doc: dict[str, Any]) -> list[str]:
     if doc.get("in_process"):
         lines += [
             "", "## In process: CPU per response", "",
-            "Two `Runtime.local` runtimes (in-memory store, in-process `sim`, no Ray), metrics off and on, "
-            "in blocks alternating between them in one process; `time.process_time()` per response, median "
-            "over the blocks.", "",
-            "| load | off (ms CPU) | on (ms CPU) | change |", "|---|---|---|---|",
+            "Three `Runtime.local` runtimes (in-memory store, in-process `sim`, no Ray): metrics off, metrics on, "
+            "and a control with metrics off again, in blocks taking turns in one process; `time.process_time()` "
+            "per response, median over the blocks. The control's change is what two identical runtimes differ by "
+            "here: the noise floor of the on/off change.", "",
+            "| load | off (ms CPU) | on (ms CPU) | on vs off | control, off again (ms CPU) | control vs off |",
+            "|---|---|---|---|---|---|",
         ]
         for row in doc["in_process"]:
-            lines.append(f"| {row['load']} | {row['cpu_ms_off']:.3f} | {row['cpu_ms_on']:.3f} | {row['change']:+.1%} |")
+            lines.append(f"| {row['load']} | {row['cpu_ms_off']:.3f} | {row['cpu_ms_on']:.3f} | {row['change']:+.1%} | "
+                         f"{row.get('cpu_ms_control', float('nan')):.3f} | {row.get('control_change', float('nan')):+.1%} |")
     if doc.get("layer_us"):
         lines += ["", "## The observation layer alone", "",
                   "What the host calls per response, with real events, in a tight loop (metrics on):", ""]

@@ -2,7 +2,8 @@
 response (an in-memory OpenTelemetry exporter), and hooks that get the loop's events.
 
 The metrics test runs on the shared Serve apps (``replica``: the loop in the ingress replica;
-``pooled``: the loop in host actors, whose metrics the ingress gathers by actor calls). The
+``pooled`` and ``dedicated``: the loop in host actors, whose metrics the ingress gathers by actor
+calls). The
 span and hook tests run the in-process runtime under uvicorn: the spans and the hook calls
 happen in this process, where the test can see them.
 """
@@ -54,7 +55,7 @@ def idle(root: str) -> bool:
     return total(samples, "troupe_host_turns_running") == 0 and total(samples, "troupe_host_turns_queued") == 0
 
 
-@pytest.mark.parametrize("placement", ["replica", "pooled"])
+@pytest.mark.parametrize("placement", ["replica", "pooled", "dedicated"])
 def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     root = troupe_apps[placement]
     client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
@@ -103,7 +104,8 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     assert delta("troupe_storage_commit_duration_seconds_count", writer="journal") >= 1
     # A pooled host's gauges come from its own process, labelled with its name.
     hosts = {dict(labels)["host"] for (name, labels) in after if name == "troupe_host_conversations"}
-    assert hosts == ({"replica"} if placement == "replica" else {"troupe-host-0", "troupe-host-1"})
+    expected = {"replica": {"replica"}, "pooled": {"troupe-host-0", "troupe-host-1"}, "dedicated": {"dedicated"}}
+    assert hosts == expected[placement]
     assert total(after, "troupe_host_conversations") >= 2
 
 
