@@ -62,13 +62,17 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     wait_for(lambda: idle(root), what="no turn in flight")
     before = scrape(root)
 
-    response = client.responses.create(model="sim", input=TWO_SLEEPS)
+    # One conversation: under the dedicated placement, one host actor to start, not three.
+    conversation = client.conversations.create().id
+    response = client.responses.create(model="sim", input=TWO_SLEEPS, conversation=conversation)
     assert [item.type for item in response.output][-1] == "message"
-    with client.responses.stream(model="sim", input="[[tokens 16]]") as stream:
+    with client.responses.stream(model="sim", input="[[tokens 16]]", conversation=conversation) as stream:
         for _ in stream:
             pass
     mcp = {"type": "mcp", "server_label": "stdio-calc"}  # configured in conftest
-    added = client.responses.create(model="sim", input='[[call add {"a": 20, "b": 22}]]', tools=[mcp])
+    added = client.responses.create(
+        model="sim", input='[[call add {"a": 20, "b": 22}]]', tools=[mcp], conversation=conversation
+    )
     assert added.output_text == "add -> 42"
 
     after = scrape(root)
@@ -106,7 +110,9 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     hosts = {dict(labels)["host"] for (name, labels) in after if name == "troupe_host_conversations"}
     expected = {"replica": {"replica"}, "pooled": {"troupe-host-0", "troupe-host-1"}, "dedicated": {"dedicated"}}
     assert hosts == expected[placement]
-    assert total(after, "troupe_host_conversations") >= 2
+    assert total(after, "troupe_host_conversations") >= 1
+    # The second and third turns found the conversation in their host's message cache.
+    assert delta("troupe_message_cache_hits_total") == 2
 
 
 # -- spans ---------------------------------------------------------------------------------
