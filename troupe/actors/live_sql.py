@@ -126,6 +126,8 @@ def query_server(
         NoServer: nothing answers at ``address``, or no storage actor is in ``namespace``.
         QueryError, QueryTimeout, StorageError: as :meth:`~troupe.storage.base.Store.run_sql`.
     """
+    # A dead address fails the same whether or not this process is connected to Ray already.
+    _check_listening(address)
     # Ray reads RAY_AUTH_MODE when it is first imported: set it before (the CLI's case).
     mode = None if "RAY_AUTH_MODE" in os.environ else auth_mode
     with _environment(RAY_AUTH_MODE=mode):
@@ -133,7 +135,6 @@ def query_server(
 
         joined = not ray.is_initialized()
         if joined:
-            _check_listening(address)
             try:
                 # Quiet: the user reads the query's result, not Ray's start-up log.
                 ray.init(address=address, namespace=namespace, log_to_driver=False, logging_level=logging.ERROR)
