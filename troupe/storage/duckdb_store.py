@@ -229,6 +229,17 @@ class DuckDBStore(Store):
                     conn.execute(statement)
                 conn.execute(f"INSERT INTO {schema.VERSION_TABLE} (version) VALUES (?)", [version])
 
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own to this store's database (a DuckDB cursor), for a part of
+        Troupe with tables of its own (files and vector stores, :mod:`troupe.storage.rag`) that
+        should not queue behind this store's lock. DuckDB runs the two connections' transactions
+        side by side; the caller closes it before :meth:`close`."""
+        with self._locked() as conn:
+            cursor = conn.cursor()
+            if self.path != ":memory:":
+                cursor.execute("USE troupe")
+            return cursor
+
     @property
     def schema_version(self) -> int:
         """The schema version of the open database (always :data:`~troupe.storage.schema.SCHEMA_VERSION` once open)."""

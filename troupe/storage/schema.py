@@ -286,7 +286,97 @@ _V8 = [
     "ALTER TABLE runs ADD COLUMN attempt INTEGER DEFAULT 0",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+# Version 9: files and vector stores (troupe.storage.rag). A file's bytes live on disk beside the
+# database (<path>.files/), its row here. A vector store's chunks, their keyword index (one row per
+# chunk and term: the term's 64-bit hash, its count, the chunk's length in terms, for BM25 in SQL)
+# and their embeddings: in vector_store_vectors_<n>, one table per embedding dimension n
+# (FLOAT[n] is a fixed-size array), created when the first store of that dimension is filled.
+# Chunks and terms name their store by its integer key: integer filters scan several times
+# faster than strings.
+_V9 = [
+    """
+    CREATE TABLE files (
+        tenant     VARCHAR NOT NULL,
+        id         VARCHAR NOT NULL,
+        created_at DOUBLE  NOT NULL,
+        filename   VARCHAR NOT NULL,
+        purpose    VARCHAR NOT NULL,
+        bytes      BIGINT  NOT NULL,
+        sha256     VARCHAR NOT NULL,
+        expires_at BIGINT,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE vector_stores (
+        tenant          VARCHAR NOT NULL,
+        id              VARCHAR NOT NULL,
+        key             INTEGER NOT NULL,  -- what chunks, terms and vectors name it by
+        created_at      DOUBLE  NOT NULL,
+        name            VARCHAR NOT NULL,
+        description     VARCHAR,
+        metadata        JSON    NOT NULL,
+        expires_after   JSON,
+        last_active_at  DOUBLE  NOT NULL,
+        embedding_model VARCHAR NOT NULL,
+        dimensions      INTEGER,           -- set by its first embedded chunk
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE vector_store_files (
+        tenant          VARCHAR NOT NULL,
+        vector_store_id VARCHAR NOT NULL,
+        file_id         VARCHAR NOT NULL,
+        created_at      DOUBLE  NOT NULL,
+        batch_id        VARCHAR,
+        status          VARCHAR NOT NULL,  -- in_progress, completed, failed, cancelled
+        last_error      JSON,
+        attributes      JSON,
+        chunking        JSON    NOT NULL,  -- {max_chunk_size_tokens, chunk_overlap_tokens}
+        usage_bytes     BIGINT  NOT NULL,
+        chunks          INTEGER NOT NULL,
+        token           VARCHAR NOT NULL,  -- the ingestion that may finish it (a re-add starts another)
+        started_at      DOUBLE,            -- its ingestion task's start and end, and where it ran
+        ended_at        DOUBLE,
+        worker          VARCHAR,
+        PRIMARY KEY (tenant, vector_store_id, file_id)
+    )
+    """,
+    """
+    CREATE TABLE vector_store_file_batches (
+        tenant          VARCHAR NOT NULL,
+        id              VARCHAR NOT NULL,
+        vector_store_id VARCHAR NOT NULL,
+        created_at      DOUBLE  NOT NULL,
+        cancelled       BOOLEAN NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE vector_store_chunks (
+        chunk_id        BIGINT  NOT NULL,  -- ids grow in write order
+        store_key       INTEGER NOT NULL,
+        tenant          VARCHAR NOT NULL,
+        vector_store_id VARCHAR NOT NULL,
+        file_id         VARCHAR NOT NULL,
+        chunk_index     INTEGER NOT NULL,
+        text            VARCHAR NOT NULL,
+        length          INTEGER NOT NULL   -- in terms (BM25's document length)
+    )
+    """,
+    """
+    CREATE TABLE vector_store_terms (
+        store_key INTEGER NOT NULL,
+        term      BIGINT  NOT NULL,  -- troupe.rag.text.term_hash
+        chunk_id  BIGINT  NOT NULL,
+        tf        INTEGER NOT NULL,
+        length    INTEGER NOT NULL   -- the chunk's, repeated: BM25 needs no join
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
