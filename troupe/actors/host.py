@@ -51,6 +51,7 @@ from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_
 from .batching import coalesce
 from .mcp_policy import resolve_mcp_tool
 from .models import ModelRegistry
+from .rag import VectorStores
 from .runs import LiveRun, LiveRuns, failed_record
 from .settings import RuntimeSettings
 from .store_client import StoreClient
@@ -146,6 +147,8 @@ class ConversationHost:
         self.executors = list(executors)
         self.mcp_client = mcp_client
         self.models = ModelRegistry(settings.models)
+        self.vector_stores = VectorStores(settings, store)
+        """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
         self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
         self.runs = LiveRuns()

@@ -55,6 +55,7 @@ from .console_calls import ConsoleCalls
 from .conversations import ConversationCalls, not_found
 from .host import HostClient, TurnJob
 from .placement import HostFailed, LocalPlacement, Placement
+from .rag import VectorStores
 from .runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
 from .settings import RuntimeSettings
 from .store_client import StoreClient
@@ -113,6 +114,8 @@ class Runtime(ConversationCalls, ConsoleCalls):
         self._taking_over: set[str] = set()
         """Responses this runtime is resuming now (a poll during a host's restart starts no other)."""
         self._scrapes: ScrapeView | None = None
+        self.vector_stores = VectorStores(settings, store)
+        """Files, vector stores, their ingestion and search (the Files and Vector Stores APIs)."""
 
     # -- construction ------------------------------------------------------------
 
@@ -162,6 +165,7 @@ class Runtime(ConversationCalls, ConsoleCalls):
             self._pruner.cancel()
         for task in self._tasks:
             task.cancel()
+        await self.vector_stores.close()
         await self.placement.close()
         await self.store.close()
 
@@ -585,6 +589,21 @@ class Runtime(ConversationCalls, ConsoleCalls):
         if page is None:
             raise not_found("Response", response_id, "response_id")
         return page
+
+    async def search_vector_stores(
+        self, tenant: str, vector_store_ids: list[str], query: str | list[str], *, max_num_results: int = 10,
+        filters: dict[str, Any] | None = None, ranking_options: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """Search vector stores (hybrid BM25 and vector ranking): each result ``{"vector_store_id",
+        "file_id", "filename", "chunk_index", "text", "score", "attributes"}``, best first.
+
+        The same as a conversation host's ``vector_stores.search`` (what the ``file_search``
+        tool calls there); arguments, results and errors: :meth:`VectorStores.search`.
+        """
+        return await self.vector_stores.search(
+            tenant, vector_store_ids, query, max_num_results=max_num_results, filters=filters,
+            ranking_options=ranking_options,
+        )  # fmt: skip
 
     async def step_traces(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
         """A stored response's step traces as plain dicts (for analytics and tests)."""

@@ -32,6 +32,7 @@ __all__ = [
     "RuntimeOptions",
     "RuntimeSettings",
     "TelemetrySettings",
+    "SIM_EMBEDDER",
     "ToolSpec",
 ]
 
@@ -77,6 +78,13 @@ class ModelSpec(BaseModel):
     a token; ``troupe.agentloop.context``). Set: a request whose thread does not fit is a 400
     ``context_length_exceeded``, or with ``truncation: "auto"`` loses its oldest items. None:
     not checked (the upstream server decides)."""
+    task: Literal["chat", "embeddings"] = "chat"
+    """What it does: ``chat`` answers responses; ``embeddings`` turns text into vectors, for
+    ``POST /v1/embeddings`` and vector stores (``kind = "openai"``: any OpenAI-compatible
+    ``/v1/embeddings`` server; ``kind = "sim"``: feature hashing, ``troupe.rag.embedders``)."""
+    dimensions: PositiveInt | None = None
+    """For ``embeddings``: the vectors' size. ``sim``: its dimensions (default 512); ``openai``:
+    sent upstream as OpenAI's ``dimensions`` when set (models that can shorten their vectors)."""
     ttft_ms: NonNegativeFloat = 0.0
     """For ``sim``: default time to first token."""
     itl_ms: NonNegativeFloat = 0.0
@@ -220,6 +228,11 @@ DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
 )  # fmt: skip
 
 
+SIM_EMBEDDER = ModelSpec(name="sim-embedding", kind="sim", task="embeddings", dimensions=512)
+"""The built-in embedder: always there (not listed by ``/v1/models``), deterministic, nothing to
+download; feature hashing of words and word pairs into 512 dimensions (``troupe.rag.embedders``)."""
+
+
 class RuntimeOptions(BaseModel):
     """The runtime's scalar options (the ``[runtime]`` table)."""
 
@@ -273,6 +286,14 @@ class RuntimeOptions(BaseModel):
     """Checkpoint stored foreground responses at every step from their first tool step, so that
     a turn whose host dies goes on in the background. false: only background responses are
     durable (a foreground tool loop then writes nothing before its response)."""
+    embedding_model: NonEmpty = "sim-embedding"
+    """The embedder a new vector store's chunks are embedded with (a request may name another
+    with ``embedding_model``): a ``[[models]]`` entry with ``task = "embeddings"``, or the built-in
+    ``sim-embedding`` (feature hashing of words: keyword-like, not semantic). A store keeps the
+    embedder it was created with."""
+    ingest_num_cpus: NonNegativeFloat = 0.25
+    """CPUs each file's ingestion task (parse, chunk, embed) reserves on Ray; 0.25 lets 4 run per
+    core. Files are ingested in parallel, across the cluster."""
     resume_within_s: NonNegativeFloat = 24 * 3600.0
     """A durable response whose host died (or whose server stopped) resumes from its last
     checkpoint if it was created less than this long ago; an older one is stored ``failed``.
@@ -292,4 +313,13 @@ class RuntimeSettings(RuntimeOptions):
     """Metrics, traces and hooks."""
 
     def model(self, name: str) -> ModelSpec | None:
-        return next((m for m in self.models if m.name == name), None)
+        """The chat model clients call ``name``; None if there is none (an embedder is none)."""
+        return next((m for m in self.models if m.name == name and m.task == "chat"), None)
+
+    def embedder(self, name: str) -> ModelSpec | None:
+        """The embedder called ``name``: a ``[[models]]`` entry with ``task = "embeddings"``, or
+        the built-in :data:`SIM_EMBEDDER` (unless an entry takes its name); None if there is none."""
+        found = next((m for m in self.models if m.name == name), None)
+        if found is None and name == SIM_EMBEDDER.name:
+            return SIM_EMBEDDER
+        return found if found is not None and found.task == "embeddings" else None

@@ -326,6 +326,9 @@ class RayStoreClient:
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         return await RayStoreClient._call(self, self.handle.metrics_snapshot)
 
+    async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(self.handle.rag, method, *args, **kwargs)
+
     async def close(self) -> None:
         """The actor outlives any one client; nothing to release here."""
 

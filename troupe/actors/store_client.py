@@ -45,6 +45,7 @@ from troupe.storage import (
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, journal_dir
+from troupe.storage.rag_executor import RagExecutor
 
 __all__ = ["StoreClient", "AsyncStore", "journal_of", "open_store"]
 
@@ -137,6 +138,10 @@ class StoreClient(Protocol):
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         """The metrics of the process the store runs in when it is another one (the storage
         actor's, ``troupe.observe.metrics.Registry.snapshot``); None when it is this one."""
+
+    async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` of the files and vector stores (:class:`troupe.storage.rag.RagStore`,
+        documented there); its typed face is :class:`troupe.actors.rag.VectorStores`."""
         ...
     async def close(self) -> None: ...
 
@@ -180,6 +185,8 @@ class AsyncStore:
         behind the responses in the journal (a run's own response always comes after them). No
         wait for company: a run waits for each of its checkpoints, and those that arrive while
         a batch is written form the next one."""
+        self._rag: RagExecutor | None = None
+        """The files and vector stores, on connections and threads of their own; opened on first use."""
 
     @classmethod
     def open(
@@ -319,7 +326,14 @@ class AsyncStore:
         # so a query never competes with a write or a checkpoint for the store's memory_limit.
         return await self._run(self.store.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
 
+    async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._rag is None:
+            self._rag = RagExecutor.over(self.store)
+        return await self._rag.call(method, *args, **kwargs)
+
     async def close(self) -> None:
         await self.runs.close()
         await self.writer.close()
+        if self._rag is not None:
+            await self._rag.close()
         self.store.close()

@@ -119,6 +119,8 @@ class Limits(BaseModel):
 
     max_body_bytes: PositiveInt = 16 * 1024 * 1024
     """The largest request body; a larger one answers 413 ``request_too_large``."""
+    max_file_bytes: PositiveInt = 32 * 1024 * 1024
+    """The largest upload (``POST /v1/files``); a larger file answers 413 ``file_too_large``."""
     max_json_depth: PositiveInt = 64
     """The deepest nesting of objects and arrays in a body; deeper answers 400 ``nesting_too_deep``."""
     max_active_responses: PositiveInt = 64

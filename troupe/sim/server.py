@@ -4,6 +4,7 @@ Routes::
 
     POST /v1/chat/completions   Chat Completions, streaming (SSE) or not
     POST /v1/responses          stateless Responses, one model turn (see :mod:`.responses`)
+    POST /v1/embeddings         the sim embedder, 384 dimensions by default (see :mod:`.embeddings`)
     GET  /v1/models             lists the model ``sim``
     GET  /health                {"status": "ok"}
 
@@ -41,6 +42,7 @@ from troupe.agentloop.model import (
     TurnEnd,
 )
 from troupe.sim.model import SimModel, SimReply, SimSettings, stream_reply
+from troupe.sim.embeddings import add_embeddings_route
 from troupe.sim.responses import add_responses_route
 
 __all__ = ["create_sim_app", "SIM_MODEL_NAME"]
@@ -117,6 +119,7 @@ def create_sim_app(settings: SimSettings = SimSettings()) -> FastAPI:
         return JSONResponse(_completion(end, head=head))
 
     add_responses_route(app, sim)
+    add_embeddings_route(app)
     return app
 
 
