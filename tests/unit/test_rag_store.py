@@ -127,6 +127,9 @@ async def test_a_corrupt_pdf_fails_alone_and_a_removed_file_leaves_no_chunks(run
     assert (await stores.get_vector_store("", store["id"]))["file_counts"]["total"] == 1
 
 
+RAN = {"started_at": 1.0, "ended_at": 2.0, "worker": "w"}
+
+
 async def test_a_late_report_of_a_cancelled_or_re_added_file_is_ignored(runtime: Runtime) -> None:
     store_id, ids = await _store_with(runtime, docs={"router.md": DOCS["router.md"]})
     rag = runtime.store
@@ -134,15 +137,14 @@ async def test_a_late_report_of_a_cancelled_or_re_added_file_is_ignored(runtime:
     # The storage calls an ingestion task makes, by hand: a batch cancelled before its task reports.
     [ticket] = await rag.rag("add_files", "", store_id, [entry], batch={"id": "vsfb_1", "created_at": 1.0})
     assert (await rag.rag("cancel_batch", "", store_id, "vsfb_1"))["status"] == "cancelled"
-    assert not await rag.rag("ingest_started", ticket, 1.0, "w")
-    assert not await rag.rag("fail_ingest", ticket, "server_error", "late", ended_at=2.0)
+    assert not await rag.rag("fail_ingest", ticket, "server_error", "late", **RAN)
     cancelled = await runtime.vector_stores.get_store_file("", store_id, ids["router.md"])
     assert cancelled["status"] == "cancelled" and cancelled["last_error"] is None
     # Re-added: the first ticket is stale, the second one's report counts.
     [first] = await rag.rag("add_files", "", store_id, [entry])
     [second] = await rag.rag("add_files", "", store_id, [entry])
-    assert not await rag.rag("fail_ingest", first, "server_error", "stale", ended_at=3.0)
-    assert await rag.rag("fail_ingest", second, "invalid_file", "current", ended_at=3.0)
+    assert not await rag.rag("fail_ingest", first, "server_error", "stale", **RAN)
+    assert await rag.rag("fail_ingest", second, "invalid_file", "current", **RAN)
     assert (await runtime.vector_stores.get_store_file("", store_id, ids["router.md"]))["last_error"]["message"] == "current"
 
 

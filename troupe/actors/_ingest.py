@@ -23,7 +23,7 @@ from typing import Any, Literal
 from troupe.rag.documents import DocumentError, parse_document
 from troupe.rag.embedders import Embedder, EmbeddingError, OpenAIEmbedder, SimEmbedder
 from troupe.rag.text import chunk_text, indexed_terms
-from troupe.storage.rag import IndexedFile, IngestTicket
+from troupe.rag.records import IndexedFile, IngestTicket
 
 from .settings import ModelSpec
 
@@ -62,15 +62,14 @@ def index_file(ticket: IngestTicket, data: bytes, embedder: Embedder) -> Indexed
 def ingest(ticket: IngestTicket, spec: ModelSpec | None, call: Call, *, worker: str) -> Outcome:
     """Ingest the file of ``ticket`` with the embedder ``spec`` (None: not configured any more).
 
-    Records its start (``ingest_started``: the file's ``started_at`` and ``worker``), then either
-    its chunks and ``completed`` or ``failed`` with ``last_error``, each with the time.
+    Records its chunks and ``completed``, or ``failed`` with ``last_error``, with when the
+    task started and ended and ``worker`` (where it ran).
 
     Returns:
         ``completed``, ``failed``, or ``stale`` (the file was removed, re-added or cancelled
         meanwhile: nothing was written).
     """
-    if not call("ingest_started", ticket, time.time(), worker):
-        return "stale"
+    started = time.time()
     try:
         if spec is None:
             raise EmbeddingError(f"the embedding model '{ticket.embedding_model}' of this vector store is not configured")
@@ -83,31 +82,29 @@ def ingest(ticket: IngestTicket, spec: ModelSpec | None, call: Call, *, worker: 
         finally:
             embedder.close()
     except DocumentError as exc:
-        return _failed(call, ticket, exc.code, exc.message)
+        return _failed(call, ticket, exc.code, exc.message, started, worker)
     except Exception as exc:  # an embedder down, a bug: this file fails, not the others
-        return _failed(call, ticket, "server_error", f"{type(exc).__name__}: {exc}")
-    stored = call("complete_ingest", ticket, indexed, ended_at=time.time())
+        return _failed(call, ticket, "server_error", f"{type(exc).__name__}: {exc}", started, worker)
+    stored = call("complete_ingest", ticket, indexed, started_at=started, ended_at=time.time(), worker=worker)
     return "completed" if stored else "stale"
 
 
-def _failed(call: Call, ticket: IngestTicket, code: str, message: str) -> Outcome:
-    return "failed" if call("fail_ingest", ticket, code, message, ended_at=time.time()) else "stale"
+def _failed(call: Call, ticket: IngestTicket, code: str, message: str, started: float, worker: str) -> Outcome:
+    stored = call("fail_ingest", ticket, code, message, started_at=started, ended_at=time.time(), worker=worker)
+    return "failed" if stored else "stale"
 
 
-def ingest_on_ray(ticket: IngestTicket, spec: ModelSpec | None, namespace: str) -> Outcome:
-    """:func:`ingest` as a Ray task: storage is the namespace's storage actor."""
+def ingest_on_ray(ticket: IngestTicket, spec: ModelSpec | None, storage: Any) -> Outcome:
+    """:func:`ingest` as a Ray task: storage is the storage actor (its handle, ``storage``).
+
+    Its imports are light on purpose (no DuckDB, no wire protocol): a cold worker starts faster.
+    """
     import ray
 
-    from troupe.protocol import ProtocolError
-    from troupe.storage import StorageError
-
     from .raycall import ray_result_sync
-    from .storage_actor import STORAGE_ACTOR_NAME
-
-    handle = ray.get_actor(STORAGE_ACTOR_NAME, namespace=namespace)
 
     def call(method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray_result_sync(handle.rag.remote(method, *args, **kwargs), own=(StorageError, ProtocolError))
+        return ray_result_sync(storage.rag.remote(method, *args, **kwargs))
 
     node = ray.get_runtime_context().get_node_id()[:8]
     return ingest(ticket, spec, call, worker=f"{node}:{os.getpid()}")

@@ -34,7 +34,8 @@ from troupe.rag import wire
 from troupe.rag.embedders import Embedder, EmbeddingError, encode_base64, usage_tokens
 from troupe.rag.text import terms, term_hash
 from troupe.storage import Order, Page
-from troupe.storage.rag import IngestTicket, not_found
+from troupe.rag.records import IngestTicket
+from troupe.storage.rag import not_found
 
 from ._ingest import build_embedder, ingest, ingest_on_ray, local_worker
 from .settings import ModelSpec, RuntimeSettings
@@ -317,7 +318,7 @@ class VectorStores:
         else:
             task = _ray_ingest().options(num_cpus=self.settings.ingest_num_cpus, max_retries=0)
             futures = [
-                asyncio.wrap_future(task.remote(t, specs[t.embedding_model], self.settings.namespace).future())
+                asyncio.wrap_future(task.remote(t, specs[t.embedding_model], self.store.handle).future())  # type: ignore[attr-defined]
                 for t in tickets
             ]
         watcher = asyncio.ensure_future(self._watch(tickets, futures))
@@ -341,7 +342,7 @@ class VectorStores:
                 log.warning("ingestion of %s into %s died: %r", ticket.file_id, ticket.vector_store_id, outcome)
                 try:
                     await self._rag("fail_ingest", ticket, "server_error", f"The ingestion task died: {outcome!r}",
-                                    ended_at=time.time())  # fmt: skip
+                                    started_at=None, ended_at=time.time(), worker=None)  # fmt: skip
                 except Exception:
                     log.exception("could not record the failure of %s", ticket.file_id)
 
