@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from troupe.rag.documents import DocumentError, parse_document
 from troupe.rag.embedders import Embedder, EmbeddingError, OpenAIEmbedder, SimEmbedder
-from troupe.rag.text import chunk_text, indexed_terms
+from troupe.rag.text import chunk_text, indexed_terms, terms
 from troupe.rag.records import IndexedFile, IngestTicket
 
 from .settings import ModelSpec
@@ -53,10 +53,10 @@ def index_file(ticket: IngestTicket, data: bytes, embedder: Embedder) -> Indexed
     text = parse_document(ticket.filename, data)
     chunks = chunk_text(text, max_tokens=ticket.max_tokens, overlap_tokens=ticket.overlap_tokens)
     texts = [c.text for c in chunks]
-    analyzed = [indexed_terms(t) for t in texts]
-    return IndexedFile(
-        texts=texts, terms=[a[0] for a in analyzed], lengths=[a[1] for a in analyzed], vectors=embedder.embed(texts)
-    )
+    words = [terms(t) for t in texts]  # once, for the index and (the sim embedder) the vectors
+    analyzed = [indexed_terms(w) for w in words]
+    vectors = embedder.embed_terms(words) if isinstance(embedder, SimEmbedder) else embedder.embed(texts)
+    return IndexedFile(texts=texts, terms=[a[0] for a in analyzed], lengths=[a[1] for a in analyzed], vectors=vectors)
 
 
 def ingest(ticket: IngestTicket, spec: ModelSpec | None, call: Call, *, worker: str) -> Outcome:

@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import functools
 import math
 import os
 import zlib
@@ -107,16 +108,18 @@ class SimEmbedder:
         self.dimensions: int | None = dimensions
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_terms([terms(text) for text in texts])
+
+    def embed_terms(self, analyzed: Sequence[Sequence[str]]) -> np.ndarray:
+        """:meth:`embed` of texts already analyzed (:func:`troupe.rag.text.terms`), so that
+        ingestion analyzes each chunk once for both the keyword index and its vector."""
         assert self.dimensions is not None
-        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        for row, text in enumerate(texts):
-            words = terms(text)
+        out = np.zeros((len(analyzed), self.dimensions), dtype=np.float32)
+        for row, words in enumerate(analyzed):
             features = Counter(words) + Counter(f"{a} {b}" for a, b in zip(words, words[1:], strict=False))
             for feature, count in features.items():
-                # crc32, not hash(): str hashes differ between processes (PYTHONHASHSEED).
-                h = zlib.crc32(feature.encode())
-                sign = 1.0 if (h // self.dimensions) & 1 else -1.0
-                out[row, h % self.dimensions] += sign * (1.0 + math.log(count))
+                column, sign = _bucket(feature, self.dimensions)
+                out[row, column] += sign * (1.0 + math.log(count))
         return normalize(out)
 
     async def aembed(self, texts: Sequence[str]) -> np.ndarray:
@@ -124,6 +127,14 @@ class SimEmbedder:
 
     def close(self) -> None:
         pass
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _bucket(feature: str, dimensions: int) -> tuple[int, float]:
+    """The dimension a feature lands in and its sign. crc32, not ``hash()``: str hashes
+    differ between processes (PYTHONHASHSEED)."""
+    h = zlib.crc32(feature.encode())
+    return h % dimensions, 1.0 if (h // dimensions) & 1 else -1.0
 
 
 class OpenAIEmbedder:

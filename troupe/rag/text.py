@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import Counter
@@ -64,6 +65,7 @@ _STOP_WORDS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """``word`` (lower case) without a common English inflection: ``routers`` → ``router``,
     ``restarting`` → ``restart``, ``libraries`` → ``library``, ``nightly`` → ``night``.
@@ -97,6 +99,7 @@ def term_counts(text: str) -> Counter[str]:
     return Counter(terms(text))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def term_hash(term: str) -> int:
     """A term's id in the keyword index: the first 8 bytes of its BLAKE2b digest, as a signed
     64-bit integer. DuckDB compares integers several times faster than strings (measured:
@@ -104,9 +107,10 @@ def term_hash(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little", signed=True)
 
 
-def indexed_terms(text: str) -> tuple[dict[int, int], int]:
-    """``text`` as the keyword index holds it: ``{term hash: count}``, and its length in terms."""
-    counts = term_counts(text)
+def indexed_terms(text: str | list[str]) -> tuple[dict[int, int], int]:
+    """``text`` (or its :func:`terms`) as the keyword index holds it: ``{term hash: count}``,
+    and its length in terms."""
+    counts = Counter(terms(text) if isinstance(text, str) else text)
     return {term_hash(term): n for term, n in counts.items()}, sum(counts.values())
 
 
