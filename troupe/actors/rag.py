@@ -77,6 +77,8 @@ class VectorStores:
         self._embedders: dict[str, Embedder] = {}
         self._watchers: set[asyncio.Future[Any]] = set()
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._store_models: dict[tuple[str, str], str] = {}
+        """(tenant, store id) → its embedder, as searches learned it."""
 
     async def _rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self.store.rag(method, *args, **kwargs)
@@ -250,7 +252,7 @@ class VectorStores:
         ids = list(dict.fromkeys(vector_store_ids))
         if not ids:
             raise InvalidRequest("At least one vector store is required.", param="vector_store_ids")
-        models = await self._rag("search_models", tenant, ids)
+        models = await self._models(tenant, ids)
         vectors: dict[str, list[Any]] = {}
         if options.embedding_weight > 0:
             for model in set(models.values()):
@@ -258,6 +260,18 @@ class VectorStores:
         hashes = [[term_hash(t) for t in terms(q)] for q in queries]
         return await self._rag("search", tenant, ids, term_hashes=hashes, vectors=vectors, filters=checked,
                                options=options, max_num_results=limit)  # fmt: skip
+
+    async def _models(self, tenant: str, ids: list[str]) -> dict[str, str]:
+        """Each store's embedder. A store never changes its embedder, so once known it is kept
+        here: a search then makes one storage call, not two (the search itself still finds a
+        store deleted since, and answers 404)."""
+        missing = [i for i in ids if (tenant, i) not in self._store_models]
+        if missing:
+            found = await self._rag("search_models", tenant, missing)
+            if len(self._store_models) > 10_000:
+                self._store_models.clear()
+            self._store_models.update({(tenant, i): m for i, m in found.items()})
+        return {i: self._store_models[(tenant, i)] for i in ids}
 
     async def _embed_queries(self, model: str, queries: list[str]) -> Any:
         spec = self.settings.embedder(model)
