@@ -296,7 +296,11 @@ class DuckDBStore(Store):
 
     def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with self._locked() as conn:
-            return conn.execute(sql, params).fetchone()
+            # fetchall, not fetchone: a result left unread keeps its transaction open, and DuckDB
+            # checkpoints no connection's writes while another transaction is open (the WAL of
+            # a file written only through other connections then grew without bound).
+            rows = conn.execute(sql, params).fetchall()
+            return rows[0] if rows else None
 
     def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._locked() as conn:
