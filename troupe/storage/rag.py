@@ -1,10 +1,11 @@
 """Files and vector stores in DuckDB: the tables of schema version 9, and their SQL.
 
 :class:`RagStore` sits beside the :class:`~troupe.storage.duckdb_store.DuckDBStore` of the
-same database, on connections of its own (:meth:`DuckDBStore.cursor`): one for writes, one
-for reads, each used by one thread (:class:`~troupe.storage.rag_executor.RagExecutor`). So
-a search never queues behind a batch of responses being stored, nor a response behind a
-file's chunks; DuckDB runs the transactions side by side (they touch different tables).
+same database, on a connection of its own (:meth:`DuckDBStore.cursor`), used by one thread
+(:class:`~troupe.storage.rag_executor.RagExecutor`). So a search never queues behind a batch
+of responses being stored, nor a response behind a file's chunks; DuckDB runs the two
+connections' transactions side by side (they touch different tables). Its own calls run one at a
+time, in order, so a read sees every write that returned before it.
 It is the only writer of these tables, which lets it count chunk ids and store keys in
 memory, as the response store counts ``responses.seq``.
 
@@ -86,7 +87,7 @@ class RagStore:
         "add_files", "update_store_file", "delete_store_file", "cancel_batch",
         "complete_ingest", "fail_ingest", "touch",
     })  # fmt: skip
-    """The methods that write (the executor runs them on the write connection's thread)."""
+    """The methods that write (all calls run on one thread, in order; these are the ones that change state)."""
     READS = frozenset({
         "get_file", "list_files", "file_content", "get_vector_store", "list_vector_stores", "get_store_file",
         "list_store_files", "store_file_chunks", "get_batch", "search_models", "search", "ingest_trace",
@@ -97,9 +98,9 @@ class RagStore:
         self._files = FileBytes.beside(path)
         self._wal = None if path == ":memory:" else path + ".wal"
         self._writer = cursor()
-        self._reader = cursor()
-        self._write_lock = threading.Lock()
-        self._read_lock = threading.Lock()
+        self._reader = self._writer  # one connection (module docstring): two names, for what each use is
+        self._write_lock = threading.RLock()
+        self._read_lock = self._write_lock
         self._next_chunk_id = self._scalar("SELECT coalesce(max(chunk_id) + 1, 0) FROM vector_store_chunks")
         self._next_store_key = self._scalar("SELECT coalesce(max(key) + 1, 0) FROM vector_stores")
 
@@ -130,12 +131,11 @@ class RagStore:
         """CHECKPOINT once the write-ahead log passes :data:`CHECKPOINT_WAL_BYTES` (call under the write lock).
 
         DuckDB checkpoints by itself at a commit only when no other transaction is open, and
-        with ingestion tasks reading files and clients polling, the read connection nearly
-        always has one: measured, 100,000 chunks grew the WAL to 160 MB with no checkpoint,
-        everything stayed in the buffer pool, spilled past the memory limit, and writes slowed
-        to a crawl. An explicit CHECKPOINT runs beside open readers (it checkpoints the whole
-        database, the responses' tables too); one that cannot run now (another writer) is
-        tried again after the next write.
+        the response store's connection may have one at that moment (measured: a result it had
+        left unread kept one open, 100,000 chunks grew the WAL to 160 MB without a checkpoint,
+        the data stayed in the buffer pool and spilled past the memory limit, and writes slowed
+        to a crawl). So a write past the threshold asks for a CHECKPOINT itself (of the whole
+        database); one refused now is asked for again after the next write.
         """
         if self._wal is None:
             return
@@ -160,9 +160,8 @@ class RagStore:
         return self._rows(sql, params)[0][0]
 
     def close(self) -> None:
-        with self._write_lock, self._read_lock:
+        with self._write_lock:
             self._writer.close()
-            self._reader.close()
         self._files.close()
 
     def _page(

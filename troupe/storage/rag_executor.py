@@ -1,9 +1,8 @@
-"""Where :class:`~troupe.storage.rag.RagStore` calls run: writes on one thread, reads on another.
+"""Where :class:`~troupe.storage.rag.RagStore` calls run: one thread of their own.
 
-Each thread uses its own DuckDB connection (the store's write and read cursors), so that a
-search runs while a file's chunks are being written, and neither waits for the responses
-the main store's thread is writing. Writes keep their order (one thread); a read issued
-after a write returned sees it (the write committed before it returned).
+The thread uses the RagStore's own DuckDB connection, so no call waits for the responses
+the main store's thread is writing, nor holds them up. Calls run in order: a read issued
+after a write returned sees it.
 
 Example::
 
@@ -30,8 +29,7 @@ class RagExecutor:
 
     def __init__(self, rag: RagStore) -> None:
         self.rag = rag
-        self._writes = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-rag-write")
-        self._reads = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-rag-read")
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-rag")
 
     @classmethod
     def over(cls, store: Store) -> RagExecutor:
@@ -51,17 +49,12 @@ class RagExecutor:
         Raises:
             StorageError: no such method (only :attr:`RagStore.WRITES` and :attr:`RagStore.READS` are callable).
         """
-        if method in RagStore.WRITES:
-            executor = self._writes
-        elif method in RagStore.READS:
-            executor = self._reads
-        else:
+        if method not in RagStore.WRITES and method not in RagStore.READS:
             raise StorageError(f"no vector store call named {method!r}")
         fn = functools.partial(getattr(self.rag, method), *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(executor, fn)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
 
     async def close(self) -> None:
         """Let the calls under way finish, then close the connections (and a store in memory's files)."""
-        for executor in (self._writes, self._reads):
-            await asyncio.to_thread(executor.shutdown, wait=True)
+        await asyncio.to_thread(self._thread.shutdown, wait=True)
         self.rag.close()
