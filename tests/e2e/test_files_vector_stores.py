@@ -128,6 +128,37 @@ def test_upload_attach_and_search_five_queries(rag_client: OpenAI) -> None:
         client.files.retrieve(ids["manual.pdf"])
 
 
+def test_file_search_in_a_response_finds_and_cites_the_right_file(rag_client: OpenAI) -> None:
+    client = rag_client
+    ids = _upload_documents(client)
+    store = client.vector_stores.create(name="handbook")
+    batch = client.vector_stores.file_batches.create_and_poll(vector_store_id=store.id, file_ids=list(ids.values()))
+    assert batch.file_counts.completed == 3
+    question = "How often should I feed my sourdough starter?"
+    tools = [{"type": "file_search", "vector_store_ids": [store.id], "max_num_results": 3}]
+    response = client.responses.create(model="sim", input=question, tools=tools, include=["file_search_call.results"])
+    call, message = response.output
+    assert (call.type, call.status, call.queries) == ("file_search_call", "completed", [question])
+    assert call.results[0].filename == "sourdough.md" and "twice a day" in call.results[0].text
+    [citation] = message.content[0].annotations
+    assert (citation.type, citation.file_id, citation.filename) == ("file_citation", ids["sourdough.md"], "sourdough.md")
+    assert response.output_text[citation.index :].startswith("【0†sourdough.md】")
+    assert "twice a day" in response.output_text
+
+    with client.responses.stream(model="sim", input=question, tools=tools) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    searched = [k for k in kinds if k.startswith("response.file_search_call.")]
+    assert searched == [f"response.file_search_call.{s}" for s in ("in_progress", "searching", "completed")]
+    assert kinds.index("response.output_text.annotation.added") < kinds.index("response.output_text.done")
+    assert final.output[0].results is None, "results only when included"
+    assert final.output[1].content[0].annotations[0].file_id == ids["sourdough.md"]
+
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.create(model="sim", input=question, tools=[{"type": "file_search", "vector_store_ids": ["vs_nope"]}])
+    assert missing.value.body["param"] == "tools[0].vector_store_ids"
+
+
 def test_a_batch_completes_with_its_failed_file_counted(rag_client: OpenAI) -> None:
     client = rag_client
     good = [client.files.create(file=(f"n{i}.txt", f"note {i} about lanterns".encode()), purpose="assistants").id

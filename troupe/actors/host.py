@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from troupe.agentloop.chat import plain
 from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
@@ -367,7 +368,13 @@ class ConversationHost:
             raise model_not_found(request.model)
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
-        prepared = prepare(request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers)
+        tools = [plain(t) for t in request.tools or []]
+        if run.resume is None:  # a resumed run was checked when it started
+            await self.vector_stores.check_file_search(job.tenant, tools)
+        prepared = prepare(
+            request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
+            file_searcher=self.vector_stores.searcher(job.tenant),
+        )  # fmt: skip
         obs = self.observer.turn(job, started=started)
         if obs is not None:
             obs.accepted(prepared.input_items)

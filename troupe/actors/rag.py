@@ -261,6 +261,23 @@ class VectorStores:
         return await self._rag("search", tenant, ids, term_hashes=hashes, vectors=vectors, filters=checked,
                                options=options, max_num_results=limit)  # fmt: skip
 
+    def searcher(self, tenant: str) -> TenantSearch:
+        """What the loop's ``file_search`` tool searches with, for ``tenant``
+        (:class:`troupe.agentloop.file_search.FileSearcher`)."""
+        return TenantSearch(self, tenant)
+
+    async def check_file_search(self, tenant: str, tools: Sequence[dict[str, Any]]) -> None:
+        """Before a turn: every vector store a ``file_search`` tool of ``tools`` names exists.
+
+        Raises:
+            NotFound: one does not (for ``tenant``); ``param`` names the tool's ``vector_store_ids``.
+        """
+        for i, tool in enumerate(tools):
+            ids = tool.get("vector_store_ids") if tool.get("type") == "file_search" else None
+            for store_id in ids if isinstance(ids, list) else ():
+                if isinstance(store_id, str) and await self._rag("get_vector_store", tenant, store_id) is None:
+                    raise not_found("vector store", store_id, f"tools[{i}].vector_store_ids")
+
     async def _models(self, tenant: str, ids: list[str]) -> dict[str, str]:
         """Each store's embedder. A store never changes its embedder, so once known it is kept
         here: a search then makes one storage call, not two (the search itself still finds a
@@ -384,6 +401,22 @@ def _ray_ingest() -> Any:
 
         _INGEST_TASK = ray.remote(ingest_on_ray)
     return _INGEST_TASK
+
+
+class TenantSearch:
+    """:meth:`VectorStores.search` for one tenant, as the loop's ``file_search`` tool calls it."""
+
+    def __init__(self, stores: VectorStores, tenant: str) -> None:
+        self.stores, self.tenant = stores, tenant
+
+    async def search(
+        self, vector_store_ids: Sequence[str], query: str, *, max_num_results: int,
+        filters: dict[str, Any] | None, ranking_options: dict[str, Any] | None,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        return await self.stores.search(
+            self.tenant, vector_store_ids, query, max_num_results=max_num_results, filters=filters,
+            ranking_options=ranking_options,
+        )  # fmt: skip
 
 
 def _found(value: Any, kind: str, object_id: str, param: str) -> Any:
