@@ -194,3 +194,27 @@ def test_a_version_8_file_gains_the_tables_of_version_9(tmp_path, monkeypatch) -
         assert {"files", "vector_stores", "vector_store_files", "vector_store_chunks", "vector_store_terms"} <= tables
     finally:
         store.close()
+
+
+async def test_a_file_whose_ingestion_died_with_the_server_is_ingested_at_the_next_start(tmp_path) -> None:
+    settings = RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"))
+    first = Runtime.local(settings)
+    stores = first.vector_stores
+    fid = (await stores.create_file("", filename="router.md", purpose="assistants", data=DOCS["router.md"].encode()))["id"]
+    store = await stores.create_vector_store("", name="docs")
+    # Attached, and the server stops before the file's ingestion task ran.
+    entry = {"file_id": fid, "attributes": None, "chunking": wire.chunking_strategy(None)}
+    [old] = await stores._rag("add_files", "", store["id"], [entry])
+    await first.close()
+    second = Runtime.local(settings)
+    try:
+        assert (await second.vector_stores.get_store_file("", store["id"], fid))["status"] == "in_progress"
+        await second.recover()
+        assert (await _settled(second, "", store["id"]))["file_counts"]["completed"] == 1
+        [hit] = await second.vector_stores.search("", [store["id"]], "reset the router", max_num_results=1)
+        assert hit["file_id"] == fid
+        assert await second.vector_stores._rag("unfinished_ingests") == [], "nothing is left to take over"
+        [trace] = await second.vector_stores.ingest_trace("", store["id"])
+        assert trace["ended_at"] is not None
+    finally:
+        await second.close()

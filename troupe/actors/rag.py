@@ -210,6 +210,13 @@ class VectorStores:
     async def cancel_batch(self, tenant: str, store_id: str, batch: str) -> dict[str, Any]:
         return _found(await self._rag("cancel_batch", tenant, store_id, batch), "file batch", batch, "batch_id")
 
+    async def resume_ingestion(self) -> int:
+        """After a start: ingest again every file left ``in_progress`` (its task died with the
+        server that ran it); how many."""
+        tickets = await self._rag("unfinished_ingests")
+        self._start(tickets)
+        return len(tickets)
+
     async def ingest_trace(self, tenant: str, store_id: str) -> list[dict[str, Any]]:
         """When each file's ingestion task started and ended, and where it ran (RagStore.ingest_trace)."""
         return await self._rag("ingest_trace", tenant, store_id)

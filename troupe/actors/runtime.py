@@ -376,8 +376,9 @@ class Runtime(ConversationCalls, ConsoleCalls):
     async def recover(self) -> int:
         """After a start: take over every background response that no host runs and none
         stored (the server stopped, or its host died, while it ran): resume it from its last
-        checkpoint, or fail it if it is too old (:meth:`_take_over`). Then drop event logs
-        past their retention. How many responses were taken over.
+        checkpoint, or fail it if it is too old (:meth:`_take_over`). Then ingest again the
+        files whose ingestion died with the server, and drop event logs past their retention.
+        How many responses were taken over.
 
         :meth:`on_ray` calls it; an in-process runtime on a file may.
         """
@@ -387,6 +388,7 @@ class Runtime(ConversationCalls, ConsoleCalls):
             if live is None and await self.store.get_response(run.tenant, run.response_id) is None:
                 await self._take_over(run)
                 taken += 1
+        await self.vector_stores.resume_ingestion()
         await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
         return taken
 

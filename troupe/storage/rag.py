@@ -85,7 +85,7 @@ class RagStore:
     WRITES = frozenset({
         "create_file", "delete_file", "create_vector_store", "update_vector_store", "delete_vector_store",
         "add_files", "update_store_file", "delete_store_file", "cancel_batch",
-        "complete_ingest", "fail_ingest", "touch",
+        "complete_ingest", "fail_ingest", "touch", "unfinished_ingests",
     })  # fmt: skip
     """The methods that write (all calls run on one thread, in order; these are the ones that change state)."""
     READS = frozenset({
@@ -371,6 +371,38 @@ class RagStore:
                 )
             conn.execute("UPDATE vector_stores SET last_active_at = ? WHERE tenant = ? AND id = ?",
                          [now, tenant, vector_store_id])  # fmt: skip
+        return tickets
+
+    def unfinished_ingests(self) -> list[IngestTicket]:
+        """Every attached file still ``in_progress``, taken over for a new ingestion: after a
+        start, its task died with the server that ran it. Each gets a new token, so a task of
+        the old one that still reports is ignored (reports carry their ticket's token).
+
+        Returns:
+            One ticket per such file, for its new ingestion task.
+        """
+        tickets = []
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT f.tenant, f.vector_store_id, f.file_id, files.filename, f.chunking, s.embedding_model"
+                " FROM vector_store_files f"
+                " JOIN files ON files.tenant = f.tenant AND files.id = f.file_id"
+                " JOIN vector_stores s ON s.tenant = f.tenant AND s.id = f.vector_store_id"
+                " WHERE f.status = 'in_progress' ORDER BY f.created_at"
+            ).fetchall()
+            for tenant, vector_store_id, file_id, filename, chunking, model in rows:
+                token = secrets.token_hex(8)
+                conn.execute(
+                    "UPDATE vector_store_files SET token = ?, started_at = NULL, ended_at = NULL, worker = NULL"
+                    " WHERE tenant = ? AND vector_store_id = ? AND file_id = ?",
+                    [token, tenant, vector_store_id, file_id],
+                )
+                static = json.loads(chunking)
+                tickets.append(IngestTicket(
+                    tenant=tenant, vector_store_id=vector_store_id, file_id=file_id, token=token, filename=filename,
+                    max_tokens=static["max_chunk_size_tokens"], overlap_tokens=static["chunk_overlap_tokens"],
+                    embedding_model=model,
+                ))  # fmt: skip
         return tickets
 
     def get_store_file(self, tenant: str, vector_store_id: str, file_id: str) -> dict[str, Any] | None:
