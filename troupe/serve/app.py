@@ -72,6 +72,7 @@ from troupe.protocol import (
 from troupe.protocol.ids import CONVERSATION, RESPONSE
 from troupe.storage.base import QueryError, QueryTimeout
 
+from .bodies import read_within
 from .config import ServerSettings
 from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
 from .openapi import install_openapi
@@ -465,16 +466,7 @@ def _trace_context(request: Request) -> dict[str, str] | None:
 
 async def _read_body(request: Request, limit: int, *, empty_ok: bool) -> bytes:
     """The body, refused with 413 once it passes ``limit`` bytes (before all of it is read)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await read_within(request, limit, lambda: _too_large(limit))
     return b"{}" if empty_ok and not raw.strip() else raw
 
 

@@ -40,6 +40,8 @@ from troupe.actors.runtime import Runtime
 from troupe.protocol import InvalidRequest, ProtocolError, check_id_format, check_metadata, describe_type
 from troupe.rag import wire
 
+from .bodies import read_within
+
 __all__ = ["install_rag_routes"]
 
 _FORM_SLACK = 64 * 1024
@@ -253,17 +255,7 @@ async def _read_upload(request: Request, limit: int) -> tuple[str, bytes, str, i
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequest("Uploads must be multipart/form-data with the fields 'file' and 'purpose'.",
                              param="file", code="invalid_type")  # fmt: skip
-    cap = limit + _FORM_SLACK
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await read_within(request, limit + _FORM_SLACK, lambda: _too_large(limit))
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": raw, "more_body": False}
