@@ -175,3 +175,19 @@ async def test_tool_choice_can_force_or_allow_file_search():
     outcome = await run(body("Where is the launch code?", tool_choice=allowed), SimModel(),
                         file_searcher=WordsFileSearcher(DOCS))  # fmt: skip
     assert outcome.response["output"][0]["status"] == "completed"
+
+
+async def test_a_file_search_call_a_client_sends_is_replayed_whatever_its_results_hold():
+    # Found by the OpenAPI fuzzer: results without file_id, not dicts, not a list.
+    odd = [
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"],
+         "results": [{"filename": "a.md"}, {}, "x", {"file_id": "file-b", "text": "B\nb"}]},
+        {"type": "file_search_call", "id": "fs_2", "status": "completed", "queries": "not a list", "results": {"k": 1}},
+    ]  # fmt: skip
+    outcome = await run(body("What now?"), SimModel(), file_searcher=WordsFileSearcher(DOCS),
+                        history=[{"role": "user", "content": "x", "type": "message"}, *odd])  # fmt: skip
+    replayed = outcome.prepared.transcript.outputs_of(FILE_SEARCH)[:2]
+    assert [m for m, *_ in parse_results(replayed[0])] == [0, 1, 2]
+    assert parse_results(replayed[0])[2][1:] == ("file-b", "file-b", "B b")
+    assert replayed[1].startswith("The results of this search were not kept")
+    assert outcome.response["status"] == "completed"

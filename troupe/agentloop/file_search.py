@@ -149,8 +149,9 @@ def format_results(results: Sequence[dict[str, Any]], first_marker: int) -> str:
         return "No passage of the files matched this query."
     lines = ["Passages found, best first. Cite one you use by writing its marker after the sentence it supports."]
     for n, result in enumerate(results, start=first_marker):
-        text = " ".join(str(result.get("text", "")).split())  # one line per passage
-        lines.append(f"【{n}†{_filename(result)}】 (file_id: {result['file_id']}) {text}")
+        text = " ".join(str(result.get("text") or "").split())  # one line per passage
+        file_id = "".join(str(result.get("file_id") or "unknown").split())
+        lines.append(f"【{n}†{_filename(result)}】 (file_id: {file_id}) {text}")
     return "\n".join(lines)
 
 
@@ -184,12 +185,19 @@ def citations(text: str, outputs: Iterable[str]) -> list[dict[str, Any]]:
 
 def replayed_output(item: dict[str, Any], first_marker: int) -> str:
     """What the model is shown, in a later turn, for a ``file_search_call`` item of history."""
-    results = item.get("results")
+    results = replayed_results(item)
     if results is None:
         return "The results of this search were not kept (the request did not include them)."
     return format_results(results, first_marker)
 
 
+def replayed_results(item: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A history ``file_search_call``'s results, as far as they are results (a client may send
+    any); None when it has none."""
+    results = item.get("results")
+    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else None
+
+
 def _filename(result: dict[str, Any]) -> str:
-    name = str(result.get("filename") or result["file_id"])
+    name = str(result.get("filename") or result.get("file_id") or "unknown")
     return name.replace("】", "]").replace("†", "+").replace("\n", " ")

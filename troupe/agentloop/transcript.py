@@ -41,7 +41,7 @@ from typing import Any
 from troupe.protocol import InvalidRequest, content_text
 
 from .compaction import decode_summary, summary_message
-from .file_search import FILE_SEARCH, replayed_output
+from .file_search import FILE_SEARCH, replayed_output, replayed_results
 from .model import ToolCall
 
 __all__ = ["Transcript", "build_transcript"]
@@ -220,12 +220,13 @@ def build_transcript(
             call_id = item.get("id", "")
             calls.add(call_id)
             settled.add(call_id)
-            query = next(iter(item.get("queries") or []), "")
+            queries = item.get("queries")
+            query = next(iter(queries), "") if isinstance(queries, list) else ""
             transcript.items.append(
                 {"type": "function_call", "call_id": call_id, "name": FILE_SEARCH, "arguments": json.dumps({"query": query})}
             )
             transcript.add_output(call_id, replayed_output(item, markers[0]))
-            markers[0] += len(item.get("results") or [])
+            markers[0] += len(replayed_results(item) or [])
         elif kind == "compaction":
             param = None if index is None else f"input[{index}].encrypted_content"
             transcript.items.append(summary_message(decode_summary(item.get("encrypted_content"), param=param)))
