@@ -69,7 +69,8 @@ def test_troupe_sql_reads_what_a_running_server_stored_and_writes_nothing(
     assert refused.stderr.startswith("troupe sql: only read-only queries are allowed") and "not DELETE" in refused.stderr
 
     assert client.responses.retrieve(created.id).status == "completed"
-    assert _named_actors() == actors, "the command joined the cluster and left nothing behind"
+    # Nothing new (a dedicated host of an earlier test may exit idle meanwhile: not ours to count).
+    assert _named_actors() - actors == set(), "the command joined the cluster and left nothing behind"
 
 
 # -- POST /v1/troupe/sql ----------------------------------------------------------------------
