@@ -43,6 +43,8 @@ def store(tmp_path: Path):
     [
         ("DELETE FROM responses", "not DELETE"),
         ("/* looks harmless */ UPDATE responses SET status = 'x'", "not UPDATE"),
+        ("-- looks harmless\n  /* a /* nested */ one */ UPDATE responses SET status = 'x'", "not UPDATE"),
+        ("EXPLAIN /* a */ ANALYZE -- b\n DELETE FROM responses", "not DELETE"),
         ("WITH r AS (SELECT 1) DELETE FROM responses", "not DELETE"),
         ("EXPLAIN ANALYZE DELETE FROM responses", "not DELETE"),
         ("CREATE TABLE x AS SELECT 1", "not CREATE"),
@@ -57,6 +59,13 @@ def test_anything_but_one_read_is_refused_and_changes_nothing(store, sql: str, s
         store.run_sql(sql)
     assert not isinstance(refused.value, QueryTimeout)
     assert store.run_sql("SELECT count(*) FROM responses WHERE status = 'completed'").rows == [(2,)]
+
+
+@pytest.mark.parametrize(
+    "sql", ["/* a note */ SELECT count(*) FROM responses", "-- a\n/* b /* c */ */ EXPLAIN /* d */ SELECT 1"]
+)
+def test_comments_before_a_read_are_allowed(store, sql: str) -> None:
+    assert store.run_sql(sql).rows
 
 
 def test_sql_the_database_rejects_is_the_querys_fault(store) -> None:

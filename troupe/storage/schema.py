@@ -508,8 +508,41 @@ def eval_result_from_row(row: tuple[Any, ...]) -> EvalResultRecord:
 # -- read-only SQL ---------------------------------------------------------------
 
 _READ_KEYWORDS = frozenset({"select", "with", "from", "values", "describe", "show", "summarize", "explain"})
-_EXPLAIN_PREFIX = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
 _ONLY_READS = "only read-only queries are allowed (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)"
+_FIRST_WORD = re.compile(r"[A-Za-z_]+")
+
+
+def _skip_comments(sql: str) -> str:
+    """``sql`` from its first token on: leading white space, ``-- …`` line comments and
+    ``/* … */`` block comments (nested, as DuckDB's parser reads them) are skipped.
+
+    DuckDB's ``extract_statements`` keeps a statement's leading comments in its ``query``
+    (since 2.0), so the first keyword is found here, not by the parser."""
+    i, n = 0, len(sql)
+    while i < n:
+        if sql[i].isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        else:
+            break
+    return sql[i:]
+
+
+def _first_word(sql: str) -> str:
+    """The keyword ``sql`` starts with, lower-cased ("" when it starts with none)."""
+    word = _FIRST_WORD.match(sql)
+    return word.group().lower() if word else ""
 
 
 def check_read_only(sql: str) -> None:
@@ -517,9 +550,9 @@ def check_read_only(sql: str) -> None:
 
     DuckDB's own parser must find exactly one statement, of type SELECT (which
     DESCRIBE, SHOW and SUMMARIZE also are; ``WITH … DELETE`` is not); as a cheap
-    second line, its first keyword must be a reading one (SELECT, WITH, FROM,
-    VALUES, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN [ANALYZE] of such a statement).
-    Comments are not statements: the parser drops them before either check.
+    second line, its first keyword, comments skipped, must be a reading one (SELECT,
+    WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN [ANALYZE] of such a
+    statement). A refusal names that keyword.
     """
     try:
         statements = duckdb.extract_statements(sql)
@@ -527,12 +560,16 @@ def check_read_only(sql: str) -> None:
         raise QueryError(f"invalid SQL: {exc}") from exc
     if len(statements) != 1:
         raise QueryError(f"exactly one statement is allowed, got {len(statements) or 'none'}")
-    text = statements[0].query.strip()
-    first = text.split(None, 1)[0].lower() if text else ""
+    text = _skip_comments(statements[0].query)
+    first = _first_word(text)
     if first not in _READ_KEYWORDS:
-        raise QueryError(f"{_ONLY_READS}, not {first.upper() or 'an empty statement'}")
+        shown = first.upper() or (text.split(None, 1)[0] if text.strip() else "an empty statement")
+        raise QueryError(f"{_ONLY_READS}, not {shown}")
     if first == "explain":
         # EXPLAIN ANALYZE executes its statement: the explained one must be read-only too.
-        check_read_only(_EXPLAIN_PREFIX.sub("", text, count=1))
+        explained = _skip_comments(text[len(first) :])
+        if _first_word(explained) == "analyze":
+            explained = _skip_comments(explained[len("analyze") :])
+        check_read_only(explained)
     elif statements[0].type != duckdb.StatementType.SELECT:
         raise QueryError(f"{_ONLY_READS}, not {statements[0].type.name}")
