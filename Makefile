@@ -1,16 +1,21 @@
 # Two commands: `make run` serves Troupe on its embedded defaults, `make test` runs the tests.
-# Both create .venv and install the project into it first.
+# Both create .venv and install the project into it first, every dependency at the version
+# constraints.txt pins: a new release of a dependency changes nothing until `make lock` takes it.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := constraints.txt
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.9
+PIP_INSTALL := $(BIN)/pip install --quiet -c $(LOCK)
 
-.PHONY: install run sim test bench clean chromium
+.PHONY: install run sim test bench clean chromium lock upgrade
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet pip==$(PIP_VERSION)
+	$(PIP_INSTALL) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,8 +45,19 @@ test: $(STAMP) chromium
 
 # The latency benchmarks (about six minutes; results in benchmarks/results/).
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/python -m benchmarks.run
+
+# The lock: every package the project, its tests and its benchmarks install, pinned for
+# Linux, macOS and Windows alike (uv's universal resolution), from pyproject.toml's ranges.
+# `make lock` after changing a dependency: new pins only where pyproject.toml asks for them.
+# `make upgrade` takes the newest release of everything. Both then install the new lock and
+# run the tests; commit constraints.txt with the run's result.
+lock upgrade: $(STAMP)
+	$(BIN)/pip install --quiet uv==$(UV_VERSION)
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --universal --python-version 3.11 \
+	    --quiet $(if $(filter upgrade,$@),--upgrade) -o $(LOCK)
+	$(MAKE) test
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
