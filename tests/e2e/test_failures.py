@@ -13,10 +13,10 @@ import pytest
 import ray
 from openai import OpenAI
 
+from tests.mcp_servers import serve_mcp
 from tests.servers import wait_for
 from tests.side_effects import executions
 from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
-from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
 
 from .conftest import PLACEMENTS
 
@@ -72,7 +72,7 @@ def test_killed_host_is_a_clear_500_and_the_next_turn_continues(actor_root):
 
 
 def _running_hosts() -> list:
-    hosts = named_actors("troupe-", excluding=(STORAGE_ACTOR_NAME, TOOL_RUNNER_PREFIX))
+    hosts = named_actors("troupe-host-") + named_actors("troupe-conv-")
     return [h for h, running in zip(hosts, ray.get([h.ping.remote() for h in hosts]), strict=True) if running]
 
 
@@ -211,3 +211,28 @@ def _shape(output) -> list[tuple]:
 
 def _traces(root: str, response_id: str) -> list[dict]:
     return httpx.get(f"{root}/v1/responses/{response_id}/step_traces", timeout=10).json()
+
+
+def test_a_background_run_keeps_its_mcp_credentials_in_memory_through_its_hosts_death(troupe_apps, tmp_path):
+    """A pooled host killed during a call to a server that needs a token: the ingress runtime,
+    which holds the request, resumes the run with its credentials (its row keeps none)."""
+    token = "sk-held-in-memory-4b1d"
+    client = OpenAI(base_url=f"{troupe_apps['pooled']}/v1", api_key="unused", max_retries=0)
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    with serve_mcp(token=token) as server:
+        tool = {"type": "mcp", "server_label": "side", "server_url": server.url, "require_approval": "never",
+                "authorization": token}  # fmt: skip
+        started = client.responses.create(
+            model="sim", input=_call("hold", db=db, key="h", path=str(gate)), tools=[tool], background=True
+        )
+        wait_for(lambda: executions(db, "h") == 1, what="the MCP call running")
+        row = ray.get(_host_namespace_storage(started.id).get_run.remote("", started.id))
+        assert token not in json.dumps(row.request) and row.credentials == "in-memory"
+        for host in _running_hosts():
+            _kill_9(host)
+        wait_for(lambda: executions(db, "h") == 2, timeout_s=60, what="the run resumed, the token accepted")
+        gate.touch()
+        wait_for(lambda: client.responses.retrieve(started.id).status != "in_progress", timeout_s=60, what="the run")
+    done = client.responses.retrieve(started.id)
+    assert done.status == "completed", done.error
+    assert done.output_text == "hold -> h passed"

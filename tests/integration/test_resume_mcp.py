@@ -23,6 +23,7 @@ from tests.unit.test_resume import assert_one_unbroken_log, events_of, finished,
 from troupe.actors import Runtime
 from troupe.actors.settings import McpSettings
 from troupe.agentloop.checkpoint import INTERRUPTED
+from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, new_key
 
 
 @pytest.fixture(scope="module")
@@ -106,5 +107,89 @@ async def test_a_restart_during_an_approved_mcp_call_does_not_run_it_again(tmp_p
         assert resumed["output"][-1]["content"][0]["text"] == f"hold_once -> {INTERRUPTED}", "what the model was told"
         assert resumed["output"][0]["approval_request_id"] == request["id"], "the approved call's item, reopened"
         assert_one_unbroken_log(await events_of(second, started["id"]))
+    finally:
+        await second.close()
+
+
+# -- credentials: never on disk in plain text; a restart resumes with them only if sealed ----------
+
+TOKEN = "sk-resume-credential-7c1f"
+
+
+@pytest.fixture(scope="module")
+def guarded_server() -> Iterator[McpTestServer]:
+    """The same tools, behind a bearer token: a call without the credentials is refused (401)."""
+    with serve_mcp(token=TOKEN) as server:
+        yield server
+
+
+async def lost_during_hold(tmp_path: Path, server: McpTestServer, **options: Any) -> tuple[str, str, Path]:
+    """Start a background run whose MCP call (``hold``) waits on a gate, with the server's
+    credentials in ``authorization`` and a header; stop its server mid-call. The run's id, the
+    side table and the gate."""
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    tools = [mcp(server, authorization=TOKEN, headers={"X-Probe": TOKEN})]
+    first = Runtime.local(settings(tmp_path, mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",)), **options))
+    started = await first.background("", req(input=call("hold", db=db, key="h", path=str(gate)), tools=tools,
+                                             background=True))  # fmt: skip
+
+    async def holding() -> bool:
+        return executions(db, "h") == 1
+
+    await wait_until(holding, what="the MCP call running, the token accepted")
+    await first.close()
+    gate.touch()
+    return started["id"], db, gate
+
+
+def bytes_hold(tmp_path: Path, secret: str) -> list[str]:
+    """The files under ``tmp_path`` whose bytes hold ``secret``."""
+    return [str(p) for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+async def test_without_a_key_a_run_that_needs_credentials_fails_clearly_after_a_restart(tmp_path, guarded_server):
+    response_id, db, _ = await lost_during_hold(tmp_path, guarded_server)
+    assert bytes_hold(tmp_path, TOKEN) == [], "no credential reached disk"
+    second = Runtime.local(settings(tmp_path, mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",))))
+    try:
+        assert await second.recover() == 1
+        failed = await second.get_response("", response_id)
+        assert failed["status"] == "failed"
+        assert failed["error"]["message"] == CREDENTIALS_NOT_KEPT
+        assert [i["type"] for i in failed["output"]] == ["mcp_list_tools", "mcp_call"], "the output it had"
+        assert executions(db, "h") == 1, "nothing called the server again"
+        assert [e["type"] for e in (await events_of(second, response_id))[-2:]] == ["error", "response.failed"]
+    finally:
+        await second.close()
+
+
+async def test_with_a_key_a_run_resumes_with_its_sealed_credentials(tmp_path, guarded_server):
+    old, key = new_key(), new_key()
+    response_id, db, _ = await lost_during_hold(tmp_path, guarded_server, credentials_keys=(key,))
+    assert bytes_hold(tmp_path, TOKEN) == [], "sealed, never in plain text"
+    # Rotation: a new key first, the one the run was sealed with still there to open it.
+    second = Runtime.local(settings(tmp_path, mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",)),
+                                    credentials_keys=(old, key)))  # fmt: skip
+    try:
+        assert await second.recover() == 1
+        resumed = await finished(second, response_id)
+        assert resumed["status"] == "completed", resumed.get("error")
+        assert executions(db, "h") == 2, "the idempotent call ran again, and the guarded server let it in"
+        assert mcp_calls(resumed) == [("hold", "h passed", None)]
+        assert all("authorization" not in t and "headers" not in t for t in resumed["tools"]), "never echoed"
+    finally:
+        await second.close()
+    assert bytes_hold(tmp_path, TOKEN) == []
+
+
+async def test_a_run_sealed_with_a_key_the_server_no_longer_has_fails_clearly(tmp_path, guarded_server):
+    response_id, db, _ = await lost_during_hold(tmp_path, guarded_server, credentials_keys=(new_key(),))
+    second = Runtime.local(settings(tmp_path, mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",)),
+                                    credentials_keys=(new_key(),)))  # fmt: skip
+    try:
+        assert await second.recover() == 1
+        failed = await second.get_response("", response_id)
+        assert failed["status"] == "failed" and failed["error"]["message"] == CREDENTIALS_NOT_KEPT
+        assert executions(db, "h") == 1
     finally:
         await second.close()

@@ -32,6 +32,7 @@ COMMANDS = walk(cli, ("troupe",))
 EXPECTED = {
     "troupe", "troupe serve", "troupe sql", "troupe sim", "troupe bench", "troupe eval", "troupe eval run",
     "troupe eval report", "troupe eval compare", "troupe eval export", "troupe eval list", "troupe trace",
+    "troupe vacuum",
 }  # fmt: skip
 
 

@@ -486,9 +486,11 @@ def test_old_event_logs_are_pruned(store: Store) -> None:
 def test_a_run_lasts_until_its_response_is_stored(store: Store) -> None:
     request = {"model": "sim", "input": "x" * 10_000, "background": True}  # long: in parts in DuckDB
     run = RunRecord(tenant="acme", response_id="resp_1", thread_id="thread_1", created_at=int(T0), request=request)
-    other = RunRecord(tenant="acme", response_id="resp_2", thread_id="thread_2", created_at=int(T0) + 1, request={})
+    other = RunRecord(tenant="acme", response_id="resp_2", thread_id="thread_2", created_at=int(T0) + 1, request={},
+                      credentials="fernet:sealed")  # fmt: skip
     store.start_run(run)
     store.start_run(other)
+    assert store.get_run("acme", "resp_2").credentials == "fernet:sealed"
     assert store.get_run("acme", "resp_1") == run
     assert store.get_run("other", "resp_1") is None
     assert store.unfinished_runs() == [run, other]

@@ -48,6 +48,7 @@ from troupe.protocol import (
     previous_response_not_found,
 )
 from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_log
+from troupe.storage.credentials import CredentialKeys, withhold
 
 from .batching import coalesce
 from .mcp_policy import resolve_mcp_tool
@@ -151,6 +152,8 @@ class ConversationHost:
         self.vector_stores = VectorStores(settings, store)
         """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
         self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
+        self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
+        """What a run's row keeps of its request's credentials (:mod:`troupe.storage.credentials`)."""
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
         self.runs = LiveRuns()
         """The responses accepted and not yet stored: read, cancelled and followed by id."""
@@ -232,7 +235,7 @@ class ConversationHost:
         self._mcp_servers(job.request)  # a server this deployment may not reach: refused now
         run = self._accept(job)
         try:  # recorded before it is answered: a run its host dies with is known to be lost
-            await self.store.start_run(_run_record(job))
+            await self.store.start_run(_run_record(job, self.credential_keys))
         except BaseException:
             self.runs.remove(run)
             raise
@@ -439,7 +442,7 @@ class ConversationHost:
         run becomes durable here, at its first step: before it, no tool ran, and a host that
         dies fails the request as a retry would not regret."""
         assert run.events is not None
-        start = None if run.durable else _run_record(run.job)
+        start = None if run.durable else _run_record(run.job, self.credential_keys)
         data = {
             **checkpoint.data,
             "events": run.events[run.logged :],
@@ -547,10 +550,12 @@ class ConversationHost:
             await self.mcp_client.close()
 
 
-def _run_record(job: TurnJob) -> RunRecord:
-    request = job.request.model_dump(mode="json", exclude_unset=True)
+def _run_record(job: TurnJob, keys: CredentialKeys) -> RunRecord:
+    """The ``runs`` row of ``job``: its request without credentials, which the row keeps sealed
+    with ``keys``, or not at all (:mod:`troupe.storage.credentials`)."""
+    request, secrets = withhold(job.request.model_dump(mode="json", exclude_unset=True))
     return RunRecord(tenant=job.tenant, response_id=job.response_id, thread_id=job.thread_id,
-                     created_at=job.created_at, request=request)  # fmt: skip
+                     created_at=job.created_at, request=request, credentials=keys.keep(secrets))  # fmt: skip
 
 
 def _trace(response_id: str, seq: int, event: StepTraced) -> StepTrace:

@@ -50,6 +50,7 @@ from troupe.protocol import (
     thread_of_response,
 )
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
+from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, CredentialsUnavailable, restore
 
 from .console_calls import ConsoleCalls
 from .conversations import ConversationCalls, not_found
@@ -113,6 +114,11 @@ class Runtime(ConversationCalls, ConsoleCalls):
         and resumes under way."""
         self._taking_over: set[str] = set()
         """Responses this runtime is resuming now (a poll during a host's restart starts no other)."""
+        self._held: dict[str, tuple[CreateResponseRequest, int]] = {}
+        """The requests of durable runs started here, credentials and all, while this runtime
+        watches them (with how many watchers hold each): what a run resumed here is resumed
+        with, as its row keeps no credentials in plain text (:mod:`troupe.storage.credentials`)."""
+        self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         self._scrapes: ScrapeView | None = None
         self.vector_stores = VectorStores(settings, store)
         """Files, vector stores, their ingestion and search (the Files and Vector Stores APIs)."""
@@ -214,15 +220,29 @@ class Runtime(ConversationCalls, ConsoleCalls):
             HostFailed: no host could start the turn.
         """
         batches = await self._start(tenant, request, trace=trace)
-        return _failures_as_events(batches, resumed=lambda rid: self._resume_lost(tenant, rid))
+        return _failures_as_events(batches, resumed=lambda rid: self._resume_lost(tenant, rid, request))
 
-    async def _resume_lost(self, tenant: str, response_id: str) -> bool:
+    async def _resume_lost(
+        self, tenant: str, response_id: str, request: CreateResponseRequest | None = None
+    ) -> bool:
         """After its host died: resume ``response_id`` in the background if it is durable and
-        not stored (:meth:`_take_over`, in a task); whether it goes on."""
+        not stored (:meth:`_take_over`, in a task); whether it goes on. ``request``: the one it
+        was made of, when the caller has it (with its credentials)."""
         run = await self.store.get_run(tenant, response_id)
         if run is None or await self.store.get_response(tenant, response_id) is not None:
             return False
-        self._spawn(self._take_over_logged(run))
+        if request is None:
+            self._spawn(self._take_over_logged(run))
+            return True
+        self._hold(response_id, request)
+
+        async def take_over() -> None:
+            try:
+                await self._take_over_logged(run)
+            finally:
+                self._release(response_id)
+
+        self._spawn(take_over())
         return True
 
     async def _take_over_logged(self, run: RunRecord) -> None:
@@ -230,6 +250,17 @@ class Runtime(ConversationCalls, ConsoleCalls):
             await self._take_over(run)
         except Exception:  # the next read of the response (or the next start) tries again
             log.exception("response %s: its host died, and it could not be resumed", run.response_id)
+
+    def _request_of(self, run: RunRecord) -> CreateResponseRequest:
+        """The request a lost run is resumed with: as this runtime holds it, or as its row keeps
+        it with its credentials put back.
+
+        Raises:
+            CredentialsUnavailable: the row keeps none of the credentials the request carried.
+        """
+        if run.response_id in self._held:
+            return self._held[run.response_id][0]
+        return parse_create_request(restore(run.request, self.credential_keys.open(run.credentials)))
 
     async def respond(self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None) -> dict[str, Any]:
         """Run a response to the end; the final Response (non-streaming).
@@ -267,19 +298,34 @@ class Runtime(ConversationCalls, ConsoleCalls):
     def _watch(self, job: TurnJob) -> None:
         """Resume ``job``'s background run if its host dies before the run ends."""
 
+        self._hold(job.response_id, job.request)
+
         async def watch() -> None:
-            host = await self.placement.running_host(job.thread_id)
             try:
-                if host is not None:
-                    await host.run_ended(job.tenant, job.response_id)
-                    return
-            except HostFailed:
-                pass
-            run = await self.store.get_run(job.tenant, job.response_id)
-            if run is not None:  # not stored: lost with its host
-                await self._take_over_logged(run)
+                host = await self.placement.running_host(job.thread_id)
+                try:
+                    if host is not None:
+                        await host.run_ended(job.tenant, job.response_id)
+                        return
+                except HostFailed:
+                    pass
+                run = await self.store.get_run(job.tenant, job.response_id)
+                if run is not None:  # not stored: lost with its host
+                    await self._take_over_logged(run)
+            finally:
+                self._release(job.response_id)
 
         self._spawn(watch())
+
+    def _hold(self, response_id: str, request: CreateResponseRequest) -> None:
+        """Keep ``request`` for a resumption of ``response_id`` until :meth:`_release` (counted:
+        a watcher that resumes the run starts the next watcher before it releases its hold)."""
+        self._held[response_id] = (request, self._held.get(response_id, (request, 0))[1] + 1)
+
+    def _release(self, response_id: str) -> None:
+        request, holds = self._held.pop(response_id)
+        if holds > 1:
+            self._held[response_id] = (request, holds - 1)
 
     def _spawn(self, work: Awaitable[Any]) -> None:
         """Run ``work`` in a task this runtime holds (and cancels when it closes)."""
@@ -412,6 +458,11 @@ class Runtime(ConversationCalls, ConsoleCalls):
             return await self._fail_lost(run, LOST_RUN_MESSAGE)
         if run.attempt >= MAX_RESUMES:
             return await self._fail_lost(run, TOO_MANY_RESUMES.format(attempts=run.attempt + 1))
+        try:
+            request = self._request_of(run)
+        except CredentialsUnavailable as exc:
+            log.warning("response %s: not resumed, its credentials are unavailable (%s)", rid, exc)
+            return await self._fail_lost(run, CREDENTIALS_NOT_KEPT)
         if rid in self._taking_over or not wait:
             if rid not in self._taking_over:
                 self._spawn(self._take_over_logged(run))
@@ -421,7 +472,7 @@ class Runtime(ConversationCalls, ConsoleCalls):
             if await self.store.claim_run(run.tenant, rid, run.attempt) is None:  # another caller took it
                 return await self._live(run.tenant, rid, lambda h: h.live_response(run.tenant, rid)) \
                     or await self.store.get_response(run.tenant, rid) or await self._as_checkpointed(run)  # fmt: skip
-            job = TurnJob(tenant=run.tenant, request=parse_create_request(run.request), response_id=rid,
+            job = TurnJob(tenant=run.tenant, request=request, response_id=rid,
                           created_at=run.created_at, thread_id=run.thread_id)  # fmt: skip
 
             async def resume(host: HostClient) -> dict[str, Any]:

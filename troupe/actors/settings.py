@@ -19,7 +19,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, SecretStr
 from pydantic import model_validator
 
 __all__ = [
@@ -55,6 +55,20 @@ def _memory_size(value: str) -> str:
     if value and not _MEMORY_SIZE.match(value):
         raise ValueError(f'expected a size such as "128MB" or "1GiB" ("" for DuckDB\'s default), got {value!r}')
     return value
+
+
+def _fernet_keys(keys: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+    from troupe.storage.credentials import CredentialKeys
+
+    for index, key in enumerate(keys):
+        try:
+            CredentialKeys([key.get_secret_value()])
+        except (ValueError, TypeError):
+            raise ValueError(
+                f"credentials_keys[{index}] is not a Fernet key (url-safe base64 of 32 random bytes; make one with "
+                "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`)"
+            ) from None
+    return keys
 
 
 class ModelSpec(BaseModel):
@@ -298,6 +312,13 @@ class RuntimeOptions(BaseModel):
     """A durable response whose host died (or whose server stopped) resumes from its last
     checkpoint if it was created less than this long ago; an older one is stored ``failed``.
     0: never resume."""
+    credentials_keys: Annotated[tuple[SecretStr, ...], AfterValidator(_fernet_keys)] = ()
+    """Keys that seal a durable run's credentials (MCP ``headers`` and ``authorization``) for a
+    resumption after a restart (Fernet, from ``cryptography``): the first seals, each opens, so a
+    new key goes first and an old one stays until no run sealed with it is left. Set them in the
+    environment (``TROUPE_CREDENTIALS_KEYS``, comma-separated), never in a file beside the
+    database. Empty (the default): credentials are kept in memory only, and a run resumed after a
+    restart that needed them fails, asking for the request again (docs/security.md)."""
 
 
 class RuntimeSettings(RuntimeOptions):

@@ -8,6 +8,7 @@ Commands::
     troupe bench   a load generator for any Responses API server (.bench)
     troupe eval    batch evaluation on Ray: run, report, compare, export, list (.eval, .eval_run)
     troupe trace   a response's step timeline, as a table or a PNG Gantt chart (.trace)
+    troupe vacuum  rewrite the DuckDB file whole, so that deleted rows are gone from its bytes (.vacuum)
 
 A command returns its exit status: 0, 1 when it failed, 2 for usage and configuration
 errors (as click itself for a bad option), 130 when interrupted. The modules import only
@@ -37,6 +38,7 @@ from .serve import serve
 from .sim import sim
 from .sql import sql
 from .trace import trace
+from .vacuum import vacuum
 
 __all__ = ["cli", "main"]
 
@@ -54,6 +56,7 @@ Examples:
   troupe sim --port 8001 --ttft-ms 200 --itl-ms 20
   troupe eval run examples/eval/sample.jsonl --run-id sample --report
   troupe trace resp_0123 --png trace.png
+  troupe vacuum --db troupe.duckdb
 
 `troupe COMMAND --help` for each command.
 """,
@@ -64,7 +67,7 @@ def cli(ctx: click.Context) -> None:
     usage_unless_command(ctx)
 
 
-for _command in (serve, sql, sim, bench, eval_group, trace):
+for _command in (serve, sql, sim, bench, eval_group, trace, vacuum):
     cli.add_command(_command)
 
 

@@ -23,7 +23,7 @@ Precedence, lowest first: embedded defaults → the TOML file → the environmen
 short name (:data:`ENV_SHORT_NAMES`): ``TROUPE_HOST``, ``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``,
 ``TROUPE_INGRESS``, ``TROUPE_STORAGE_PATH``, ``TROUPE_STORAGE_MEMORY_LIMIT``,
 ``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_API_KEYS`` (comma-separated
-``key=tenant`` pairs or bare keys), ``TROUPE_ADMIN_KEYS`` and ``TROUPE_MCP_ALLOWED_URLS``
+``key=tenant`` pairs or bare keys), ``TROUPE_ADMIN_KEYS``, ``TROUPE_CREDENTIALS_KEYS`` and ``TROUPE_MCP_ALLOWED_URLS``
 (comma-separated).
 ``TROUPE_CONFIG`` names the file when no path is given. An empty variable counts as unset.
 
@@ -285,6 +285,7 @@ ENV_SHORT_NAMES: dict[str, str] = {
     "TROUPE_API_KEYS": "auth.keys",
     "TROUPE_ADMIN_KEYS": "auth.admin_keys",
     "TROUPE_MCP_ALLOWED_URLS": "mcp.allowed_urls",
+    "TROUPE_CREDENTIALS_KEYS": "runtime.credentials_keys",
 }
 """Short environment variables for the usual options (each also has its ``TROUPE_<TABLE>__<KEY>`` name)."""
 
@@ -303,7 +304,7 @@ def _nested_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]
             name = _env_name(ENV_SHORT_NAMES[var])
             if var == "TROUPE_API_KEYS":
                 value = json.dumps(parse_api_keys(value))
-            elif var in ("TROUPE_MCP_ALLOWED_URLS", "TROUPE_ADMIN_KEYS"):
+            elif var in ("TROUPE_MCP_ALLOWED_URLS", "TROUPE_ADMIN_KEYS", "TROUPE_CREDENTIALS_KEYS"):
                 value = json.dumps([p.strip() for p in value.split(",") if p.strip()])
         else:
             name = var

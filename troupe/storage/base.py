@@ -355,9 +355,14 @@ class RunRecord:
     thread_id: str
     created_at: int
     request: dict[str, Any]
-    """The create request's body (what a parser accepts again)."""
+    """The create request's body (what a parser accepts again), without its credentials
+    (:func:`troupe.storage.credentials.withhold`): they never reach disk in plain text."""
     attempt: int = 0
     """How many times the run was resumed after its host died (:meth:`Store.claim_run`)."""
+    credentials: str | None = None
+    """What the row keeps of the credentials :attr:`request` was stripped of
+    (:mod:`troupe.storage.credentials`): None, it carried none; ``in-memory``, nothing (the
+    runtime that started the run holds them); ``fernet:<token>``, them, sealed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

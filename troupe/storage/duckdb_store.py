@@ -64,6 +64,7 @@ One long module because one class implements the whole Store contract over one c
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -95,9 +96,12 @@ from .base import (
     StoreLocked,
     Turn,
 )
+from .rewrite import rewrite
 from .sql import run_read_only
 
 __all__ = ["DuckDBStore"]
+
+log = logging.getLogger(__name__)
 
 # Rows per multi-row INSERT; bounds the statement size (and parse time) for big batches.
 _CHUNK_ROWS = 256
@@ -163,6 +167,13 @@ class DuckDBStore(Store):
                 raise StoreLocked(message, int(holder.group(1)) if holder else None) from exc
             raise StorageError(message) from exc
         try:
+            if schema.CREDENTIALS_STORED_FROM <= self._stored_version() < schema.CREDENTIALS_WITHHELD_FROM:
+                # Written when runs kept their credentials: the WAL and free blocks may still
+                # hold them. A new file, then the migration (troupe.storage.rewrite).
+                self._conn.close()
+                log.warning("rewriting %s whole: it was written before credentials were kept off disk", self.path)
+                rewrite(self.path, row_group_size=ROW_GROUP_ROWS)
+                self._conn = self._connect(memory_limit)
             self._release_freed_memory()
             self._migrate()
             # The next responses.seq: read once, then counted here (under the lock).
@@ -214,6 +225,17 @@ class DuckDBStore(Store):
             self._conn.execute("SET allocator_background_threads = true")
         except duckdb.Error:
             pass
+
+    def _stored_version(self) -> int:
+        """The schema version of the file as opened (0: a new file)."""
+        with self._locked() as conn:
+            (tables,) = conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database()"
+                " AND table_name = ?", [schema.VERSION_TABLE],
+            ).fetchone()  # fmt: skip
+            if not tables:
+                return 0
+            return conn.execute(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}").fetchone()[0]
 
     def _migrate(self) -> None:
         with self._transaction() as conn:
@@ -704,7 +726,8 @@ class DuckDBStore(Store):
             for item in items:
                 if isinstance(item, RunRecord):
                     request = self._stored(schema.dump_json(item.request), parts)
-                    runs.append((item.tenant, item.response_id, item.thread_id, item.created_at, *request, item.attempt))
+                    runs.append((item.tenant, item.response_id, item.thread_id, item.created_at, *request, item.attempt,
+                                 item.credentials))  # fmt: skip
                 else:
                     steps.append((item.tenant, item.response_id, item.seq, *self._stored(schema.dump_json(item.data), parts)))
             self._append(conn, "runs", schema.RUN_COLUMNS, runs)
@@ -738,8 +761,11 @@ class DuckDBStore(Store):
         return self._runs("ORDER BY created_at", [])
 
     def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
-        sql = f"SELECT tenant, response_id, thread_id, created_at, attempt, request, request_parts FROM runs {where}"
-        fields = ("tenant", "response_id", "thread_id", "created_at", "attempt", "request")
+        sql = (
+            "SELECT tenant, response_id, thread_id, created_at, attempt, credentials, request, request_parts"
+            f" FROM runs {where}"
+        )
+        fields = ("tenant", "response_id", "thread_id", "created_at", "attempt", "credentials", "request")
         return [RunRecord(**dict(zip(fields, row, strict=True))) for row in self._fetch_values(sql, params)]
 
     def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:

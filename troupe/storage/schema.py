@@ -376,7 +376,17 @@ _V9 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# Version 10: a run's request is stored without its credentials (MCP headers and authorization);
+# this column says what became of them (troupe.storage.credentials): nothing kept, or sealed.
+# Files written before it may hold credentials in the WAL and free blocks: DuckDBStore rewrites
+# such a file whole before migrating it (rewrite.py).
+_V10 = ["ALTER TABLE runs ADD COLUMN credentials VARCHAR"]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+
+CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
+"""Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema
+version 7 brought ``runs``; 10 keeps them out): opening one rewrites it whole."""
 """``MIGRATIONS[v - 1]`` creates version ``v``."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -394,7 +404,7 @@ ITEM_COLUMNS = "tenant, response_id, role, position, item_id, item, item_parts"
 CONVERSATION_ITEM_COLUMNS = "tenant, conversation_id, seq, item_id, item, item_parts"
 PART_COLUMNS = "id, part, text"
 EVENT_LOG_COLUMNS = "tenant, response_id, events, events_parts, ended_at"
-RUN_COLUMNS = "tenant, response_id, thread_id, created_at, request, request_parts, attempt"
+RUN_COLUMNS = "tenant, response_id, thread_id, created_at, request, request_parts, attempt, credentials"
 RUN_STEP_COLUMNS = "tenant, response_id, seq, step, step_parts"
 
 LONG_VALUE_CHARS = 8192
