@@ -17,7 +17,10 @@ def test_a_summary_round_trips_and_a_foreign_one_is_refused():
 
 
 def test_the_compact_request_takes_its_own_parameters_only():
-    assert parse_compact_request({"model": "sim", "input": "hi", "image": {"context_compression": "enabled"}}).model == "sim"
+    assert parse_compact_request({"model": "sim", "input": "hi", "image": None}).model == "sim"
+    with pytest.raises(InvalidRequest) as info:  # asked for, not available: refused, not ignored
+        parse_compact_request({"model": "sim", "input": "hi", "image": {"context_compression": "enabled"}})
+    assert (info.value.param, info.value.code) == ("image", "unsupported_parameter")
     with pytest.raises(InvalidRequest) as info:
         parse_compact_request({"model": "sim", "stream": True})
     assert (info.value.param, info.value.code) == ("stream", "unknown_parameter")

@@ -199,16 +199,50 @@ def test_every_parameter_is_accepted() -> None:
         input="hi", instructions="be kind", stream=True, stream_options={"include_obfuscation": False},
         background=True, store=True, previous_response_id="resp_1", tools=[WEATHER], tool_choice="required",
         parallel_tool_calls=False, max_tool_calls=3, max_output_tokens=100, temperature=0.5, top_p=0.9,
-        top_logprobs=2, text={"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"},
+        top_logprobs=0, text={"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"},
                                         "strict": True}, "verbosity": "low"},
         reasoning={"effort": "low", "summary": "auto"}, truncation="auto",
         include=["reasoning.encrypted_content"], metadata={"k": "v"}, prompt={"id": "pmpt_1"},
         prompt_cache_key="ck", prompt_cache_retention="24h", safety_identifier="u1", service_tier="flex",
         user="u", context_management=[{"type": "compaction", "compact_threshold": 1000}],
-        moderation={"model": "omni-moderation-latest"}, max_infer_iters=3,
+        background_options={"completion_window": "8h", "continuation_id": "c1"}, max_infer_iters=3,
+        moderation=None, access_programs=None, image=None, prompt_cache_options=None,
     )
+    full["stream"] = False  # a 2h/8h completion window needs background without stream
     req = parse_create_request(full)
     assert req.model_dump(exclude_unset=True) == full
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("moderation", {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"}}}),
+        ("access_programs", {"cyber": "standard"}),
+        ("image", {"context_compression": "auto"}),
+        ("prompt_cache_options", {"prewarm": True}),
+    ],
+)
+def test_a_parameter_troupe_cannot_honour_is_refused_naming_it(name: str, value: Any) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_create_request(body(**{name: value}))
+    assert (refused.value.param, refused.value.code) == (name, "unsupported_parameter")
+    assert f"'{name}' is not supported by this server" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"include": ["reasoning.encrypted_content", "message.output_text.logprobs"]}, "include[1]"),
+        ({"background_options": {"completion_window": "2h"}}, "background_options.completion_window"),
+        ({"background": True, "stream": True, "background_options": {"completion_window": "8h"}},
+         "background_options.completion_window"),
+    ],
+)
+def test_values_troupe_cannot_honour_are_refused_naming_them(params: dict, param: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_create_request(body(**params))
+    assert refused.value.param == param
 
 
 def test_model_covers_every_sdk_create_parameter() -> None:

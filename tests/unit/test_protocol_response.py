@@ -90,14 +90,14 @@ def test_defaults_are_client_friendly() -> None:
 
 def test_request_parameters_are_echoed() -> None:
     resp = make(
-        "completed", instructions="Be brief.", temperature=0, top_p=0.5, top_logprobs=3, store=True,
+        "completed", instructions="Be brief.", temperature=0, top_p=0.5, top_logprobs=0, store=True,
         background=True, service_tier="flex", metadata={"k": "v"}, truncation="auto", max_output_tokens=64,
         max_tool_calls=2, parallel_tool_calls=False, tool_choice={"type": "function", "name": "get_weather"},
         text={"verbosity": "low"}, reasoning={"effort": "high"}, safety_identifier="s", prompt_cache_key="c",
         previous_response_id="resp_prev", user="u",
     )
     assert resp["instructions"] == "Be brief."
-    assert (resp["temperature"], resp["top_p"], resp["top_logprobs"]) == (0.0, 0.5, 3)
+    assert (resp["temperature"], resp["top_p"], resp["top_logprobs"]) == (0.0, 0.5, 0)
     assert isinstance(resp["temperature"], float)
     assert (resp["store"], resp["background"], resp["parallel_tool_calls"]) == (True, True, False)
     assert (resp["service_tier"], resp["metadata"], resp["truncation"]) == ("flex", {"k": "v"}, "auto")

@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 _COMPACT_PARAMS = frozenset({"model", "input", "instructions", "previous_response_id", "prompt_cache_key",
-                             "prompt_cache_retention"})  # fmt: skip
-_IGNORED_PARAMS = frozenset({"image", "prompt_cache_options"})  # accepted, no effect here
+                             "prompt_cache_retention", "image", "prompt_cache_options"})  # fmt: skip
+"""What a compact request may carry (``image`` and ``prompt_cache_options`` are then refused
+when set, as on a create request)."""
 
 SUMMARY_PROMPT = (
     "Summarize the conversation above for your own later use, in place of it: who the user is, what they asked, "
@@ -97,7 +98,7 @@ def parse_compact_request(body: object) -> CreateResponseRequest:
         InvalidRequest: an unknown parameter, or one that does not fit (named).
     """
     if isinstance(body, dict):
-        unknown = next((k for k in body if k not in _COMPACT_PARAMS | _IGNORED_PARAMS), None)
+        unknown = next((k for k in body if k not in _COMPACT_PARAMS), None)
         if unknown is not None:
             raise InvalidRequest(f"Unknown parameter: {show_value(unknown)}.", param=unknown, code="unknown_parameter")
         if "model" not in body:

@@ -350,7 +350,11 @@ class _Run:
     def _chat_request(self, action: CallModel) -> ChatRequest:
         req = self.req
         choice = plain(req.tool_choice)
-        effort = (plain(req.reasoning) or {}).get("effort")
+        # Passed through as Chat Completions names them, when the client set them.
+        extra = {
+            "reasoning_effort": (plain(req.reasoning) or {}).get("effort"),
+            "verbosity": (plain(req.text) or {}).get("verbosity"),
+        }
         messages, tools = self._messages_and_tools()
         return ChatRequest(
             model=self.upstream_model,
@@ -362,7 +366,7 @@ class _Run:
             temperature=req.temperature,
             top_p=req.top_p,
             response_format=chat_response_format(req.text),
-            extra={"reasoning_effort": effort} if effort else {},
+            extra={k: v for k, v in extra.items() if v},
         )
 
     def _open_call(

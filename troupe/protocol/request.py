@@ -93,6 +93,19 @@ NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
 }
 
 
+UNSUPPORTED_PARAMETERS: dict[str, str] = {
+    "moderation": "moderation of the input and output is not available yet",
+    "access_programs": "it selects OpenAI's access programs",
+    "image": "image context compression is not available",
+    "prompt_cache_options": "prompt cache breakpoints, diagnostics and prewarming are not available",
+}
+"""Parameters Troupe cannot honour yet: a request that sets one (to anything but null) is
+refused, naming it, rather than served without it (docs/request-parameters.md)."""
+
+UNSUPPORTED_INCLUDES = frozenset({"message.output_text.logprobs"})
+"""``include`` values asking for data Troupe does not produce yet (log probabilities)."""
+
+
 def _fail(loc: Loc, message: str, code: str = "invalid_value") -> InvalidRequest:
     return InvalidRequest(message, param=format_param(loc), code=code)
 
@@ -162,7 +175,8 @@ class CreateResponseRequest(BaseModel):
     stream: bool = False
     """Answer with an SSE stream of events instead of one JSON Response."""
     stream_options: dict[str, Any] | None = None
-    """``{"include_obfuscation": bool}``; accepted and ignored."""
+    """``{"include_obfuscation": bool}``: Troupe's stream events never carry ``obfuscation``
+    padding, so either value is met."""
     background: bool = False
     """Run asynchronously: answer at once with a ``queued`` Response, then poll or resume the stream."""
     store: bool = True
@@ -186,7 +200,8 @@ class CreateResponseRequest(BaseModel):
     top_p: float | None = Field(default=None, ge=0, le=1)
     """Nucleus sampling mass, echoed back (1.0 when unset)."""
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    """Number of most likely tokens to report per position."""
+    """Number of most likely tokens to report per position: log probabilities are not
+    produced yet, so only 0 is accepted."""
     text: dict[str, Any] | None = None
     """Output text configuration: ``{"format": {...}, "verbosity": ...}``."""
     reasoning: dict[str, Any] | None = None
@@ -198,7 +213,7 @@ class CreateResponseRequest(BaseModel):
     metadata: dict[str, Any] | None = None
     """Up to 16 string pairs (key ≤ 64 characters, value ≤ 512), echoed back."""
     prompt: dict[str, Any] | None = None
-    """A stored prompt template reference ``{"id", "version"?, "variables"?}``; echoed back."""
+    """A stored prompt template reference ``{"id", "version"?, "variables"?}``."""
     prompt_cache_key: str | None = None
     """Cache routing hint; echoed back."""
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
@@ -210,17 +225,18 @@ class CreateResponseRequest(BaseModel):
     user: str | None = None
     """Deprecated end-user identifier; echoed back."""
     context_management: list[dict[str, Any]] | None = None
-    """Context management entries (``{"type", "compact_threshold"?}``); accepted."""
+    """Context management entries (``{"type", "compact_threshold"?}``)."""
     moderation: dict[str, Any] | None = None
-    """Moderation configuration; accepted."""
+    """Moderation configuration: refused until Troupe moderates (:data:`UNSUPPORTED_PARAMETERS`)."""
     access_programs: dict[str, Any] | None = None
-    """Newer-SDK parameter; accepted and ignored."""
+    """OpenAI's access programs: refused (:data:`UNSUPPORTED_PARAMETERS`)."""
     background_options: dict[str, Any] | None = None
-    """Newer-SDK parameter; accepted and ignored."""
+    """``{"completion_window", "continuation_id"}``: a background response starts at once, so
+    it completes within any window; ``2h``/``8h`` need ``background`` and no ``stream``."""
     image: dict[str, Any] | None = None
-    """Newer-SDK parameter; accepted and ignored."""
+    """Image context options: refused (:data:`UNSUPPORTED_PARAMETERS`)."""
     prompt_cache_options: dict[str, Any] | None = None
-    """Newer-SDK parameter; accepted and ignored."""
+    """Prompt cache options: refused (:data:`UNSUPPORTED_PARAMETERS`)."""
     max_infer_iters: int = Field(default=10, ge=1)
     """Troupe extension: the most model calls the server-side loop makes for this response."""
 
@@ -256,12 +272,32 @@ class CreateResponseRequest(BaseModel):
         if self.conversation_id is not None:
             check_id_format(self.conversation_id, CONVERSATION, "conversation")
         check_metadata(self.metadata)
+        self._check_supported()
         self._check_tools()
         self._check_tool_choice()
         fmt = (self.text or {}).get("format") or {}
         if fmt.get("type") == "json_schema":
             _check_refs(fmt.get("schema"), ("text", "format", "schema"))
         return self
+
+    def _check_supported(self) -> None:
+        """Refuse what Troupe cannot honour yet, naming it, rather than ignore it."""
+        for name, why in UNSUPPORTED_PARAMETERS.items():
+            if getattr(self, name) is not None:
+                raise _fail((name,), f"Unsupported parameter: '{name}' is not supported by this server ({why}).",
+                            "unsupported_parameter")
+        if self.top_logprobs:
+            raise _fail(("top_logprobs",), "Unsupported value: 'top_logprobs' must be 0 on this server (log "
+                        "probabilities are not available).", "unsupported_value")
+        for i, value in enumerate(self.include or []):
+            if value in UNSUPPORTED_INCLUDES:
+                raise _fail(("include", i), f"Unsupported value: 'include[{i}]' {show_value(value)} is not "
+                            "available on this server (log probabilities are not produced).", "unsupported_value")
+        window = (self.background_options or {}).get("completion_window", "soonest")
+        if window != "soonest" and (not self.background or self.stream):
+            raise _fail(("background_options", "completion_window"), "Invalid value for "
+                        f"'background_options.completion_window': {show_value(window)} needs 'background': true "
+                        "and 'stream': false.")
 
     def _check_tools(self) -> None:
         seen: dict[tuple[str, str], int] = {}
