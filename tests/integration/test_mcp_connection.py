@@ -271,6 +271,20 @@ async def test_falls_back_to_sse_once_and_keeps_the_credentials_out_of_logs(
     assert not [r for r in caplog.records if secret in r.getMessage()], "a credential was logged"
 
 
+async def test_a_configured_server_on_sse_is_named_by_label(sse_server: McpTestServer) -> None:
+    # A configured server is trusted (no address guard), but its endpoint must stay on its origin all the same.
+    spec = McpServerSpec(label="sse-configured", url=sse_server.url, require_approval="never")
+    settings = RuntimeSettings(mcp=McpSettings(servers=(spec,), timeout_s=10.0))
+    local = LocalMcpClient(settings)
+    server = resolve_mcp_tool({"type": "mcp", "server_label": "sse-configured"}, settings, 0)
+    try:
+        local.check_server(server, 0)
+        assert await local.call_tool(server, "add", {"a": 1, "b": 41}) == "42"
+        assert await local.transport(server) == "sse"
+    finally:
+        await local.close()
+
+
 async def test_neither_transport_reports_the_posts_status(client: LocalMcpClient, sse_server: McpTestServer) -> None:
     # Nothing there: the POST is answered 404, and so is the GET the fallback makes.
     nowhere = McpServer(label="nowhere", url=f"{sse_server.base}/nothing-here")

@@ -265,6 +265,19 @@ def test_urls_a_server_names_itself_get_the_policy_its_url_got(monkeypatch: pyte
     assert "metadata" in (public.why_not_url("http://169.254.169.254/messages/") or "")
 
 
+def test_origins_of_sse_endpoints() -> None:
+    from troupe.actors.mcp_sse import origin, shown
+
+    # What "the same origin" compares (scheme, host, port; the default port is no port) and
+    # what an error shows of a URL a server announced: never its query (the session id) or userinfo.
+    assert origin("https://MCP.example.com:443/sse") == origin("https://mcp.example.com/messages/") == (
+        "https://mcp.example.com")
+    assert origin("http://mcp.example.com:8080/sse") != origin("http://mcp.example.com/sse")
+    assert origin("http://[::1]:8080/sse") == "http://[::1]:8080"
+    assert shown("http://user:pw@mcp.example.com:8080/messages/?session_id=abc#x") == (
+        "http://mcp.example.com:8080/messages/")
+
+
 # -- a request's server that cannot be listed: OpenAI's 424 ------------------------------
 
 
