@@ -1,8 +1,9 @@
 """A small MCP server to try Troupe's MCP tools with: `python examples/mcp_server.py --port 8765`.
 
 Tools: `add(a, b)`, `word_count(text)`, `slow_echo(text, ms)`. Serves the streamable
-HTTP transport at http://127.0.0.1:PORT/mcp (or stdio with --stdio). Written with the
-`mcp` SDK, which Troupe already depends on.
+HTTP transport at http://127.0.0.1:PORT/mcp, the older HTTP+SSE transport at
+http://127.0.0.1:PORT/sse with --sse (messages are POSTed to /messages/), or stdio with
+--stdio. Written with the `mcp` SDK, which Troupe already depends on.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
+    parser.add_argument("--sse", action="store_true", help="serve the older HTTP+SSE transport (GET /sse)")
     args = parser.parse_args()
     if args.stdio:
         server.run("stdio")
         return
     import uvicorn
 
-    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=args.port, log_level="warning")
+    app = server.sse_app() if args.sse else server.streamable_http_app()
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

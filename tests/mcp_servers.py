@@ -5,7 +5,11 @@ One server, three ways to run it:
 * streamable HTTP on ``127.0.0.1`` in a subprocess: :class:`McpTestServer` /
   :func:`serve_mcp` (a context manager yielding the server; ``.url`` is the MCP endpoint,
   ``.restart()`` brings it back on the same port, ``.stats()`` reads its counters);
-* the legacy SSE transport (``sse=True``), to exercise the client's fallback;
+* the older HTTP+SSE transport (``sse=True``): the ``mcp`` SDK's ``SseServerTransport`` in a
+  Starlette app, as its documentation builds one (``GET /sse`` opens the event stream, which
+  announces ``/messages/?session_id=…`` as the ``endpoint`` to ``POST`` to); with
+  ``endpoint_origin`` it announces that endpoint on another origin (a server behind a proxy
+  that names its inside address), which a client must refuse;
 * stdio: :data:`STDIO_COMMAND`, run from the repository root.
 
 Tools: ``add``, ``echo_slowly`` (records when each call starts and ends, so a test can
@@ -14,7 +18,9 @@ prove calls overlapped), ``always_fail``, ``hang``, the counted tools of
 ``hold_once``, which wait for a file), and ``server_stats`` (the counters, for stdio where
 there is no HTTP route). ``GET /stats`` returns the same counters: how
 many times each MCP method was received (``initialize`` and ``server/discover`` open a
-session, ``tools/list``, ``tools/call``). ``GET /health`` answers once the server is up.
+session, ``tools/list``, ``tools/call``), and, under ``http``, the HTTP requests by method
+and path (``"POST /sse"``: how often a client tried streamable HTTP first). ``GET /health``
+answers once the server is up.
 
 With ``token`` set, every MCP request must carry ``Authorization: Bearer <token>`` or is
 answered 401 (the client's header handling and HTTP error mapping).
@@ -47,7 +53,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["McpTestServer", "serve_mcp", "STDIO_COMMAND", "REPO_ROOT", "free_port", "build_server"]
+__all__ = ["McpTestServer", "serve_mcp", "STDIO_COMMAND", "REPO_ROOT", "free_port", "build_server", "sse_app"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 """The repository root: the working directory :data:`STDIO_COMMAND` must run in."""
@@ -90,6 +96,7 @@ def build_server() -> Any:
             "echoes": list(echoes),
             "max_in_flight": in_flight["max"],
             "pid": os.getpid(),
+            "http": dict(HTTP_REQUESTS),
         }
 
     @server.tool()
@@ -152,6 +159,56 @@ def build_server() -> Any:
         return JSONResponse(snapshot())
 
     return server
+
+
+HTTP_REQUESTS: collections.Counter[str] = collections.Counter()
+"""This process's HTTP requests by ``"METHOD /path"`` (one server per process)."""
+
+
+def _count_requests(app: Any) -> Any:
+    """ASGI wrapper: count every HTTP request but the test routes (``/health``, ``/stats``)."""
+
+    async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in ("/health", "/stats"):
+            HTTP_REQUESTS[f"{scope['method']} {scope['path']}"] += 1
+        await app(scope, receive, send)
+
+    return counted
+
+
+def sse_app(server: Any) -> Any:
+    """``server`` on the HTTP+SSE transport: ``SseServerTransport`` in Starlette, as the SDK documents it."""
+    from mcp.server.sse import SseServerTransport
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+
+    transport = SseServerTransport("/messages/")
+    lowlevel = server._lowlevel_server  # the MCPServer's protocol server, which runs over any transport
+
+    async def handle_sse(request: Request) -> Response:
+        async with transport.connect_sse(request.scope, request.receive, request._send) as (reader, writer):
+            await lowlevel.run(reader, writer, lowlevel.create_initialization_options())
+        return Response()
+
+    routes = [Route("/sse", endpoint=handle_sse, methods=["GET"]), Mount("/messages/", app=transport.handle_post_message)]
+    return Starlette(routes=routes + list(server._custom_starlette_routes))  # + /health and /stats
+
+
+def _endpoint_on(app: Any, origin: str) -> Any:
+    """ASGI wrapper: the event stream's ``endpoint`` event names ``origin`` + its path (another origin)."""
+
+    async def rewritten(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def send_rewritten(message: dict[str, Any]) -> None:
+            body = message.get("body", b"")
+            if message["type"] == "http.response.body" and b"event: endpoint" in body:
+                message = {**message, "body": body.replace(b"data: /", f"data: {origin}/".encode(), 1)}
+            await send(message)
+
+        await app(scope, receive, send_rewritten if scope["type"] == "http" else send)
+
+    return rewritten
 
 
 def _require_token(app: Any, token: str) -> Any:
@@ -225,7 +282,8 @@ def _list_needs_auth(app: Any) -> Any:
 def _main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The Troupe MCP test server.")
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
-    parser.add_argument("--sse", action="store_true", help="serve the legacy SSE transport instead of streamable HTTP")
+    parser.add_argument("--sse", action="store_true", help="serve the HTTP+SSE transport instead of streamable HTTP")
+    parser.add_argument("--endpoint-origin", default=None, help="(--sse) announce the message endpoint on this origin")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default=None, help="require this bearer token")
     parser.add_argument("--list-needs-auth", action="store_true", help="answer tools/list 401 (see the docstring)")
@@ -236,11 +294,14 @@ def _main(argv: list[str] | None = None) -> None:
         return
     import uvicorn
 
-    app = server.sse_app() if args.sse else server.streamable_http_app()
+    app = sse_app(server) if args.sse else server.streamable_http_app()
+    if args.endpoint_origin:
+        app = _endpoint_on(app, args.endpoint_origin)
     if args.token:
         app = _require_token(app, args.token)
     if args.list_needs_auth:
         app = _list_needs_auth(app)
+    app = _count_requests(app)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
@@ -259,15 +320,17 @@ class McpTestServer:
 
     Args:
         port: The port (default: a free one); kept across :meth:`restart`.
-        sse: Serve the legacy SSE transport (the URL ends in ``/sse``).
+        sse: Serve the HTTP+SSE transport (the URL ends in ``/sse``).
+        endpoint_origin: With ``sse``, announce the message endpoint on this origin.
         token: Require this bearer token on MCP requests.
         list_needs_auth: Answer ``tools/list`` 401 (see the module docstring).
     """
 
-    def __init__(self, port: int | None = None, *, sse: bool = False, token: str | None = None,
-                 list_needs_auth: bool = False) -> None:
+    def __init__(self, port: int | None = None, *, sse: bool = False, endpoint_origin: str | None = None,
+                 token: str | None = None, list_needs_auth: bool = False) -> None:
         self.port = port or free_port()
         self.sse = sse
+        self.endpoint_origin = endpoint_origin
         self.token = token
         self.list_needs_auth = list_needs_auth
         self._process: subprocess.Popen[bytes] | None = None
@@ -291,6 +354,8 @@ class McpTestServer:
         command = [sys.executable, "-m", "tests.mcp_servers", "--port", str(self.port)]
         if self.sse:
             command.append("--sse")
+        if self.endpoint_origin:
+            command += ["--endpoint-origin", self.endpoint_origin]
         if self.token:
             command += ["--token", self.token]
         if self.list_needs_auth:
@@ -337,20 +402,22 @@ class McpTestServer:
 
 
 @contextlib.contextmanager
-def serve_mcp(port: int | None = None, *, sse: bool = False, token: str | None = None,
-              list_needs_auth: bool = False) -> Iterator[McpTestServer]:
+def serve_mcp(port: int | None = None, *, sse: bool = False, endpoint_origin: str | None = None,
+              token: str | None = None, list_needs_auth: bool = False) -> Iterator[McpTestServer]:
     """Run the test server for the duration of the block.
 
     Args:
         port: A fixed port (default: a free one).
-        sse: Serve the legacy SSE transport.
+        sse: Serve the HTTP+SSE transport.
+        endpoint_origin: With ``sse``, announce the message endpoint on this origin.
         token: Require this bearer token.
         list_needs_auth: Answer ``tools/list`` 401 (see the module docstring).
 
     Yields:
         The running :class:`McpTestServer`.
     """
-    server = McpTestServer(port, sse=sse, token=token, list_needs_auth=list_needs_auth)
+    server = McpTestServer(port, sse=sse, endpoint_origin=endpoint_origin, token=token,
+                           list_needs_auth=list_needs_auth)
     server.start()
     try:
         yield server

@@ -2,7 +2,9 @@
 
 The HTTP server (``tests/mcp_servers.py``) counts sessions, listings and calls, and records
 when each ``echo_slowly`` call starts and ends; the stdio server is configured in the app
-(``stdio-calc``, see conftest) and named by label alone.
+(``stdio-calc``, see conftest) and named by label alone. The same server also runs on the
+older HTTP+SSE transport (the SDK's ``SseServerTransport``, behind a bearer token), which a
+request names by its URL like any other: Troupe finds the transport itself.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ from .conftest import PART_PLACEMENTS
 @pytest.fixture(scope="module")
 def mcp_server() -> Iterator[McpTestServer]:
     with serve_mcp() as server:
+        yield server
+
+
+SSE_TOKEN = "sse-t0ken"
+
+
+@pytest.fixture(scope="module")
+def sse_server() -> Iterator[McpTestServer]:
+    """One HTTP+SSE server for the module; it wants ``Authorization: Bearer sse-t0ken`` on every request."""
+    with serve_mcp(sse=True, token=SSE_TOKEN) as server:
         yield server
 
 
@@ -231,3 +243,93 @@ def test_secrets_are_not_echoed(client, mcp_server):
     response = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
     assert secret not in response.model_dump_json()
     assert secret not in client.responses.retrieve(response.id).model_dump_json()
+
+
+# -- a server on the older HTTP+SSE transport -------------------------------------------------
+
+
+def legacy(server: McpTestServer, label: str = "legacy", **kw) -> dict:
+    """The SSE server as a request names it: its URL (``…/sse``) and its token, nothing about the transport."""
+    return mcp(server, label, authorization=SSE_TOKEN, **kw)
+
+
+def test_sse_server_listing_call_and_answer_streamed_and_not(client, sse_server):
+    before = sse_server.stats()["methods"].get("tools/call", 0)
+    body = {"model": "sim", "input": '[[call add {"a": 2, "b": 40}]]', "tools": [legacy(sse_server)]}
+    response = client.responses.create(**body)
+    assert [i.type for i in response.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert response.output[0].server_label == "legacy"
+    assert {t.name for t in response.output[0].tools} >= {"add", "echo_slowly", "always_fail"}
+    call = response.output[1]
+    assert (call.name, call.arguments, call.output, call.error, call.status) == (
+        "add", '{"a": 2, "b": 40}', "42", None, "completed")
+    assert response.output_text == "add -> 42"
+    with client.responses.stream(**body) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert final.output_text == "add -> 42"
+    for kind in ("response.mcp_list_tools.completed", "response.mcp_call_arguments.done", "response.mcp_call.completed"):
+        assert kind in kinds
+    assert sse_server.stats()["methods"]["tools/call"] == before + 2  # each call ran once, on the SSE server
+    assert SSE_TOKEN not in response.model_dump_json()
+
+
+def test_sse_server_approval_flow(client, sse_server):
+    tool = legacy(sse_server, require_approval="always")
+    first = client.responses.create(model="sim", input='[[call add {"a": 5, "b": 5}]]', tools=[tool])
+    assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_approval_request"]
+    request = first.output[-1]
+    assert (request.server_label, request.name, request.arguments) == ("legacy", "add", '{"a": 5, "b": 5}')
+    calls_before = sse_server.stats()["methods"].get("tools/call", 0)
+    approved = client.responses.create(
+        model="sim", tools=[tool], previous_response_id=first.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
+    )
+    assert [i.type for i in approved.output] == ["mcp_call", "message"]
+    assert (approved.output[0].approval_request_id, approved.output[0].output) == (request.id, "10")
+    assert approved.output_text == "add -> 10"
+    assert sse_server.stats()["methods"]["tools/call"] == calls_before + 1
+
+    second = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
+    denied = client.responses.create(
+        model="sim", tools=[tool], previous_response_id=second.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": items(second, "mcp_approval_request")[0].id,
+                "approve": False}],
+    )
+    assert denied.output_text == "add -> The user denied this tool call."
+    assert sse_server.stats()["methods"]["tools/call"] == calls_before + 1, "a denied call never runs"
+
+
+def test_sse_server_allowed_tools_filter_listing_and_calls(client, sse_server):
+    tool = legacy(sse_server, allowed_tools=["add"])
+    response = client.responses.create(model="sim", input="[[call always_fail]]", tools=[tool])
+    assert [t.name for t in response.output[0].tools] == ["add"]
+    assert not items(response, "mcp_call"), "a tool outside allowed_tools is never called"
+    assert response.output_text == "always_fail -> Error: unknown tool 'always_fail'"
+    allowed = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 2}]]', tools=[tool])
+    assert allowed.output_text == "add -> 3"
+
+
+def test_sse_server_without_its_credentials_fails_the_request_with_424(default_client, sse_server):
+    # The token is asked for on the streamable POST too: a 401 is the answer, reported as such
+    # (not taken for an older server), and nothing reaches the event stream.
+    with pytest.raises(openai.APIStatusError) as caught:
+        default_client.responses.create(model="sim", input="[[say never]]", tools=[mcp(sse_server, "no-token")])
+    assert_424(caught, "no-token", "tools[0]", "Http status code: 401 (Unauthorized)")
+
+
+def test_sse_endpoint_on_another_origin_is_refused_with_424(default_client, mcp_server):
+    # A server that announces its message endpoint on another origin (here: the streamable
+    # server's), as one behind a proxy naming its inside address would: Troupe sends nothing there.
+    with serve_mcp(sse=True, endpoint_origin=mcp_server.base) as proxied:
+        before = mcp_server.stats()["http"]
+        for stream in (False, True):
+            with pytest.raises(openai.APIStatusError) as caught:
+                default_client.responses.create(model="sim", input="[[say never]]", tools=[mcp(proxied, "proxied")],
+                                                stream=stream)
+            assert_424(caught, "proxied", "tools[0]",
+                       f"The message endpoint the server announced is on another origin ({mcp_server.base}) "
+                       f"than the server URL ({proxied.base})")
+            assert "session_id" not in caught.value.body["message"]
+        assert proxied.stats()["http"]["GET /sse"] >= 1  # it was asked for its event stream...
+        assert mcp_server.stats()["http"] == before, "...and nothing was sent to the other origin"

@@ -1,5 +1,5 @@
 """MCP clients against real MCP servers (tests/mcp_servers.py): in-process sessions over streamable HTTP,
-SSE and stdio, and the connection actors on Ray."""
+HTTP+SSE and stdio, and the connection actors on Ray."""
 
 from __future__ import annotations
 
@@ -35,7 +35,14 @@ def http_server() -> Iterator[McpTestServer]:
         yield server
 
 
-@pytest.fixture(params=["http", "stdio"])
+@pytest.fixture(scope="module")
+def sse_server() -> Iterator[McpTestServer]:
+    """One HTTP+SSE server for the module (the SDK's SseServerTransport): tests read its counters as deltas."""
+    with serve_mcp(sse=True) as server:
+        yield server
+
+
+@pytest.fixture(params=["http", "sse", "stdio"])
 def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.chdir(REPO_ROOT)  # STDIO_COMMAND runs `-m tests.mcp_servers` from the working directory
     return request.param
@@ -50,10 +57,11 @@ async def client() -> AsyncIterator[LocalMcpClient]:
 
 @pytest.fixture
 def target(kind: str, request: pytest.FixtureRequest) -> McpServer:
-    """The server under test as a request names it: an HTTP URL, or the configured stdio server's label."""
-    if kind == "http":
-        url = request.getfixturevalue("http_server").url
-        tool = {"type": "mcp", "server_label": "http-test", "server_url": url, "require_approval": "never"}
+    """The server under test as a request names it: an HTTP URL (streamable HTTP, or HTTP+SSE found by the
+    fallback), or the configured stdio server's label."""
+    if kind in ("http", "sse"):
+        url = request.getfixturevalue("http_server" if kind == "http" else "sse_server").url
+        tool = {"type": "mcp", "server_label": f"{kind}-test", "server_url": url, "require_approval": "never"}
     else:
         tool = {"type": "mcp", "server_label": STDIO.label}
     return resolve_mcp_tool(tool, make_settings(), 0)
@@ -101,35 +109,38 @@ async def test_hanging_tool_times_out(target: McpServer) -> None:
 async def test_concurrent_calls_overlap(client: LocalMcpClient, target: McpServer) -> None:
     import asyncio
 
-    texts = ["one", "two", "three"]
+    texts = [f"{word}-{uuid.uuid4().hex[:6]}" for word in ("one", "two", "three")]
     results = await asyncio.gather(
         *(client.call_tool(target, "echo_slowly", {"text": t, "ms": 1000}) for t in texts)
     )
     assert results == texts
-    echoes = (await server_stats(client, target))["echoes"]
+    echoes = [e for e in (await server_stats(client, target))["echoes"] if e["text"] in texts]
     assert len(echoes) == 3
     # All three were in flight at once: every call started before any of them ended.
     assert max(e["start"] for e in echoes) < min(e["end"] for e in echoes)
 
 
 async def test_tools_list_is_cached(client: LocalMcpClient, target: McpServer) -> None:
+    await server_stats(client, target)  # after a tool's first call, the SDK lists (for its output schema)
+    before = (await server_stats(client, target))["methods"]["tools/list"]  # a shared server's count
     first = await client.list_tools(target)
     second = await client.list_tools(target)
     assert [t.name for t in first] == [t.name for t in second]
-    assert (await server_stats(client, target))["methods"]["tools/list"] == 1
+    assert (await server_stats(client, target))["methods"]["tools/list"] == before + 1
     await client.list_tools(target, refresh=True)
-    assert (await server_stats(client, target))["methods"]["tools/list"] == 2
+    assert (await server_stats(client, target))["methods"]["tools/list"] == before + 2
     stats = await client.stats(target)
-    assert (stats["list_calls"], stats["server_lists"]) == (3, 2)
+    assert (stats["list_calls"], stats["server_lists"]) == (3, 2)  # the SDK's own listing is not ours
 
 
 async def test_one_session_across_many_calls(client: LocalMcpClient, target: McpServer) -> None:
+    before = (await server_stats(client, target))["sessions"]  # this client's session included
     await client.list_tools(target)
     for i in range(10):
         assert await client.call_tool(target, "add", {"a": i, "b": 1}) == str(i + 1)
-    assert (await server_stats(client, target))["sessions"] == 1
+    assert (await server_stats(client, target))["sessions"] == before
     stats = await client.stats(target)
-    assert (stats["sessions_opened"], stats["reconnects"], stats["calls"]) == (1, 0, 11)
+    assert (stats["sessions_opened"], stats["reconnects"], stats["calls"]) == (1, 0, 12)
 
 
 async def test_down_server_is_a_protocol_error(client: LocalMcpClient) -> None:
@@ -223,15 +234,82 @@ async def test_auth_failure_does_not_fall_back_to_sse(client: LocalMcpClient) ->
         with pytest.raises(McpError) as caught:
             await client.list_tools(server)
         assert (caught.value.kind, caught.value.code) == ("http", 401)
-        assert client.session(server)._use_sse is False  # the streamable transport is kept
+        assert await client.transport(server) == "streamable_http"  # a 401 is an answer, not an older server
+        assert "GET /mcp" not in guarded.stats()["http"]
 
 
-async def test_falls_back_to_sse(client: LocalMcpClient) -> None:
-    with serve_mcp(sse=True) as legacy:
-        server = McpServer(label="sse", url=legacy.url)
-        assert "add" in {t.name for t in await client.list_tools(server)}
-        assert await client.call_tool(server, "add", {"a": 20, "b": 22}) == "42"
-        assert (await client.stats(server))["sessions_opened"] == 1
+# -- the HTTP+SSE transport (MCP 2024-11-05), found by the fallback -----------------------------
+
+
+def sse_delta(server: McpTestServer, before: dict[str, Any]) -> dict[str, int]:
+    """The HTTP requests ``server`` received since ``before`` (a ``stats()["http"]`` snapshot)."""
+    after = server.stats()["http"]
+    return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+
+
+async def test_falls_back_to_sse_once_and_keeps_the_credentials_out_of_logs(
+    client: LocalMcpClient, sse_server: McpTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)  # every logger, the SDK's and httpx's included
+    secret = f"sk-sse-{uuid.uuid4().hex}"
+    server = resolve_mcp_tool({"server_label": "sse", "server_url": sse_server.url, "authorization": secret,
+                               "headers": {"X-Key": secret}}, make_settings())
+    before = sse_server.stats()["http"]
+    assert "add" in {t.name for t in await client.list_tools(server)}
+    for i in range(3):
+        assert await client.call_tool(server, "add", {"a": 20, "b": i}) == str(20 + i)
+    assert await client.transport(server) == "sse"
+    requests = sse_delta(sse_server, before)
+    # The spec's order: the streamable POST first (refused: 405), then the event stream, once;
+    # every message after that goes to the endpoint it announced, none to the streamable URL again.
+    assert requests["POST /sse"] >= 1 and requests["GET /sse"] == 1
+    assert requests["POST /messages/"] >= 4  # the handshake, the listing, three calls
+    assert (await client.stats(server))["sessions_opened"] == 1
+    assert caplog.records, "the logs were captured"
+    assert not [r for r in caplog.records if secret in r.getMessage()], "a credential was logged"
+
+
+async def test_a_configured_server_on_sse_is_named_by_label(sse_server: McpTestServer) -> None:
+    # A configured server is trusted (no address guard), but its endpoint must stay on its origin all the same.
+    spec = McpServerSpec(label="sse-configured", url=sse_server.url, require_approval="never")
+    settings = RuntimeSettings(mcp=McpSettings(servers=(spec,), timeout_s=10.0))
+    local = LocalMcpClient(settings)
+    server = resolve_mcp_tool({"type": "mcp", "server_label": "sse-configured"}, settings, 0)
+    try:
+        local.check_server(server, 0)
+        assert await local.call_tool(server, "add", {"a": 1, "b": 41}) == "42"
+        assert await local.transport(server) == "sse"
+    finally:
+        await local.close()
+
+
+async def test_neither_transport_reports_the_posts_status(client: LocalMcpClient, sse_server: McpTestServer) -> None:
+    # Nothing there: the POST is answered 404, and so is the GET the fallback makes.
+    nowhere = McpServer(label="nowhere", url=f"{sse_server.base}/nothing-here")
+    with pytest.raises(McpError) as caught:
+        await client.list_tools(nowhere)
+    assert (caught.value.kind, caught.value.code) == ("http", 404), caught.value.message
+
+
+async def test_the_message_endpoint_must_pass_the_url_policy(sse_server: McpTestServer) -> None:
+    # The allowlist names the event stream's URL only: the endpoint the server announces
+    # (/messages/) is refused by the same policy, before anything is sent there.
+    settings = RuntimeSettings(mcp=McpSettings(allowed_urls=(sse_server.url,), timeout_s=10.0))
+    local = LocalMcpClient(settings)
+    server = resolve_mcp_tool({"server_label": "narrow", "server_url": sse_server.url}, settings, 0)
+    local.check_server(server, 0)  # the server's own URL passes
+    before = sse_server.stats()["http"]
+    try:
+        with pytest.raises(McpError) as caught:
+            await local.list_tools(server)
+    finally:
+        await local.close()
+    assert caught.value.message == (
+        f"MCP server 'narrow': the message endpoint the server announced ({sse_server.base}/messages/) "
+        "may not be reached: it does not match the allowed MCP server URLs")
+    assert "POST /messages/" not in sse_delta(sse_server, before)
 
 
 # -- the URL policy at connect time ---------------------------------------------------------
@@ -375,6 +453,24 @@ async def test_ray_actor_reconnects_after_restart(ray_settings: RuntimeSettings,
         assert (stats["sessions_opened"], stats["reconnects"], stats["calls"]) == (2, 1, 3)
     finally:
         kill_actors(ray_client)
+
+
+async def test_ray_actor_remembers_the_sse_transport_across_reconnects(ray_settings: RuntimeSettings) -> None:
+    ray_client = RayMcpClient(ray_settings)
+    with serve_mcp(sse=True) as legacy:
+        server = McpServer(label="ray-sse", url=legacy.url)
+        try:
+            assert await ray_client.call_tool(server, "add", {"a": 1, "b": 2}) == "3"
+            assert await ray_client.transport(server) == "sse"
+            assert legacy.stats()["http"]["POST /sse"] >= 1  # the streamable attempt, refused (405)
+            legacy.restart()  # a new process on the same port: the event stream and the session are gone
+            assert await ray_client.call_tool(server, "add", {"a": 40, "b": 2}) == "42"
+            # The actor reconnected with HTTP+SSE at once: the new server saw no streamable POST.
+            assert legacy.stats()["http"] == {"GET /sse": 1, "POST /messages/": legacy.stats()["http"]["POST /messages/"]}
+            stats = await ray_client.stats(server)
+            assert (stats["sessions_opened"], stats["reconnects"]) == (2, 1)
+        finally:
+            kill_actors(ray_client)
 
 
 async def test_idle_actor_exits_and_comes_back(ray_settings: RuntimeSettings, http_server: McpTestServer) -> None:

@@ -237,15 +237,45 @@ def test_connect_guard_follows_the_policy(monkeypatch: pytest.MonkeyPatch) -> No
     local = McpServer(label="l", url="http://127.0.0.1:9000/mcp")
     assert connect_guard(public, RuntimeSettings()) == AddressGuard(allow_private=False)
     allowing = RuntimeSettings(mcp=McpSettings(allowed_urls=("http://127.0.0.1:*",)))
-    assert connect_guard(local, allowing) == AddressGuard(allow_private=True)
+    assert connect_guard(local, allowing) == AddressGuard(allow_private=True, allowed_urls=("http://127.0.0.1:*",))
     monkeypatch.setenv(ALLOWED_URLS_ENV, "http://127.0.0.1:9000/*")
-    assert connect_guard(local, RuntimeSettings()) == AddressGuard(allow_private=True)
+    assert connect_guard(local, RuntimeSettings()) == AddressGuard(allow_private=True,
+                                                                   allowed_urls=("http://127.0.0.1:9000/*",))
     configured = RuntimeSettings(mcp=McpSettings(servers=(McpServerSpec(label="l", url="http://127.0.0.1:9000/mcp"),
                                               McpServerSpec(label="s", command=("mcp-files",)))))
     assert connect_guard(local, configured) is None  # configured servers are trusted
     assert connect_guard(McpServer(label="s", command=("mcp-files",)), configured) is None
     guard = connect_guard(public, RuntimeSettings())
     assert pickle.loads(pickle.dumps(guard)) == guard  # it travels to the connection actor
+
+
+def test_urls_a_server_names_itself_get_the_policy_its_url_got(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An HTTP+SSE server names the URL its messages go to (its `endpoint` event): the guard,
+    # made where the request was checked, judges it by the same allowlist (it travels with
+    # the guard: the connection actor's environment may not have TROUPE_MCP_ALLOWED_URLS).
+    monkeypatch.setenv(ALLOWED_URLS_ENV, "http://127.0.0.1:8765/sse*, http://127.0.0.1:8765/messages/*")
+    guard = connect_guard(McpServer(label="l", url="http://127.0.0.1:8765/sse"), RuntimeSettings())
+    assert guard is not None
+    monkeypatch.delenv(ALLOWED_URLS_ENV)
+    assert guard.why_not_url("http://127.0.0.1:8765/messages/?session_id=abc") is None
+    assert "does not match" in (guard.why_not_url("http://127.0.0.1:8765/admin/?session_id=abc") or "")
+    public = AddressGuard(resolver=fake_resolver)  # no allowlist: public addresses only, as for server_url
+    assert public.why_not_url("https://mcp.example.com/messages/?session_id=abc") is None
+    assert "loopback" in (public.why_not_url("http://localhost/messages/") or "")
+    assert "metadata" in (public.why_not_url("http://169.254.169.254/messages/") or "")
+
+
+def test_origins_of_sse_endpoints() -> None:
+    from troupe.actors.mcp_sse import origin, shown
+
+    # What "the same origin" compares (scheme, host, port; the default port is no port) and
+    # what an error shows of a URL a server announced: never its query (the session id) or userinfo.
+    assert origin("https://MCP.example.com:443/sse") == origin("https://mcp.example.com/messages/") == (
+        "https://mcp.example.com")
+    assert origin("http://mcp.example.com:8080/sse") != origin("http://mcp.example.com/sse")
+    assert origin("http://[::1]:8080/sse") == "http://[::1]:8080"
+    assert shown("http://user:pw@mcp.example.com:8080/messages/?session_id=abc#x") == (
+        "http://mcp.example.com:8080/messages/")
 
 
 # -- a request's server that cannot be listed: OpenAI's 424 ------------------------------

@@ -88,7 +88,8 @@ class McpConnection:
 
     def __init__(self, server: McpServer, timeout_s: float = 30.0, list_ttl_s: float = 300.0,
                  idle_exit_s: float | None = None, guard: AddressGuard | None = None) -> None:
-        self._new_session = lambda: McpSession(server, timeout_s=timeout_s, list_ttl_s=list_ttl_s, guard=guard)
+        self._new_session = lambda sse=False: McpSession(server, timeout_s=timeout_s, list_ttl_s=list_ttl_s,
+                                                         guard=guard, sse=sse)
         self._session = self._new_session()
         self._label = server.label
         self._idle_exit_s = idle_exit_s
@@ -110,6 +111,10 @@ class McpConnection:
     async def stats(self) -> dict[str, Any]:
         """Counters: ``sessions_opened``, ``reconnects``, ``calls``, ``list_calls``, ``server_lists``."""
         return dict(self._session.stats)
+
+    async def transport(self) -> str:
+        """The transport the server speaks, as far as known (see :attr:`McpSession.transport`)."""
+        return self._session.transport
 
     async def close(self) -> None:
         await self._session.close()
@@ -135,7 +140,8 @@ class McpConnection:
         """Before an idle exit: credentials nobody uses any more must not keep an actor and a
         server session alive. Close the session first (a stdio server must not outlive us);
         calls arriving meanwhile get a fresh session, and if one did, the actor stays."""
-        old, self._session = self._session, self._new_session()
+        old = self._session
+        self._session = self._new_session(sse=old.transport == "sse")  # no streamable attempt again
         await old.close()
         return self._active == 0 and not self._session.stats["sessions_opened"]
 
@@ -197,6 +203,10 @@ class LocalMcpClient:
     async def stats(self, server: McpServer) -> dict[str, Any]:
         """The session's counters (see :meth:`McpConnection.stats`)."""
         return dict(self.session(server).stats)
+
+    async def transport(self, server: McpServer) -> str:
+        """The transport ``server`` speaks, as far as known (see :attr:`McpSession.transport`)."""
+        return self.session(server).transport
 
     async def close(self) -> None:
         """Close every session."""
@@ -276,6 +286,10 @@ class RayMcpClient:
     async def stats(self, server: McpServer) -> dict[str, Any]:
         """The connection actor's counters."""
         return await self._call(server, "stats")
+
+    async def transport(self, server: McpServer) -> str:
+        """The transport the connection actor found ``server`` speaks (see :attr:`McpSession.transport`)."""
+        return await self._call(server, "transport")
 
     async def close(self) -> None:
         """Forget the handles; the actors serve every host and exit when idle."""

@@ -341,10 +341,21 @@ class AddressGuard:
     """The URL matched the allowlist: private addresses are the operator's choice; metadata stays refused."""
     resolver: Resolver = _resolve
     """Host name → addresses; the check and the connection use the same answer."""
+    allowed_urls: tuple[str, ...] = ()
+    """The allowlist the server's URL was checked against, for the URLs the server names itself."""
 
     def why_not(self, ip: _IP) -> str | None:
         """Why a connection may not go to ``ip``, or None."""
         return check_address(ip, allow_private=self.allow_private)
+
+    def why_not_url(self, url: str) -> str | None:
+        """Why a URL the server names itself (the HTTP+SSE transport's message endpoint, a
+        redirect) may not be reached, or None: :func:`check_url`, with the allowlist the
+        server's own URL was checked against. It may resolve the host: call it off the loop.
+        """
+        # A guard allowing private addresses without patterns (made by hand) allows any URL but metadata.
+        patterns = self.allowed_urls or (("*",) if self.allow_private else ())
+        return check_url(url, patterns, resolver=self.resolver)
 
     def addresses(self, host: str) -> list[str]:
         """The addresses to connect to for ``host``, every one of them checked.
@@ -452,12 +463,14 @@ def connect_guard(server: McpServer, settings: RuntimeSettings) -> AddressGuard 
     """The guard for ``server``'s connections: None for a configured (trusted) or stdio server.
 
     A request's URL that matched the allowlist may reach private addresses (the operator
-    allowed it) but never metadata ones; any other URL only public addresses.
+    allowed it) but never metadata ones; any other URL only public addresses. The guard
+    keeps the allowlist (read here, where the request was checked, not in the connection
+    actor's environment) for the URLs the server names itself.
     """
     if server.url is None or _configured(server, settings) is not None:
         return None
     patterns = allowed_url_patterns(settings)
-    return AddressGuard(allow_private=any(_matches(server.url, p) for p in patterns))
+    return AddressGuard(allow_private=any(_matches(server.url, p) for p in patterns), allowed_urls=patterns)
 
 
 def _tool_names(value: Any, param: str) -> frozenset[str] | None:

@@ -1,12 +1,17 @@
 """One long-lived MCP client session per server.
 
 :class:`McpSession` keeps a session to one server open across calls: streamable HTTP
-(falling back to the legacy SSE transport when the server answers the streamable
-handshake with 400, 404 or 405, as the MCP spec's backwards-compatibility section
-describes; never on 401/403, an auth failure is not an old transport), or stdio for a
-configured command. With an :class:`~troupe.actors.mcp_policy.AddressGuard` every HTTP
-connection goes through :func:`~troupe.actors.mcp_policy.pinned_transport`: only to
-addresses the URL policy allows, checked when connecting. The ``mcp`` SDK's transports
+(falling back to the older HTTP+SSE transport, :mod:`~troupe.actors.mcp_sse`, when the
+server answers the streamable handshake's POST with 400, 404 or 405, as the MCP spec's
+backwards-compatibility section describes; never on 401/403, an auth failure is not an old
+transport), or stdio for a configured command. A session remembers that its server speaks
+HTTP+SSE, and reconnects with it at once (back to streamable HTTP only if the URL stops
+answering as an event stream). With an :class:`~troupe.actors.mcp_policy.AddressGuard`
+every HTTP connection goes through :func:`~troupe.actors.mcp_policy.pinned_transport`:
+only to addresses the URL policy allows, checked when connecting; the message endpoint an
+HTTP+SSE server announces must stay on its URL's origin and pass the same URL policy. The
+credentials (the server's headers) are default headers of the one httpx client each
+connection uses, so they go on every request of either transport. The ``mcp`` SDK's transports
 are anyio context managers that must be entered and exited by one task, so each session
 has an *owner task* that opens them, publishes the connected client and then waits to be
 told to close; calls from any task share the client (JSON-RPC ids keep them apart).
@@ -36,6 +41,7 @@ from typing import Any, TypeVar
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
 from .mcp_policy import AddressGuard, AddressRefused, pinned_transport
+from .mcp_sse import EndpointRefused, SseStreamEnded, sse_transport
 
 __all__ = ["McpSession", "tool_output"]
 
@@ -114,6 +120,17 @@ def _refused(exc: BaseException | None) -> bool:
     )
 
 
+def _no_event_stream(exc: BaseException) -> bool:
+    """Whether opening a URL as an HTTP+SSE event stream failed because there is none: the GET
+    answered 400, 404 or 405, or with something other than an event stream."""
+    import httpx2
+
+    cause = _cause(exc)
+    if isinstance(cause, httpx2.HTTPStatusError):
+        return cause.response.status_code in _SSE_FALLBACK_STATUSES
+    return isinstance(cause, httpx2.SSEError) and "content type" in str(cause)
+
+
 def tool_output(result: Any) -> str:
     """A ``CallToolResult`` as the ``mcp_call`` output: text blocks joined, other blocks as JSON.
 
@@ -151,12 +168,14 @@ class McpSession:
             fall back to the ``initialize`` handshake) or ``legacy`` (handshake only).
         guard: Which addresses HTTP connections may go to (see
             :func:`~troupe.actors.mcp_policy.connect_guard`); None: any (a trusted server).
+        sse: The server is known to speak the HTTP+SSE transport (an earlier session found
+            out): connect with it at once.
 
     Every method must be awaited on the event loop that first used the session.
     """
 
     def __init__(self, server: McpServer, *, timeout_s: float = 30.0, list_ttl_s: float = 300.0,
-                 mode: str = "auto", guard: AddressGuard | None = None) -> None:
+                 mode: str = "auto", guard: AddressGuard | None = None, sse: bool = False) -> None:
         self.server = server
         self.timeout_s = timeout_s
         self.list_ttl_s = list_ttl_s
@@ -164,7 +183,7 @@ class McpSession:
         self.guard = guard
         self.stats = {"sessions_opened": 0, "reconnects": 0, "calls": 0, "list_calls": 0, "server_lists": 0}
         self._live: _Live | None = None
-        self._use_sse = False
+        self._use_sse = sse  # found out on the first connect; kept for every reconnect
         self._tools: list[McpTool] | None = None
         self._tools_until = 0.0
         self._list_lock = asyncio.Lock()  # binds to a loop on first use, not here
@@ -173,6 +192,11 @@ class McpSession:
 
     def __repr__(self) -> str:
         return f"McpSession(label={self.server.label!r})"
+
+    @property
+    def transport(self) -> str:
+        """``stdio``, ``sse`` (HTTP+SSE, found by the fallback) or ``streamable_http`` (tried first)."""
+        return "stdio" if self.server.command else "sse" if self._use_sse else "streamable_http"
 
     # -- public ------------------------------------------------------------------------
 
@@ -304,6 +328,8 @@ class McpSession:
         refused = next((e for e in _chain(cause) if isinstance(e, AddressRefused)), None)
         if refused is not None:
             return McpError(f"MCP server {label!r}: {refused.reason}")
+        if isinstance(cause, EndpointRefused | SseStreamEnded | httpx2.SSEError):
+            return McpError(f"MCP server {label!r}: {cause}")
         if isinstance(cause, httpx2.ConnectError | ConnectionError):
             why = str(cause) or type(cause).__name__
             return McpError(f"MCP server {label!r}: could not connect ({why})")
@@ -365,29 +391,42 @@ class McpSession:
             command = self.server.command
             params = StdioServerParameters(command=command[0], args=list(command[1:]))
             return await stack.enter_async_context(self._client(stdio_client(params)))
-        if not self._use_sse:
+        if self._use_sse:  # the server spoke HTTP+SSE before: no streamable attempt first
             try:
-                return await self._connect_http(stack, live)
+                return await self._connect_sse(stack, live)
             except Exception as exc:
-                status = live.http_status
-                # The MCP spec's backwards-compatibility rule: the streamable POST refused as
-                # not found / not allowed means an older server; try its SSE endpoint. Any
-                # other status (401 and 403 above all) is the answer, and is reported as such.
-                if status not in _SSE_FALLBACK_STATUSES:
+                if not _no_event_stream(exc):
                     raise
+                # Its URL has no event stream any more: perhaps upgraded to streamable HTTP.
                 await stack.aclose()
-                try:
-                    client = await self._connect_sse(stack)
-                except Exception:
-                    live.http_status = status  # the streamable attempt's status, not the fallback's
-                    raise exc from None  # the streamable error says more than the SSE one
-                self._use_sse = True
-                return client
-        return await self._connect_sse(stack)
+                self._use_sse = False
+                return await self._connect_http(stack, live)
+        try:
+            return await self._connect_http(stack, live)
+        except Exception as exc:
+            status = live.http_status
+            # The MCP spec's backwards-compatibility rule: the streamable POST (initialize)
+            # refused with 400, 404 or 405 means an older server; open its URL as an HTTP+SSE
+            # event stream. Any other status (401 and 403 above all) is the answer, and is
+            # reported as such.
+            if status not in _SSE_FALLBACK_STATUSES:
+                raise
+            await stack.aclose()
+            live.http_status = None
+            try:
+                client = await self._connect_sse(stack, live)
+            except Exception as sse_exc:
+                if not _no_event_stream(sse_exc):
+                    raise  # the SSE attempt's own failure (a 401 on the stream, a refused endpoint) says more
+                # No event stream either: not an MCP endpoint of any kind; the POST's status says so.
+                live.http_status = status
+                raise exc from None
+            self._use_sse = True
+            log.info("MCP server %r speaks the HTTP+SSE transport", self.server.label)
+            return client
 
-    async def _connect_http(self, stack: AsyncExitStack, live: _Live) -> Any:
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
+    def _recorder(self, live: _Live, *, sse: bool) -> Callable[[Any], Awaitable[None]]:
+        """An httpx response hook keeping the last request POST's error status on ``live``."""
 
         async def record(response: Any) -> None:
             # Only the POSTs carry requests: the GET event stream (retried, and answered 405
@@ -395,34 +434,45 @@ class McpSession:
             if response.request.method != "POST":
                 return
             live.http_status = response.status_code if response.status_code >= 400 else None
-            if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            if response.status_code == 404 and (sse or "mcp-session-id" in response.request.headers):
                 # The server no longer knows the session (it restarted); the spec says start a new one.
                 live.session_lost = True
 
-        http = await stack.enter_async_context(self._http_client(
-            headers=self.server.headers,
-            timeout=httpx2.Timeout(self.timeout_s, read=_SSE_READ_TIMEOUT_S),
-            event_hooks={"response": [record]},
-        ))
+        return record
+
+    async def _connect_http(self, stack: AsyncExitStack, live: _Live) -> Any:
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = await stack.enter_async_context(self._http_client(live, sse=False))
         return await stack.enter_async_context(self._client(streamable_http_client(self.server.url, http_client=http)))
 
-    async def _connect_sse(self, stack: AsyncExitStack) -> Any:
-        from mcp.client.sse import sse_client
+    async def _connect_sse(self, stack: AsyncExitStack, live: _Live) -> Any:
+        """The HTTP+SSE transport (:mod:`~troupe.actors.mcp_sse`), on the same pinned httpx client:
+        the credentials go on the event stream's GET and on every POST, and the message endpoint
+        the server announces must stay on its URL's origin and pass the URL policy."""
+        guard = self.guard
+        check = None
+        if guard is not None:
+            async def check(url: str) -> str | None:
+                return await asyncio.to_thread(guard.why_not_url, url)  # it may resolve the host
 
-        def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
-            return self._http_client(headers=headers, timeout=timeout, auth=auth)
+        http = await stack.enter_async_context(self._http_client(live, sse=True))
+        return await stack.enter_async_context(self._client(
+            sse_transport(http, self.server.url or "", check=check, post_timeout_s=self.timeout_s)))
 
-        return await stack.enter_async_context(self._client(sse_client(
-            self.server.url or "", headers=dict(self.server.headers), timeout=self.timeout_s,
-            sse_read_timeout=_SSE_READ_TIMEOUT_S, httpx_client_factory=factory)))
-
-    def _http_client(self, **options: Any) -> Any:
-        """An httpx client for this server: through the pinned transport when there is a guard."""
+    def _http_client(self, live: _Live, *, sse: bool) -> Any:
+        """An httpx client for this server (its headers on every request), through the pinned
+        transport when there is a guard; it records the POSTs' error statuses on ``live``."""
         import httpx2
 
+        options: dict[str, Any] = {
+            "headers": self.server.headers,
+            "timeout": httpx2.Timeout(self.timeout_s, read=_SSE_READ_TIMEOUT_S),
+            "event_hooks": {"response": [self._recorder(live, sse=sse)]},
+        }
         if self.guard is not None:
             options["transport"] = pinned_transport(self.guard)
-        return httpx2.AsyncClient(**{k: v for k, v in options.items() if v is not None})
+        return httpx2.AsyncClient(**options)
 
     def _client(self, transport: Any) -> Any:
         from mcp import Client
