@@ -157,6 +157,28 @@ def test_a_recursive_schema_with_a_finite_value_is_answered(root):
     assert json.loads(response.output_text)["name"] == "example"
 
 
+def test_a_schema_asking_for_100_mb_is_an_incomplete_answer_and_harms_no_other_request(root):
+    """The sim's output cap (troupe.sim.model.MAX_OUTPUT_CHARS): four such requests at once
+    and a plain one all answer, and listing stored responses still works after them."""
+    huge = {"type": "object", "properties": {"blob": {"type": "string", "minLength": 100_000_000}},
+            "required": ["blob"]}  # fmt: skip
+    fmt = {"format": {"type": "json_schema", "name": "huge", "schema": huge}}
+
+    async def answers() -> list:
+        aclient = openai.AsyncOpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0, timeout=60)
+        async with aclient:
+            big = [aclient.responses.create(model="sim", input="x", text=fmt) for _ in range(4)]
+            return await asyncio.gather(*big, aclient.responses.create(model="sim", input="[[say small]]"))
+
+    *capped, small = asyncio.run(answers())
+    assert small.output_text == "small"
+    for response in capped:
+        assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+        assert len(response.output_text) <= 1 << 20
+    listed = httpx.get(f"{root}/v1/responses", params={"limit": 100, "order": "desc"}, timeout=60)
+    assert listed.status_code == 200 and capped[0].id in {r["id"] for r in listed.json()["data"]}
+
+
 # -- 6: max_tool_calls ----------------------------------------------------------------------
 
 

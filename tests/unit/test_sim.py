@@ -430,3 +430,36 @@ def test_generated_values_follow_the_rules() -> None:
 def test_public_names() -> None:
     for name in sim.__all__:
         assert hasattr(sim, name)
+
+
+# --- the output cap ---------------------------------------------------------------------------
+
+HUGE = {"type": "object", "properties": {"blob": {"type": "string", "minLength": 100_000_000}}, "required": ["blob"]}
+
+
+def _json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+
+
+def test_a_schema_asking_for_more_than_the_cap_is_answered_cut_at_it() -> None:
+    reply = ask("x", response_format=_json_schema(HUGE))
+    assert reply.finish_reason == "length"
+    assert len(reply.text) == sim.MAX_OUTPUT_CHARS and reply.text.startswith('{"blob": "examplexxx')
+    many = {"type": "array", "items": {"type": "integer"}, "minItems": 10**12}
+    reply = ask("x", response_format=_json_schema({"type": "object", "properties": {"n": many}}))
+    assert reply.finish_reason == "length" and len(reply.text) <= sim.MAX_OUTPUT_CHARS
+
+
+def test_an_answer_within_the_cap_is_whole_and_valid() -> None:
+    schema = {"type": "object", "properties": {"blob": {"type": "string", "minLength": 1000}}, "required": ["blob"]}
+    reply = ask("x", response_format=_json_schema(schema))
+    assert reply.finish_reason == "stop"
+    jsonschema.validate(json.loads(reply.text), schema)
+
+
+def test_tokens_past_the_cap_are_cut_and_tool_arguments_stay_within_it() -> None:
+    reply = ask("[[tokens 100000000]]")
+    assert reply.finish_reason == "length" and len(reply.text) <= sim.MAX_OUTPUT_CHARS
+    blob = {"type": "function", "function": {"name": "put", "parameters": HUGE}}
+    (call,) = ask("[[call put]]", tools=[blob]).tool_calls
+    assert len(call.arguments) <= sim.MAX_OUTPUT_CHARS + 20

@@ -39,6 +39,10 @@ Decision order for each turn:
 6. Text answers honour ``response_format``: ``json_schema`` -> a value generated from the
    schema, ``json_object`` -> ``{"answer": <text>}``.
 7. ``max_tokens`` truncates the answer text; finish_reason becomes "length".
+8. The sim's own output cap, :data:`MAX_OUTPUT_CHARS` (1 MiB), bounds every answer and every
+   call's arguments, as a real model's output limit does: a ``json_schema`` (or tool schema)
+   asking for more, or ``[[tokens N]]`` past it, is answered cut at the cap, finish_reason
+   "length" (the response ends ``incomplete``), in time proportional to the cap, not to the ask.
 
 Tokens are whitespace-separated words. Usage: input = words of every message's content
 (plus assistant tool-call arguments); output = words of text + reasoning + arguments.
@@ -68,7 +72,7 @@ from typing import Any
 
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
-from troupe.sim.schema import SchemaError, generate_from_schema
+from troupe.sim.schema import SchemaError, generate_bounded, generate_from_schema
 from troupe.agentloop.file_search import FILE_SEARCH, parse_results
 from troupe.agentloop.model import (
     ChatRequest,
@@ -101,6 +105,10 @@ _WORDS = (
 ).split()
 
 Sleep = Callable[[float], Awaitable[Any]]
+
+
+MAX_OUTPUT_CHARS = 1 << 20
+"""The most characters the sim writes in one answer, or in one tool call's arguments."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +242,7 @@ def _plan(
     results = _tool_results(messages, after=last)
     loops = [c for c in cues.calls if c.loop]
     calls: list[CallCue] = []
-    text = ""
+    text, cut = "", False
     if results and not loops:
         text = "\n".join(_result_line(name, output) for name, output in results)
     elif results:
@@ -242,7 +250,7 @@ def _plan(
     elif cues.calls:
         calls = cues.calls
     elif cues.answer is not None:
-        text = _answer(cues.answer, messages)
+        text, cut = _answer(cues.answer, messages)
     elif _searches(request, cues.plain):
         calls = [CallCue(name=FILE_SEARCH, arguments=json.dumps({"query": cues.plain.strip()}), loop=False)]
     elif (chosen := _choose_tool(request, cues.plain)) is not None:
@@ -256,7 +264,9 @@ def _plan(
     )
     finish_reason = "tool_calls" if tool_calls else "stop"
     if not tool_calls:
-        text = _format(text, request.response_format)
+        text, formatted_cut = _format(text, request.response_format)
+        if cut or formatted_cut:  # its output cap: stopped where a real model's limit stops it
+            finish_reason = "length"
         if request.max_tokens is not None and _count(text) > request.max_tokens:
             text, finish_reason = "".join(split_tokens(text)[: request.max_tokens]), "length"
 
@@ -303,13 +313,16 @@ def _searches(request: ChatRequest, message: str) -> bool:
     return offered and request.tool_choice != "none" and message.strip().endswith("?")
 
 
-def _answer(answer: tuple[str, str], messages: list[dict[str, Any]]) -> str:
+def _answer(answer: tuple[str, str], messages: list[dict[str, Any]]) -> tuple[str, bool]:
+    """The text a ``say``/``tokens``/``history`` directive answers, and whether the output cap cut it."""
     kind, argument = answer
     if kind == "tokens":
-        return " ".join(_WORDS[i % len(_WORDS)] for i in range(int(argument)))
+        count = int(argument)
+        fits = MAX_OUTPUT_CHARS // (1 + max(len(w) for w in _WORDS))  # words that surely fit
+        return " ".join(_WORDS[i % len(_WORDS)] for i in range(min(count, fits))), count > fits
     if kind == "history":
-        return " | ".join(message_text(m) for m in messages if m.get("role") == "user")
-    return argument
+        return " | ".join(message_text(m) for m in messages if m.get("role") == "user"), False
+    return argument, False
 
 
 def _functions(request: ChatRequest) -> list[dict[str, Any]]:
@@ -320,7 +333,8 @@ def _functions(request: ChatRequest) -> list[dict[str, Any]]:
 def _schema_arguments(request: ChatRequest, name: str) -> str:
     for function in _functions(request):
         if function.get("name") == name and function.get("parameters"):
-            return json.dumps(generate_from_schema(function["parameters"]))
+            value, _ = generate_bounded(function["parameters"], MAX_OUTPUT_CHARS)
+            return json.dumps(value)
     return "{}"
 
 
@@ -343,14 +357,18 @@ def _choose_tool(request: ChatRequest, text: str) -> str | None:
     return best
 
 
-def _format(text: str, response_format: dict[str, Any] | None) -> str:
+def _format(text: str, response_format: dict[str, Any] | None) -> tuple[str, bool]:
+    """The answer in ``response_format``, and whether the output cap cut it (its JSON is then
+    cut too, as a model's stopped by its limit is)."""
     kind = (response_format or {}).get("type")
     if kind == "json_schema":
         schema = (response_format or {}).get("json_schema", {}).get("schema") or {"type": "object"}
-        return json.dumps(generate_from_schema(schema))
+        value, cut = generate_bounded(schema, MAX_OUTPUT_CHARS)
+        answer = json.dumps(value)
+        return (answer[:MAX_OUTPUT_CHARS], True) if cut else (answer, False)
     if kind == "json_object":
-        return json.dumps({"answer": text})
-    return text
+        return json.dumps({"answer": text}), False
+    return text, False
 
 
 def _input_tokens(messages: list[dict[str, Any]]) -> int:

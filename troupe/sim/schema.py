@@ -17,7 +17,9 @@ and predictable, so tests can state the expected value outright:
     array              ``max(1, minItems)`` items (capped by ``maxItems``)
     no type            inferred from ``properties``/``items``, else string
 
-``format`` and ``pattern`` are ignored. A schema with no finite value (a ``$ref`` cycle
+``format`` and ``pattern`` are ignored. :func:`generate_bounded` stops at a size: strings are
+cut and arrays end early once the value's characters reach it (a model's output cap), so that
+a schema asking for a 100 MB string costs nothing. A schema with no finite value (a ``$ref`` cycle
 that never reaches a concrete type, a recursive property that is always required) or a
 ``$ref`` that does not resolve raises :class:`SchemaError`, as a model server refuses it.
 
@@ -34,7 +36,7 @@ from typing import Any
 
 from troupe.protocol.schema_refs import MISSING, resolve_ref
 
-__all__ = ["SchemaError", "generate_from_schema"]
+__all__ = ["SchemaError", "generate_bounded", "generate_from_schema"]
 
 # Past this depth a recursive schema ($ref cycles) only gets what it strictly needs:
 # required properties and minItems items, so generation terminates when it can.
@@ -45,6 +47,27 @@ _NO_FINITE_VALUE = 64
 
 class SchemaError(ValueError):
     """The schema cannot be used: a ``$ref`` that does not resolve, or no finite value."""
+
+
+class _Budget:
+    """Characters a value may still take (None: no bound); ``cut`` once anything was cut."""
+
+    __slots__ = ("left", "cut")
+
+    def __init__(self, left: int | None) -> None:
+        self.left, self.cut = left, False
+
+    def take(self, wanted: int) -> int:
+        """How many of ``wanted`` characters fit, taking them."""
+        if self.left is None:
+            return wanted
+        given = min(wanted, self.left)
+        self.left -= given
+        self.cut = self.cut or given < wanted
+        return given
+
+
+_UNBOUNDED = _Budget(None)
 
 
 def generate_from_schema(schema: dict[str, Any]) -> Any:
@@ -60,32 +83,44 @@ def generate_from_schema(schema: dict[str, Any]) -> Any:
     Raises:
         SchemaError: a ``$ref`` does not resolve, or no finite value validates.
     """
-    return _generate(schema, root=schema, depth=0)
+    return _generate(schema, root=schema, depth=0, budget=_Budget(None))
 
 
-def _generate(schema: Any, *, root: dict[str, Any], depth: int) -> Any:
+def generate_bounded(schema: dict[str, Any], max_chars: int) -> tuple[Any, bool]:
+    """:func:`generate_from_schema` within about ``max_chars`` characters of value: the value,
+    and whether it was cut to fit (it then need not validate: a model stopped by its output cap).
+
+    Raises:
+        SchemaError: as :func:`generate_from_schema`.
+    """
+    budget = _Budget(max_chars)
+    value = _generate(schema, root=schema, depth=0, budget=budget)
+    return value, budget.cut
+
+
+def _generate(schema: Any, *, root: dict[str, Any], depth: int, budget: _Budget) -> Any:
     if depth > _NO_FINITE_VALUE:
         raise SchemaError("the schema has no finite value: its $ref recursion never ends")
     if not isinstance(schema, dict):
         # `true` / `{}` style schemas accept anything.
         return "example"
     if "$ref" in schema:
-        return _generate(_resolve(schema["$ref"], root), root=root, depth=depth + 1)
+        return _generate(_resolve(schema["$ref"], root), root=root, depth=depth + 1, budget=budget)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
         return schema["enum"][0]
     for key in ("anyOf", "oneOf"):
         if schema.get(key):
-            return _generate(schema[key][0], root=root, depth=depth + 1)
+            return _generate(schema[key][0], root=root, depth=depth + 1, budget=budget)
     if schema.get("allOf"):
-        return _generate(_merge_all_of(schema, root), root=root, depth=depth + 1)
+        return _generate(_merge_all_of(schema, root), root=root, depth=depth + 1, budget=budget)
 
     match _type_of(schema):
         case "object":
-            return _object(schema, root=root, depth=depth)
+            return _object(schema, root=root, depth=depth, budget=budget)
         case "array":
-            return _array(schema, root=root, depth=depth)
+            return _array(schema, root=root, depth=depth, budget=budget)
         case "integer":
             return _number(schema, integer=True)
         case "number":
@@ -95,7 +130,7 @@ def _generate(schema: Any, *, root: dict[str, Any], depth: int) -> Any:
         case "null":
             return None
         case _:
-            return _string(schema)
+            return _string(schema, budget)
 
 
 def _type_of(schema: dict[str, Any]) -> str:
@@ -139,18 +174,18 @@ def _merge_all_of(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def _object(schema: dict[str, Any], *, root: dict[str, Any], depth: int) -> dict[str, Any]:
+def _object(schema: dict[str, Any], *, root: dict[str, Any], depth: int, budget: _Budget) -> dict[str, Any]:
     properties: dict[str, Any] = schema.get("properties") or {}
     required: list[str] = list(schema.get("required") or [])
     names = list(properties) if depth < _MAX_DEPTH else [n for n in properties if n in required]
-    value = {name: _generate(properties[name], root=root, depth=depth + 1) for name in names}
+    value = {name: _generate(properties[name], root=root, depth=depth + 1, budget=budget) for name in names}
     for name in required:
         # A required name without a property schema still has to be present.
         value.setdefault(name, "example")
     return value
 
 
-def _array(schema: dict[str, Any], *, root: dict[str, Any], depth: int) -> list[Any]:
+def _array(schema: dict[str, Any], *, root: dict[str, Any], depth: int, budget: _Budget) -> list[Any]:
     prefix = list(schema.get("prefixItems") or [])
     min_items = int(schema.get("minItems", 0))
     count = max(1 if depth < _MAX_DEPTH else 0, min_items, len(prefix))
@@ -161,8 +196,10 @@ def _array(schema: dict[str, Any], *, root: dict[str, Any], depth: int) -> list[
         count = min(count, len(prefix))
     values = []
     for i in range(count):
+        if budget.take(1) < 1:  # each item costs at least its separator: minItems asked for more than fits
+            break
         item_schema = prefix[i] if i < len(prefix) else items
-        values.append(_generate(item_schema, root=root, depth=depth + 1))
+        values.append(_generate(item_schema, root=root, depth=depth + 1, budget=budget))
     return values
 
 
@@ -207,11 +244,9 @@ def _between(low: float | None, high: float | None) -> float:
     return (low + high) / 2
 
 
-def _string(schema: dict[str, Any]) -> str:
-    text = "example"
-    min_length = int(schema.get("minLength", 0))
-    if len(text) < min_length:
-        text += "x" * (min_length - len(text))
+def _string(schema: dict[str, Any], budget: _Budget = _UNBOUNDED) -> str:
+    length = max(len("example"), int(schema.get("minLength", 0)))
     if "maxLength" in schema:
-        text = text[: int(schema["maxLength"])]
-    return text
+        length = min(length, int(schema["maxLength"]))
+    length = budget.take(length)
+    return ("example" + "x" * max(0, length - len("example")))[:length]
