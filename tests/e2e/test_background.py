@@ -19,13 +19,61 @@ def status_of(client: openai.OpenAI, response_id: str) -> str:
     return client.responses.retrieve(response_id).status
 
 
-def test_background_create_then_poll_until_completed(client):
-    started = client.responses.create(model="sim", input="[[latency ttft=100]] [[say done in the background]]",
+def test_background_create_answers_queued_then_reads_in_progress_then_completed(client):
+    started = client.responses.create(model="sim", input="[[latency ttft=1500]] [[say done in the background]]",
                                       background=True)  # fmt: skip
-    assert started.status in ("queued", "in_progress") and started.background is True
+    assert started.status == "queued" and started.background is True, "OpenAI's create answer is always queued"
+    assert started.output == [] and started.completed_at is None and started.usage is None
+    wait_for(lambda: status_of(client, started.id) == "in_progress", what="the response in progress")
     wait_for(lambda: status_of(client, started.id) == "completed", what="the background response")
     done = client.responses.retrieve(started.id)
     assert done.output_text == "done in the background" and done.background is True
+
+
+def test_a_background_stream_opens_queued_then_in_progress(client):
+    events = list(client.responses.create(model="sim", input="[[tokens 5]]", background=True, stream=True))
+    assert [(e.type, e.response.status) for e in events[:3]] == [
+        ("response.created", "queued"), ("response.queued", "queued"), ("response.in_progress", "in_progress")]  # fmt: skip
+    assert type(events[1]).__name__ == "ResponseQueuedEvent", "the SDK parses it as its own event type"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed"
+    replayed = list(client.responses.retrieve(events[0].response.id, stream=True))  # from its stored log
+    assert [e.to_dict() for e in replayed] == [e.to_dict() for e in events]
+
+
+def test_the_sdk_stream_helper_accumulates_a_background_stream(client):
+    with client.responses.stream(model="sim", input="[[say one two]]", background=True) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert types[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert final.status == "completed" and final.output_text == "one two" and final.background is True
+
+
+def test_cancel_a_queued_response_and_it_never_runs(client):
+    conversation = client.conversations.create()
+    busy = client.responses.create(model="sim", input=SLEEP_30_S, conversation=conversation.id, background=True)
+    queued = client.responses.create(model="sim", input="[[say never]]", conversation=conversation.id,
+                                     background=True)  # fmt: skip
+    assert queued.status == "queued" and status_of(client, queued.id) == "queued", "behind the busy turn"
+    assert client.responses.cancel(queued.id).status == "cancelled"
+    assert status_of(client, queued.id) == "cancelled"
+    client.responses.cancel(busy.id)
+    log = list(client.responses.retrieve(queued.id, stream=True))  # to its end: once stored, from its log
+    assert [e.type for e in log][:2] == ["response.created", "response.queued"]
+    assert not {"response.completed", "response.failed"} & {e.type for e in log}, "it never completed"
+    done = client.responses.retrieve(queued.id)
+    assert done.status == "cancelled" and done.output == []
+
+
+def test_cancel_an_in_progress_response_prevents_its_completion(client):
+    started = client.responses.create(model="sim", input="[[latency ttft=3000]] [[say never]]", background=True)
+    assert started.status == "queued"
+    wait_for(lambda: status_of(client, started.id) == "in_progress", what="the response in progress")
+    assert client.responses.cancel(started.id).status == "cancelled"
+    log = list(client.responses.retrieve(started.id, stream=True))  # to its end
+    assert [e.type for e in log][:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert "response.completed" not in {e.type for e in log}, "it never completed"
+    assert client.responses.retrieve(started.id).status == "cancelled"
 
 
 def test_background_needs_store(client):

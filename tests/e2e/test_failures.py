@@ -132,6 +132,9 @@ def test_a_background_run_survives_kill_9_of_its_host_twice(actor_root, tmp_path
     assert [e.sequence_number for e in events] == list(range(len(events))), "no gap, no duplicate"
     added = [e.item.id for e in events if e.type == "response.output_item.added"]
     assert len(added) == len(set(added)) and events[-1].type == "response.completed"
+    assert [(e.type, e.response.status) for e in events if e.type in OPENING] == [
+        ("response.created", "queued"), ("response.queued", "queued"), ("response.in_progress", "in_progress")
+    ], "opened once, queued, through both resumes"
     model_steps = [t for t in _traces(actor_root, started.id) if t["kind"] == "model"]
     assert len(model_steps) == 2, "the first model call was not made again"
 
@@ -186,7 +189,12 @@ def test_a_background_stream_is_followed_on_through_its_hosts_death(troupe_apps,
     assert [e for e in events if e.type in ("error", "response.failed")] == []
     whole = list(client.responses.retrieve(events[0].response.id, stream=True))
     assert [e.to_dict() for e in events] == [e.to_dict() for e in whole], "one unbroken stream, as if nothing happened"
+    assert [e.type for e in whole[:3]] == list(OPENING) and whole[0].response.status == "queued"
     assert whole[-1].type == "response.completed"
+
+
+OPENING = ("response.created", "response.queued", "response.in_progress")
+"""How a background response's events open (the first two ``queued``)."""
 
 
 def _host_namespace_storage(response_id: str):

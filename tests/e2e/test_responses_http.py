@@ -387,6 +387,106 @@ def test_an_upstream_400_ends_a_stream_with_its_code(client):
     assert stored.status == "failed" and stored.error.code == "invalid_base64_image"
 
 
+# -- query parameters ----------------------------------------------------------------
+# A malformed boolean, integer, number or enum in the query string answers 400 naming the
+# parameter, on every route that takes one. Sent as a client would: through the openai SDK
+# (its extra_query carries the raw value), or httpx for the routes the SDK has no method for.
+# The ids need not exist: parameters are checked before anything is looked up.
+
+BAD_BOOLEANS = ("maybe", "yes", "1", "")
+BAD_INTEGERS = ("abc", "1.0", "+1", "1_0", "")
+BAD_ORDERS = ("up", "")
+BAD_NUMBERS = ("nan", "inf", "abc")
+_ITEMS = {"limit": BAD_INTEGERS, "order": BAD_ORDERS}
+QUERY_ROUTES: dict[str, tuple[Any, dict[str, tuple[str, ...]]]] = {
+    "responses.retrieve": (
+        lambda c, q: c.responses.retrieve("resp_0123456789abcdef", extra_query=q),
+        {"stream": BAD_BOOLEANS, "include_obfuscation": BAD_BOOLEANS, "starting_after": BAD_INTEGERS},
+    ),
+    "GET /v1/responses": (lambda c, q: c.get("/responses", cast_to=object, options={"params": q}), _ITEMS),
+    "responses.input_items.list": (lambda c, q: c.responses.input_items.list("resp_0123456789abcdef", extra_query=q),
+                                   _ITEMS),
+    "conversations.items.list": (lambda c, q: c.conversations.items.list("conv_0123456789abcdef", extra_query=q),
+                                 _ITEMS),
+    "files.list": (lambda c, q: c.files.list(extra_query=q), _ITEMS),
+    "vector_stores.list": (lambda c, q: c.vector_stores.list(extra_query=q), _ITEMS),
+    "vector_stores.files.list": (lambda c, q: c.vector_stores.files.list("vs_0123456789abcdef", extra_query=q),
+                                 {**_ITEMS, "filter": ("done", "")}),
+    "vector_stores.file_batches.list_files": (
+        lambda c, q: c.vector_stores.file_batches.list_files("vsfb_0123", vector_store_id="vs_0123", extra_query=q),
+        {**_ITEMS, "filter": ("done", "")},
+    ),
+    "console responses": (
+        lambda c, q: c.get("/troupe/console/responses", cast_to=object, options={"params": q}),
+        {"limit": BAD_INTEGERS, "since": BAD_NUMBERS, "until": BAD_NUMBERS, "status": ("done", "Completed")},
+    ),
+    "console thread": (lambda c, q: c.get("/troupe/console/threads/thread_1", cast_to=object, options={"params": q}),
+                       {"limit": BAD_INTEGERS}),
+    "console stats": (lambda c, q: c.get("/troupe/console/stats", cast_to=object, options={"params": q}),
+                      {"window_s": BAD_NUMBERS}),
+}  # fmt: skip
+BAD_QUERIES = [(route, param, value) for route, (_, params) in QUERY_ROUTES.items()
+               for param, values in params.items() for value in values]  # fmt: skip
+
+
+@pytest.fixture(params=["local", "replica"])
+def query_client(request) -> OpenAI:
+    """The in-process app and the Ray Serve one (the query parsing is the HTTP layer's, the
+    same in every placement); servers shared with the rest of the suite."""
+    url = request.getfixturevalue("local_url") if request.param == "local" else request.getfixturevalue("troupe_apps")["replica"]
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.mark.parametrize(("route", "param", "value"), BAD_QUERIES, ids=[f"{r}-{p}={v!r}" for r, p, v in BAD_QUERIES])
+def test_a_malformed_query_parameter_is_a_400_naming_it(query_client, route, param, value):
+    call, _ = QUERY_ROUTES[route]
+    with pytest.raises(openai.BadRequestError) as err:
+        call(query_client, {param: value})
+    assert err.value.status_code == 400
+    assert (err.value.body["type"], err.value.param, err.value.code) == ("invalid_request_error", param, "invalid_value")
+    assert f"'{param}'" in err.value.message and f"'{value}'" in err.value.message
+    assert err.value.response.headers["x-should-retry"] == "false"
+
+
+def test_a_query_parameter_sent_twice_is_a_400_naming_it(query_client):
+    done = query_client.responses.create(model="sim", input="[[say hi]]")
+    url = f"{query_client.base_url}responses/{done.id}"
+    for query, param in [("stream=false&stream=maybe", "stream"), ("stream=true&stream=true", "stream"),
+                         ("starting_after=1&stream=false&starting_after=2", "starting_after")]:  # fmt: skip
+        r = httpx.get(f"{url}?{query}")  # the SDK never repeats one: raw HTTP
+        assert (r.status_code, r.json()["error"]["param"]) == (400, param), query
+        assert "sent more than once" in r.json()["error"]["message"]
+    r = httpx.get(f"{query_client.base_url}responses?limit=2&limit=3")
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "limit")
+
+
+def test_well_formed_query_parameters_are_read_as_before(query_client):
+    done = query_client.responses.create(model="sim", input="[[say hi]]")
+    for stream in ("true", "True", "TRUE"):
+        events = list(query_client.responses.retrieve(done.id, stream=True, extra_query={"stream": stream}))
+        assert events[-1].type == "response.completed"
+    assert query_client.responses.retrieve(done.id, extra_query={"stream": "false"}).id == done.id
+    tail = list(query_client.responses.retrieve(done.id, stream=True, starting_after=-1, include_obfuscation=False))
+    assert [e.sequence_number for e in tail] == list(range(len(tail)))
+    page = query_client.get("/responses", cast_to=object, options={"params": {"limit": "1", "order": "asc"}})
+    assert len(page["data"]) == 1  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        query_client.responses.input_items.list(done.id, limit=0)
+    assert (err.value.param, err.value.code) == ("limit", "integer_below_min_value")
+    assert err.value.body["message"] == "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got 0 instead."
+
+
+def test_authentication_comes_before_a_malformed_query_parameter(keyed_url):
+    anonymous = OpenAI(base_url=f"{keyed_url}/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        anonymous.responses.retrieve("resp_0123456789abcdef", extra_query={"stream": "maybe"})
+    r = httpx.get(f"{keyed_url}/v1/responses/resp_0123456789abcdef?stream=true&stream=true")
+    assert r.status_code == 401
+    with pytest.raises(openai.BadRequestError) as err:
+        keyed(keyed_url, "sk-alice").responses.retrieve("resp_0123456789abcdef", extra_query={"stream": "maybe"})
+    assert err.value.param == "stream"
+
+
 # -- SSE framing ---------------------------------------------------------------------
 
 

@@ -22,10 +22,11 @@ async def status_is(runtime: Runtime, response_id: str, *statuses: str) -> bool:
     return (await runtime.get_response("", response_id))["status"] in statuses
 
 
-async def test_a_background_response_answers_at_once_and_completes_for_a_poll(runtime):
-    started = await runtime.background("", req(input="[[latency ttft=50 itl=10]] [[tokens 20]]", background=True))
-    assert started["status"] == "in_progress" and started["background"] is True
-    assert started["output"] == []
+async def test_a_background_response_answers_queued_then_reads_in_progress_then_completed(runtime):
+    started = await runtime.background("", req(input="[[latency ttft=300 itl=10]] [[tokens 20]]", background=True))
+    assert started["status"] == "queued" and started["background"] is True, "always queued, as OpenAI's"
+    assert started["output"] == [] and started["completed_at"] is None and started["usage"] is None
+    await wait_until(lambda: status_is(runtime, started["id"], "in_progress"), what="the run to be in progress")
     await wait_until(lambda: status_is(runtime, started["id"], "completed"), what="the background run")
     done = await runtime.get_response("", started["id"])
     foreground = await runtime.respond("", req(input="[[tokens 20]]"))
@@ -169,6 +170,48 @@ async def test_a_background_stream_followed_live_equals_its_replay(runtime):
     assert await collect(await runtime.follow_response("", started["id"])) == live, "the stored log replays it"
     tail = await collect(await runtime.follow_response("", started["id"], starting_after=9))
     assert tail == live[10:]
+
+
+async def test_a_background_stream_opens_queued_then_in_progress(runtime):
+    started = await runtime.background("", req(input="[[tokens 5]]", background=True))
+    live = await collect(await runtime.follow_response("", started["id"]))
+    opening = [(e["type"], e["sequence_number"], e["response"]["status"]) for e in live[:3]]
+    assert opening == [("response.created", 0, "queued"), ("response.queued", 1, "queued"),
+                       ("response.in_progress", 2, "in_progress")]  # fmt: skip
+    assert live[0]["response"] == started, "create answered the response.created snapshot"
+    assert [e["type"] for e in live].count("response.in_progress") == 1
+    assert [e["sequence_number"] for e in live] == list(range(len(live))) and live[-1]["type"] == "response.completed"
+
+
+async def test_a_run_queued_behind_its_conversations_turn_streams_its_opening_at_once(runtime):
+    conv = (await runtime.create_conversation(""))["id"]
+    first = await runtime.background("", req(input=SLEEP_30_S, conversation=conv, background=True))
+    second = await runtime.background("", req(input="[[say second]]", conversation=conv, background=True))
+    followed = await runtime.follow_response("", second["id"])
+    seen: list[dict] = []
+    while len(seen) < 2:  # while the first turn still runs
+        seen += await anext(followed)
+    assert [(e["type"], e["response"]["status"]) for e in seen] == [("response.created", "queued"),
+                                                                    ("response.queued", "queued")]  # fmt: skip
+    assert (await runtime.get_response("", first["id"]))["status"] == "in_progress"
+    await runtime.cancel_response("", first["id"])
+    seen += await collect(followed)
+    assert seen[2]["type"] == "response.in_progress" and seen[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in seen] == list(range(len(seen)))
+
+
+async def test_a_cancelled_queued_run_never_completes(runtime):
+    conv = (await runtime.create_conversation(""))["id"]
+    first = await runtime.background("", req(input=SLEEP_30_S, conversation=conv, background=True))
+    queued = await runtime.background("", req(input="[[say never]]", conversation=conv, background=True))
+    assert (await runtime.cancel_response("", queued["id"]))["status"] == "cancelled"
+    await runtime.cancel_response("", first["id"])
+    await wait_until(lambda: status_is(runtime, queued["id"], "cancelled"), what="the queued run stored")
+    assert (await runtime.store.get_response("", queued["id"]))["status"] == "cancelled", "stored so"
+    log = await collect(await runtime.follow_response("", queued["id"]))
+    assert [e["type"] for e in log][:2] == ["response.created", "response.queued"]
+    assert not any(e["type"] in ("response.completed", "response.failed") for e in log), "no terminal event"
+    assert [e["sequence_number"] for e in log] == list(range(len(log)))
 
 
 async def test_a_background_stream_resumed_after_a_drop_misses_nothing(runtime):

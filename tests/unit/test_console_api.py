@@ -139,6 +139,9 @@ async def test_filters(keyed: httpx.AsyncClient) -> None:
     assert await ids(keyed, ADMIN_KEY, limit=2, after="resp_b1") == ["resp_a1"]
     bad = await keyed.get(f"{API}/responses", params={"limit": 0}, headers=ADMIN_KEY)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
+    for param, value in (("status", "done"), ("since", "yesterday"), ("until", "nan"), ("limit", "2.0")):
+        bad = await keyed.get(f"{API}/responses", params={param: value}, headers=ADMIN_KEY)
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == param, (param, value)
 
 
 async def test_one_response_with_its_items_and_timeline(keyed: httpx.AsyncClient) -> None:

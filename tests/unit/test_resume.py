@@ -65,7 +65,16 @@ def assert_one_unbroken_log(events: list[dict[str, Any]]) -> None:
     added = [e["item"]["id"] for e in events if e["type"] == "response.output_item.added"]
     assert len(added) == len(set(added)), "no item is announced twice"
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
-    assert [e["type"] for e in events].count("response.created") == 1
+    opening = [(e["type"], e["response"]["status"]) for e in events if e["type"] in OPENING_TYPES]
+    if events[0]["response"]["background"]:  # queued, then in progress, once each
+        assert opening == [("response.created", "queued"), ("response.queued", "queued"),
+                           ("response.in_progress", "in_progress")]  # fmt: skip
+    else:
+        assert opening == [("response.created", "in_progress"), ("response.in_progress", "in_progress")]
+    assert [e["type"] for e in events[: len(opening)]] == [t for t, _ in opening], "the opening comes first"
+
+
+OPENING_TYPES = ("response.created", "response.queued", "response.in_progress")
 
 
 async def test_a_restart_during_a_tool_step_reruns_only_the_idempotent_call_in_flight(tmp_path):
@@ -145,6 +154,27 @@ async def test_a_restart_during_the_second_model_call_asks_the_model_again_and_r
         assert_one_unbroken_log(events)
         assert events[-1]["response"]["usage"]["output_tokens"] > 0
         assert shape(resumed["output"]) == shape((await second.respond("", req(input=call("record", db=db, key="r"))))["output"])
+    finally:
+        await second.close()
+
+
+async def test_a_run_lost_before_its_first_checkpoint_opens_once_and_goes_on(tmp_path):
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input="[[latency ttft=3000]] [[say after the restart]]", background=True))
+    assert started["status"] == "queued"
+
+    async def in_progress() -> bool:
+        return (await first.get_response("", started["id"]))["status"] == "in_progress"
+
+    await wait_until(in_progress, what="the model call under way")
+    assert await first.store.run_steps("", started["id"]) == [], "no step stored: nothing to go on from"
+    await first.close()  # the server stops during the model call
+    second = Runtime.local(settings(tmp_path))
+    try:
+        assert await second.recover() == 1
+        resumed = await finished(second, started["id"])
+        assert resumed["status"] == "completed" and resumed["output"][-1]["content"][0]["text"] == "after the restart"
+        assert_one_unbroken_log(await events_of(second, started["id"]))
     finally:
         await second.close()
 

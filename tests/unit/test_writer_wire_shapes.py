@@ -21,9 +21,12 @@ from openai.types.responses import ResponseStreamEvent
 from tests.fakes import FunctionMcpClient, FunctionModel, ScriptedModel, WordsFileSearcher, text_turn, tool_turn
 from tests.loop_harness import Outcome, check_stream, history_of, run
 from troupe.agentloop.driver import LoopSettings
+from troupe.agentloop.events import ResponseStarted
 from troupe.agentloop.model import ModelError
 from troupe.sim.model import SimModel
 from troupe.agentloop.tools import LocalFunctionExecutor
+from troupe.agentloop.writer import WireWriter
+from troupe.protocol import parse_create_request
 
 
 def _event_models() -> dict[str, type[pydantic.BaseModel]]:
@@ -38,6 +41,7 @@ EVENT_MODELS = _event_models()
 WRITER_EVENT_TYPES = frozenset(
     {
         "response.created",
+        "response.queued",
         "response.in_progress",
         "response.output_item.added",
         "response.output_item.done",
@@ -140,6 +144,14 @@ async def text() -> list[Outcome]:
     return [await run({"model": "m", "input": "x"}, ScriptedModel(text_turn("Hi there friend")))]
 
 
+async def background() -> list[Outcome]:
+    """A background response opens queued: created and queued, then in_progress."""
+    outcome = await run({"model": "m", "input": "x", "background": True}, ScriptedModel(text_turn("Hi")))
+    opening = [(e["type"], e["response"]["status"]) for e in outcome.events[:3]]
+    assert opening == [("response.created", "queued"), ("response.queued", "queued"), ("response.in_progress", "in_progress")]
+    return [outcome]
+
+
 async def reasoning_then_text() -> list[Outcome]:
     model = ScriptedModel(text_turn("answer", reasoning="let me think"))
     return [await run({"model": "m", "input": "x"}, model)]
@@ -217,6 +229,7 @@ async def file_search() -> list[Outcome]:
 
 SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     text,
+    background,
     reasoning_then_text,
     incomplete,
     client_function_call,
@@ -241,3 +254,21 @@ async def test_every_event_is_the_sdk_model_for_its_type(scenario):
 async def test_the_scenarios_cover_every_event_the_writer_emits():
     seen = {e["type"] for scenario in SCENARIOS for outcome in await scenario() for e in outcome.events}
     assert seen == WRITER_EVENT_TYPES
+
+
+def test_a_background_writer_opens_queued_once_and_a_restored_one_goes_on():
+    request = parse_create_request({"model": "m", "input": "x", "background": True})
+    writer = WireWriter(request, response_id="resp_1", created_at=1)
+    opening = writer.queue()  # as the host accepts it
+    assert [(e["type"], e["sequence_number"], e["response"]["status"]) for e in opening] == [
+        ("response.created", 0, "queued"), ("response.queued", 1, "queued")]  # fmt: skip
+    assert writer.response["status"] == "queued" and not writer.finished
+    started = writer.write(ResponseStarted())  # its turn came
+    assert [(e["type"], e["sequence_number"], e["response"]["status"]) for e in started] == [
+        ("response.in_progress", 2, "in_progress")]  # fmt: skip
+    with pytest.raises(RuntimeError):
+        writer.queue()
+    restored = WireWriter(request, response_id="resp_1", created_at=1)
+    restored.restore(opening)  # a run lost while queued, taken up from what was logged
+    assert restored.response["status"] == "queued"
+    assert restored.write(ResponseStarted()) == started

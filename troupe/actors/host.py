@@ -224,8 +224,9 @@ class ConversationHost:
 
     async def start_background(self, job: TurnJob) -> dict[str, Any]:
         """Start a background response (``background: true``) and answer at once: the run goes
-        on in a task of this host. The Response it answers is ``queued`` when the conversation
-        is busy with another turn, else ``in_progress``.
+        on in a task of this host. The Response it answers is always ``queued``, as OpenAI's
+        create does (its ``response.created`` snapshot); a later read shows ``in_progress``,
+        then how it ended.
 
         Raises: InvalidRequest / NotFound for a request that does not fit, when the run could
         start at once (a queued run that turns out not to fit is stored ``failed``).
@@ -239,7 +240,10 @@ class ConversationHost:
         except BaseException:
             self.runs.remove(run)
             raise
-        return await self._drive(run, refusals_answered=True)
+        assert run.events  # response.created and response.queued, written as it was accepted
+        opening = run.events[0]["response"]
+        await self._drive(run, refusals_answered=True)
+        return dict(opening)
 
     async def resume_background(self, job: TurnJob) -> dict[str, Any]:
         """Go on with a durable response whose host died (a background one, or a foreground one
@@ -250,18 +254,18 @@ class ConversationHost:
         if running is not None:
             return running.snapshot()
         steps = await self.store.run_steps(job.tenant, job.response_id)
-        run = self._accept(job)
         events = [event for step in steps for event in step.data["events"]]
-        run.writer.restore(events)
-        run.events, run.logged, run.steps = events, len(events), len(steps)
+        run = self._accept(job, restored=events)
+        run.steps = len(steps)
         run.traces = [StepTrace(**trace) for step in steps for trace in step.data["traces"]]
         run.traced = len(run.traces)
         run.resume = ResumePoint(steps=tuple(step.data for step in steps), output=tuple(run.writer.output))
         return await self._drive(run, refusals_answered=False)
 
     async def _drive(self, run: LiveRun, *, refusals_answered: bool) -> dict[str, Any]:
-        """Drive a background run in a task of this host; its Response once it has started,
-        or at once when it waits for its conversation's turn (``queued``).
+        """Drive a background run in a task of this host; its Response as it stands once it has
+        started (so that a request that does not fit is refused), or at once when it waits for
+        its conversation's turn (``queued``).
 
         ``refusals_answered``: a request that does not fit, found before the run starts, is
         raised to the caller (a new request); otherwise it is stored as the run's failure.
@@ -315,12 +319,21 @@ class ConversationHost:
             async for batch in batches:
                 yield batch
 
-    def _accept(self, job: TurnJob) -> LiveRun:
+    def _accept(self, job: TurnJob, *, restored: list[dict[str, Any]] | None = None) -> LiveRun:
+        """The job as a live run. A background one opens at once, ``queued`` (``response.created``
+        and ``response.queued``: a follower has them while it waits for its turn), unless it
+        goes on from ``restored``, the wire events its checkpoints hold."""
         request = job.request
         writer = WireWriter(
             request, response_id=job.response_id, created_at=job.created_at, conversation_id=request.conversation_id
         )
-        return self.runs.add(job, writer)
+        run = self.runs.add(job, writer)
+        if restored:
+            writer.restore(restored)
+            run.events, run.logged = restored, len(restored)
+        elif request.background:
+            run.add_events(writer.queue())
+        return run
 
     async def _turn(self, run: LiveRun, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
         """The run, once it has its conversation's turn; it leaves :attr:`runs` when it ends."""

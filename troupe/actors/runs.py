@@ -123,11 +123,12 @@ class LiveRun:
         await waiter
 
     def snapshot(self) -> dict[str, Any]:
-        """The Response as it stands: ``queued`` before its turn, ``cancelled`` once asked to,
-        and ``in_progress`` until it is stored (a reader told it is done must find it stored:
-        its input items, its step traces)."""
+        """The Response as it stands: ``queued`` before its turn (a background one until its
+        ``response.in_progress`` event), ``cancelled`` once asked to, and ``in_progress`` until
+        it is stored (a reader told it is done must find it stored: its input items, its step
+        traces)."""
         response = self.writer.response
-        if response["status"] == "in_progress":
+        if response["status"] in ("queued", "in_progress"):
             if self.cancel.is_set():
                 response["status"] = "cancelled"
             elif not self.running:

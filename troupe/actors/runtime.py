@@ -281,8 +281,9 @@ class Runtime(ConversationCalls, ConsoleCalls):
         self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None
     ) -> dict[str, Any]:
         """Start a background response (``background: true``); the Response at once, ``queued``
-        or ``in_progress``. It runs on its conversation's host; ``get_response`` shows its
-        progress and ``cancel_response`` stops it.
+        (always, as OpenAI's: the snapshot of its ``response.created`` event). It runs on its
+        conversation's host; ``get_response`` shows its progress (``in_progress``, then how it
+        ended) and ``cancel_response`` stops it.
 
         Raises: as :meth:`stream`, before anything runs.
         """

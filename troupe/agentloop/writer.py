@@ -12,6 +12,10 @@ not in a client.
 Non-streaming requests run the same writer and keep only :attr:`WireWriter.response`,
 so both modes produce the same final Response by construction.
 
+A response opens with ``response.created`` then ``response.in_progress``; a background one
+with ``response.created`` and ``response.queued`` (both ``queued``, written by :meth:`WireWriter.queue`
+when it is accepted), then ``response.in_progress`` once it runs, as OpenAI's does.
+
 Terminal events: ``completed`` → ``response.completed``; ``incomplete`` →
 ``response.incomplete``; ``failed`` → ``error`` then ``response.failed``;
 ``requires_action`` (opt-in, Antwort style) → ``response.requires_action``;
@@ -69,6 +73,8 @@ class WireWriter:
         self._output: list[dict[str, Any]] = []  # index == output_index; replaced as items finish
         self._index: dict[str, int] = {}  # item id -> output_index
         self._status = "in_progress"
+        self._opened = False
+        """``response.created`` is written (or, for a restored writer, was)."""
         self._usage: TokenUsage | None = None
         self._error: dict[str, Any] | None = None
         self._incomplete: dict[str, Any] | None = None
@@ -92,7 +98,18 @@ class WireWriter:
 
     @property
     def finished(self) -> bool:
-        return self._status != "in_progress"
+        return self._status not in ("queued", "in_progress")
+
+    def queue(self) -> list[dict[str, Any]]:
+        """The opening of a background response accepted and waiting to run: ``response.created``
+        and ``response.queued``, both ``queued``. ``ResponseStarted`` then writes only
+        ``response.in_progress``."""
+        if self._opened:
+            raise RuntimeError("the response is already open")
+        self._opened = True
+        self._status = "queued"
+        snapshot = self.response
+        return [self._response_event("response.created", snapshot), self._response_event("response.queued", snapshot)]
 
     def restore(self, events: list[dict[str, Any]]) -> None:
         """Take up where the writer that wrote ``events`` stood after them (a resumed run): the
@@ -103,6 +120,9 @@ class WireWriter:
         """
         for event in events:
             match event["type"]:
+                case "response.created" | "response.queued" | "response.in_progress":
+                    self._opened = True
+                    self._status = event["response"]["status"]
                 case "response.output_item.added":
                     self._index[event["item"]["id"]] = len(self._output)
                     self._output.append(event["item"])
@@ -123,11 +143,17 @@ class WireWriter:
         """The wire events for one loop event (possibly none)."""
         match event:
             case ev.ResponseStarted():
-                snapshot = self.response
-                return [
-                    self._response_event("response.created", snapshot),
-                    self._response_event("response.in_progress", snapshot),
-                ]
+                if not self._opened and not self._request.background:
+                    self._opened = True
+                    snapshot = self.response
+                    return [
+                        self._response_event("response.created", snapshot),
+                        self._response_event("response.in_progress", snapshot),
+                    ]
+                # A background response: created and queued, written when it was accepted (or now).
+                opening = [] if self._opened else self.queue()
+                self._status = "in_progress"
+                return [*opening, self._response_event("response.in_progress", self.response)]
             case ev.MessageStarted(item_id=item_id):
                 added = self._add(_message(item_id, "in_progress", []))
                 return [added, self._content_part_event("response.content_part.added", item_id, _text_part(""))]
@@ -253,7 +279,7 @@ class WireWriter:
         return seq
 
     def _response_event(self, type_: str, response: dict[str, Any]) -> dict[str, Any]:
-        """``Response{Created,InProgress,Completed,Incomplete,Failed}Event``.
+        """``Response{Created,Queued,InProgress,Completed,Incomplete,Failed}Event``.
 
         ``response`` goes out as built, with the integer ``created_at`` strict clients
         want (the SDK's Response model types it as a float).

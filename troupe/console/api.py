@@ -35,12 +35,13 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from troupe.protocol import NotFound, PermissionDenied
+from troupe.protocol import EXTENSION_STATUSES, RESPONSE_STATUSES, NotFound, PermissionDenied
+from troupe.protocol.query_params import NUMBER, QueryInt, QueryNumber
 from troupe.storage import ResponseFilter, ResponseSummary
 
 from .timeline import timeline, traces_from_json
@@ -59,6 +60,9 @@ _INPUT_ITEMS_SHOWN = 100
 
 # Module-level: string annotations (PEP 563) are resolved against the module's globals.
 TenantParam = Annotated[str | None, Query(description="One tenant (an admin key's choice; others: their own).")]
+StatusParam = Literal[("",) + RESPONSE_STATUSES + EXTENSION_STATUSES]  # type: ignore[valid-type]
+"""A response status, or ``""``: any (the page's "any status")."""
+TimeParam = Annotated[float | None, NUMBER, Query(description="Unix seconds.")]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,12 +123,12 @@ def install_console(
     @app.get(f"{API_PREFIX}/responses", include_in_schema=False)
     async def responses(
         model: str | None = None,
-        status: str | None = None,
+        status: StatusParam | None = None,
         tenant: TenantParam = None,
-        since: float | None = None,
-        until: float | None = None,
+        since: TimeParam = None,
+        until: TimeParam = None,
         after: str | None = None,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+        limit: Annotated[QueryInt, Query(ge=1, le=200)] = 50,
         v: Viewer = who,
     ) -> dict[str, Any]:
         where = ResponseFilter(
@@ -155,7 +159,7 @@ def install_console(
     async def thread(
         thread_id: str,
         tenant: TenantParam = None,
-        limit: Annotated[int, Query(ge=1, le=500)] = 100,
+        limit: Annotated[QueryInt, Query(ge=1, le=500)] = 100,
         v: Viewer = who,
     ) -> dict[str, Any]:
         runtime = get_runtime()
@@ -172,7 +176,7 @@ def install_console(
 
     @app.get(f"{API_PREFIX}/stats", include_in_schema=False)
     async def stats(
-        window_s: Annotated[float, Query(ge=1, le=86_400)] = 60.0, tenant: TenantParam = None, v: Viewer = who
+        window_s: Annotated[QueryNumber, Query(ge=1, le=86_400)] = 60.0, tenant: TenantParam = None, v: Viewer = who
     ) -> dict[str, Any]:
         until = time.time()
         figures = await get_runtime().response_stats(v.scope(tenant), until - window_s, until)

@@ -70,6 +70,7 @@ from troupe.protocol import (
     validate_input_items,
 )
 from troupe.protocol.ids import CONVERSATION, RESPONSE
+from troupe.protocol.query_params import INTEGER, QueryBool, QueryInt
 from troupe.storage.base import QueryError, QueryTimeout
 
 from .bodies import read_within
@@ -88,7 +89,7 @@ _RESPONSE_OR_EVENTS = {
     "`starting_after` as Server-Sent Events (live while it runs, then from its event log).",
     "content": {"application/json": {"schema": {"type": "object"}}, SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
 }
-LimitParam = Annotated[int, Query(ge=1, le=100, description="Page size, 1–100.")]
+LimitParam = Annotated[QueryInt, Query(ge=1, le=100, description="Page size, 1–100.")]
 OrderParam = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc` (by creation time).")]
 
 
@@ -144,8 +145,11 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         return decode_json_body(raw, max_depth=settings.max_json_depth)
 
     async def tenant(request: Request) -> str:
-        # A dependency, so that it runs (and may answer 401) before parameters are validated.
-        return _authenticate(request, keys)
+        # A dependency, so that it runs (and may answer 401) before parameters are validated
+        # (a parameter sent twice is refused here, once the caller is known).
+        who = _authenticate(request, keys)
+        _reject_repeated(request)
+        return who
 
     async def admin(request: Request) -> None:
         # A dependency too: a refusal comes before the body is read.
@@ -239,9 +243,9 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     @app.get("/v1/responses/{response_id}", response_model=None, responses={200: _RESPONSE_OR_EVENTS})
     async def get_response(
         response_id: str,
-        stream: bool = False,
-        starting_after: Annotated[int | None, Query(ge=-1)] = None,
-        include_obfuscation: bool | None = None,
+        stream: QueryBool = False,
+        starting_after: Annotated[int | None, INTEGER, Query(ge=-1)] = None,
+        include_obfuscation: QueryBool = True,
         who: str = who_dep,
     ) -> dict[str, Any] | EventStreamResponse:
         response_id = _response_id(response_id)
@@ -366,7 +370,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
         # FastAPI's 422 for a bad query/path parameter becomes OpenAI's 400 naming it;
         # the leading "query"/"path" segment of the location is dropped.
-        errors = [{**e, "loc": tuple(e["loc"][1:])} for e in exc.errors()]
+        errors = [{**e, "loc": tuple(e["loc"][1:]), "input": _as_number(e)} for e in exc.errors()]
         return error_response(invalid_request_from_errors(errors))
 
     @app.exception_handler(StarletteHTTPException)
@@ -383,6 +387,19 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_: Request, exc: Exception) -> Response:
         # Starlette still re-raises after answering, so the server logs the traceback.
         return error_response(ProtocolError("The server had an error while processing your request."))
+
+
+_BOUND_ERRORS = frozenset({"greater_than_equal", "greater_than", "less_than_equal", "less_than"})
+
+
+def _as_number(error: dict[str, Any]) -> Any:
+    """The input of a query parameter out of its bounds as the number it was read as (pydantic
+    reports the query string, which the message would call a ``decimal``); other inputs as given."""
+    value = error.get("input")
+    if error["type"] in _BOUND_ERRORS and isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value) if value.lstrip("-").isdigit() else float(value)
+    return value
 
 
 # -- request helpers -------------------------------------------------------------------
@@ -418,8 +435,11 @@ def _viewer(request: Request, keys: dict[str, str], admin_keys: tuple[str, ...])
     tenant, authenticated as by the API (so with no ``keys``, anyone is tenant ``""``)."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if admin_keys and scheme.lower() == "bearer" and _matching(token.strip(), admin_keys):
-        return Viewer(tenant="", admin=True, keys=bool(keys))
-    return Viewer(tenant=_authenticate(request, keys), admin=False, keys=bool(keys))
+        viewer = Viewer(tenant="", admin=True, keys=bool(keys))
+    else:
+        viewer = Viewer(tenant=_authenticate(request, keys), admin=False, keys=bool(keys))
+    _reject_repeated(request)
+    return viewer
 
 
 def _bearer_token(request: Request) -> str:
@@ -453,6 +473,36 @@ def _max_rows(value: Any, limit: int) -> int:
             param="max_rows", code="invalid_value",
         )  # fmt: skip
     return value
+
+
+def _reject_repeated(request: Request) -> None:
+    """Refuse a query parameter the route declares, sent more than once (FastAPI would read the
+    last value and drop the others unseen). The authenticating dependencies call it, so that a
+    401 still comes first and a malformed value's 400 next.
+
+    Raises:
+        RequestValidationError: naming the first such parameter (answered 400 naming it).
+    """
+    if not request.scope.get("query_string"):  # most requests (every create): nothing to look at
+        return
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return
+    declared = {field.alias for field in _query_fields(dependant)}
+    seen: set[str] = set()
+    for name, value in request.query_params.multi_items():
+        if name in declared:
+            if name in seen:
+                raise RequestValidationError([{
+                    "type": "query_repeated", "loc": ("query", name), "input": value,
+                    "msg": "sent more than once; send it once",
+                }])  # fmt: skip
+            seen.add(name)
+
+
+def _query_fields(dependant: Any) -> list[Any]:
+    """A route's query parameters, its dependencies' included."""
+    return [*dependant.query_params, *(f for sub in dependant.dependencies for f in _query_fields(sub))]
 
 
 def _trace_context(request: Request) -> dict[str, str] | None:

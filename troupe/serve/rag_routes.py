@@ -38,6 +38,7 @@ from starlette.formparsers import MultiPartException
 from troupe.actors.rag import VectorStores
 from troupe.actors.runtime import Runtime
 from troupe.protocol import InvalidRequest, ProtocolError, check_id_format, check_metadata, describe_type
+from troupe.protocol.query_params import QueryInt
 from troupe.rag import wire
 
 from .bodies import read_within
@@ -48,7 +49,7 @@ _FORM_SLACK = 64 * 1024
 """Bytes of multipart framing and small fields allowed beyond the file limit."""
 _POLL_AFTER = {"openai-poll-after-ms": "100"}
 _STATUSES = Literal["in_progress", "completed", "failed", "cancelled"]
-PageSize = Annotated[int, Query(ge=1, le=100, description="Page size, 1–100.")]
+PageSize = Annotated[QueryInt, Query(ge=1, le=100, description="Page size, 1–100.")]
 Order = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc` (by creation time).")]
 
 _MEDIA_TYPES = {".pdf": "application/pdf", ".html": "text/html", ".htm": "text/html", ".md": "text/markdown",
@@ -82,7 +83,7 @@ def install_rag_routes(
     async def list_files(
         purpose: str | None = None,
         after: str | None = None,
-        limit: Annotated[int, Query(ge=1, le=10_000, description="Page size, 1–10,000.")] = 10_000,
+        limit: Annotated[QueryInt, Query(ge=1, le=10_000, description="Page size, 1–10,000.")] = 10_000,
         order: Order = "desc",
         who: str = who,
     ) -> dict[str, Any]:

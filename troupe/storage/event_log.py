@@ -1,11 +1,11 @@
 """A response's event log, packed: what ``GET ?stream=true`` replays, kept at a fraction of its size.
 
-A stored response's wire events repeat what the stored Response already says. The three
-Response snapshots (``response.created``, ``response.in_progress`` and the terminal event) are
-the Response itself, or the Response before it had output; each ``output_item.done`` carries
-the item the final ``output`` holds, and each ``….done`` its text or part; the deltas of an
-item, joined, are its final text; every event of an item repeats the item's id, and every
-event its ``sequence_number``. Written as they are, the events of a 64-token answer take about
+A stored response's wire events repeat what the stored Response already says. Its Response
+snapshots (``response.created``, a background one's ``response.queued``, ``response.in_progress``
+and the terminal event) are the Response itself, or the Response before it had output; each
+``output_item.done`` carries the item the final ``output`` holds, and each ``….done`` its text
+or part; the deltas of an item, joined, are its final text; every event of an item repeats the
+item's id, and every event its ``sequence_number``. Written as they are, the events of a 64-token answer take about
 17 KB, ten times the Response. :func:`pack` keeps only what the Response cannot give back (a
 64-token answer: about 800 bytes) and :func:`unpack` rebuilds the events from it and the
 Response, equal key for key and in key order to the events written, so a replay is the stream
@@ -97,6 +97,7 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
         name: (_RESPONSE_KEYS, "response")
         for name in (
             "response.created",
+            "response.queued",
             "response.in_progress",
             "response.completed",
             "response.incomplete",
