@@ -167,6 +167,11 @@ async def test_a_failed_summary_fails_the_response_and_its_empty_item_replaces_n
     model = ScriptedModel(text_turn("ok"))
     await run({"model": "m", "input": "again"}, model, history=HISTORY + history_of(failed))
     assert [m["content"] for m in model.calls[0].messages] == [ADA, NOTED, "and now?", "again"]
+    # An empty summary is a failure too; what its call cost is counted.
+    empty = await run(body, ScriptedModel(text_turn("", input_tokens=210)), history=HISTORY)
+    assert empty.response["status"] == "failed" and empty.response["output"][0]["encrypted_content"] == ""
+    assert empty.response["error"]["message"] == "The model wrote an empty summary of the thread."
+    assert empty.response["usage"]["input_tokens"] == 210
 
 
 @pytest.mark.parametrize(

@@ -393,25 +393,24 @@ class _Run:
                         break
         except Exception as exc:  # noqa: BLE001 - a failed summary fails the response
             error = response_error(exc)
+        summary = turn.text if turn is not None and error is None else ""
+        if turn is not None and error is None and not summary.strip():
+            error = {"code": "server_error", "message": "The model wrote an empty summary of the thread."}
         done = turn is not None and error is None
-        summary = turn.text if done else ""  # type: ignore[union-attr]
-        if done and not summary.strip():
-            done, error = False, {"code": "server_error", "message": "The model wrote an empty summary of the thread."}
         yield ev.CompactionDone(item_id=item_id, encrypted_content=encode_summary(summary) if done else "")
-        usage = turn.usage if turn is not None else None
+        usage = turn.usage if turn is not None else TokenUsage()
         yield ev.StepTraced(
             kind="model", name=self.upstream_model, started_at=started, ended_at=self.clock(),
             ttft_s=None if first_at is None else first_at - started,
-            input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             error=None if error is None else error["message"],
         )  # fmt: skip
-        if not done:
-            self.state = replace(self.state, cancelled=error is None, error=error)
+        if not done:  # what an empty summary cost still counts
+            self.state = replace(self.state.after_compaction(usage), cancelled=error is None, error=error)
             return
-        assert turn is not None
-        self._fold_compaction(summary, turn.usage)
+        self._fold_compaction(summary, usage)
         if self.checkpoints:
-            yield ev.Checkpoint(data={"kind": "compaction", "summary": summary, "usage": usage_data(turn.usage)})
+            yield ev.Checkpoint(data={"kind": "compaction", "summary": summary, "usage": usage_data(usage)})
 
     def _fold_compaction(self, summary: str, usage: TokenUsage) -> None:
         """Compact the transcript with ``summary`` and count its call (live, or resuming)."""
