@@ -94,7 +94,21 @@ class FunctionModel:
             yield chunk
 
 
-__all__ = ["ScriptedModel", "FunctionModel", "FunctionMcpClient", "text_turn", "tool_turn", "ModelError"]
+class RecordingModel:
+    """Hands every call to ``model`` (the sim, say) and keeps its ``ChatRequest``: what went upstream."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.calls: list[ChatRequest] = []
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+        self.calls.append(request)
+        async for chunk in self.model.stream(request):
+            yield chunk
+
+
+__all__ = ["ScriptedModel", "FunctionModel", "RecordingModel", "FunctionMcpClient", "text_turn", "tool_turn",
+           "ModelError"]  # fmt: skip
 
 
 class FunctionMcpClient:

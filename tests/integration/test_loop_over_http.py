@@ -189,3 +189,34 @@ async def test_a_compaction_item_reaches_upstream_as_its_summary(recording):
         {"role": "system", "content": "Summary of the conversation so far:\nAda likes tides."},
         {"role": "user", "content": "[[say ok]]"},
     ]
+
+
+async def test_automatic_compaction_sends_the_whole_thread_to_be_summarised_then_the_compacted_one(recording):
+    from troupe.agentloop.compaction import SUMMARY_PROMPT
+
+    url, upstream = recording
+    upstream.bodies.clear()
+    history = [_message("user", "My name is Ada. " + "x" * 400), _message("assistant", "Noted. " + "y" * 400)]
+    body = {"model": "sim", "input": "[[say ok]]", "instructions": "be brief",
+            "context_management": [{"type": "compaction", "compact_threshold": 100}]}  # fmt: skip
+    async with OpenAIChatClient(url) as model:
+        out, _ = await both(body, lambda: model, history=history)
+    assert out.output_types == ["compaction", "message"] and out.text == "ok"
+    summarise, answer = upstream.bodies[:2]  # the collected run's; the streamed run sends the same
+    # Before: the whole thread, then the request for a summary; no tools, plain text.
+    assert summarise["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "My name is Ada. " + "x" * 400},
+        {"role": "assistant", "content": "Noted. " + "y" * 400},
+        {"role": "user", "content": "[[say ok]]"},
+        {"role": "user", "content": SUMMARY_PROMPT},
+    ]
+    assert "tools" not in summarise and "response_format" not in summarise
+    # After: the instructions, the user messages and the summary the sim wrote.
+    assert answer["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "My name is Ada. " + "x" * 400},
+        {"role": "system", "content": "Summary of the conversation so far:\nSummary of 4 messages: 1 system, 2 user, 1 assistant."},
+        {"role": "user", "content": "[[say ok]]"},
+    ]
+    assert upstream.bodies[2:] == [summarise, answer]

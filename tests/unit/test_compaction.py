@@ -38,8 +38,8 @@ async def test_compacting_a_thread_keeps_its_user_messages_and_a_summary(runtime
     *users, item = compacted["output"]
     assert [u["content"][0]["text"] for u in users] == ["My name is Ada.", "[[say noted]]", "and one more"]
     assert item["type"] == "compaction" and item["id"].startswith("cmp_")
-    # The sim writes no real summary: it echoes the summary prompt, which is what it was sent.
-    assert "Summarize the conversation above" in decode_summary(item["encrypted_content"])
+    # The sim's summary counts what it was sent: the thread (three questions, two answers).
+    assert decode_summary(item["encrypted_content"]) == "Summary of 5 messages: 3 user, 2 assistant."
     # The compacted items as the next input (the summary goes upstream: the test below).
     after = await runtime.respond("", req(input=[*compacted["output"], {"role": "user", "content": "[[history]]"}]))
     assert after["status"] == "completed"

@@ -60,6 +60,7 @@ def test_a_response_id_names_its_thread_and_still_sorts_by_creation(kind: str) -
         "msg_" + "0" * 53,
         "resp_short",
     ],
+    ids=["plain", "unknown-kind", "outside-alphabet", "not-a-response", "short"],  # one collection everywhere
 )
 def test_ids_that_name_no_thread(response_id: str) -> None:
     assert ids.thread_of_response(response_id) is None

@@ -179,6 +179,34 @@ async def test_a_run_lost_before_its_first_checkpoint_opens_once_and_goes_on(tmp
         await second.close()
 
 
+async def test_a_restart_after_a_compaction_keeps_its_item_and_does_not_summarise_again(tmp_path):
+    thread = [{"role": "user", "content": "x" * 400}, {"role": "assistant", "content": "y" * 400},
+              {"role": "user", "content": "[[latency ttft=1500]] [[say done]]"}]  # fmt: skip
+    compacting = [{"type": "compaction", "compact_threshold": 50}]
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input=thread, background=True, context_management=compacting))
+
+    async def compacted() -> bool:
+        return await step_kinds(first, started["id"]) == ["compaction"]
+
+    await wait_until(compacted, timeout_s=30, what="the compaction stored")
+    await first.close()  # during the answer's model call (1.5 s to its first token)
+    second = Runtime.local(settings(tmp_path))
+    try:
+        assert await second.recover() == 1
+        resumed = await finished(second, started["id"])
+        assert resumed["status"] == "completed"
+        assert [item["type"] for item in resumed["output"]] == ["compaction", "message"]
+        assert resumed["output"][1]["content"][0]["text"] == "done"
+        model_traces = [t for t in await second.step_traces("", started["id"]) if t["kind"] == "model"]
+        assert len(model_traces) == 2, "the summary is not written again"
+        # 8 words of summary ("Summary of 3 messages: 2 user, 1 assistant.") and 1 of answer, once each.
+        assert resumed["usage"]["output_tokens"] == 9
+        assert_one_unbroken_log(await events_of(second, started["id"]))
+    finally:
+        await second.close()
+
+
 @contextlib.asynccontextmanager
 async def lost_then_restarted(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[Runtime, str]]:
     """A background run lost with its server during a 30 s tool call, and the next server on its file."""

@@ -172,6 +172,23 @@ def test_loop_calls_again_after_results() -> None:
     assert plan_reply(request(user("[[loop ping]]"))).tool_calls[0].name == "ping"
 
 
+def test_asked_to_summarise_it_counts_the_messages_by_role() -> None:
+    from troupe.agentloop.compaction import SUMMARY_PROMPT
+
+    thread = tool_turn("[[call a]]", ("c1", "a", "sunny")).messages
+    reply = plan_reply(request({"role": "system", "content": "be brief"}, *thread, user(SUMMARY_PROMPT)))
+    assert (reply.text, reply.tool_calls) == ("Summary of 4 messages: 1 system, 1 user, 1 assistant, 1 tool.", ())
+    assert reply.usage.output_tokens == 12, "its words"
+
+
+def test_a_summary_after_the_question_stands_for_its_tool_results() -> None:
+    summary = {"role": "system", "content": "Summary of the conversation so far:\nThe weather was sunny."}
+    assert plan_reply(request(user("[[call a]]"), summary)).text == "From the summary: The weather was sunny."
+    assert [c.name for c in plan_reply(request(user("[[loop a]]"), summary)).tool_calls] == ["a"]
+    # Before the question it is context, and the question's directives apply.
+    assert plan_reply(request(summary, user("[[say hi]]"))).text == "hi"
+
+
 def test_fail_beats_everything() -> None:
     assert plan_reply(tool_turn("[[fail 500]] [[say x]]", ("c1", "a", "b"))).fail_status == 500
 

@@ -193,3 +193,42 @@ def test_a_replayed_mcp_call_error_with_free_form_content_is_text_not_a_crash():
                                      "error": {"type": "mcp_tool_execution_error", "content": [None, 1, {"text": "x"}]}}]
     transcript, _ = build_transcript(history, [])
     assert transcript.to_chat_messages()[-1] == {"role": "tool", "tool_call_id": "m", "content": "Error: x"}
+
+
+def _compaction(summary: str) -> dict:
+    from troupe.agentloop.compaction import encode_summary
+
+    return {"type": "compaction", "id": "cmp_1", "encrypted_content": encode_summary(summary)}
+
+
+def _answer(text: str) -> dict:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+def test_a_compaction_item_replaces_all_before_it_but_the_user_messages():
+    call = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"}
+    result = {"type": "function_call_output", "id": "fco_1", "call_id": "c1", "output": "42"}
+    # A compaction made before answering "q2": the question stays after the summary.
+    history = [user("q1"), _answer("a1"), user("q2"), _compaction("S"), _answer("a2")]
+    transcript, _ = build_transcript(history, normalize_input("q3"))
+    assert transcript.to_chat_messages("rules") == [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "q1"},
+        {"role": "system", "content": "Summary of the conversation so far:\nS"},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "q3"},
+    ]
+    # One made between tool steps: the calls and an earlier summary go, the summary follows the questions.
+    history = [user("q1"), _compaction("S0"), _answer("a1"), user("q2"), call, result, _compaction("S1")]
+    transcript, _ = build_transcript(history, [])
+    assert [m["content"] for m in transcript.to_chat_messages()] == [
+        "q1", "q2", "Summary of the conversation so far:\nS1",
+    ]
+    assert not transcript.compactable(), "nothing but questions and the summary is left"
+
+
+def test_an_unfinished_compaction_item_replaces_nothing():
+    empty = {"type": "compaction", "id": "cmp_1", "encrypted_content": ""}
+    transcript, _ = build_transcript([user("q1"), _answer("a1"), empty], normalize_input([empty, user("q2")]))
+    assert [m["content"] for m in transcript.to_chat_messages()] == ["q1", "a1", "q2"]

@@ -65,6 +65,7 @@ WRITER_EVENT_TYPES = frozenset(
         "response.file_search_call.searching",
         "response.file_search_call.completed",
         "response.output_text.annotation.added",
+        "response.compaction.compacting",
         "error",
         "response.completed",
         "response.incomplete",
@@ -227,6 +228,15 @@ async def file_search() -> list[Outcome]:
     return [await run(body, SimModel(), file_searcher=searcher)]
 
 
+async def compaction() -> list[Outcome]:
+    history = [{"type": "message", "role": "user", "content": "x" * 400},
+               {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y" * 400}]}]
+    body = {"model": "sim", "input": "[[say ok]]", "context_management": [{"type": "compaction", "compact_threshold": 50}]}
+    failed = {**body, "model": "m"}
+    return [await run(body, SimModel(), history=history),
+            await run(failed, ScriptedModel(ModelError("overloaded", status=503)), history=history)]  # fmt: skip
+
+
 SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     text,
     background,
@@ -241,6 +251,7 @@ SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     mcp_failures,
     mcp_approval,
     file_search,
+    compaction,
 ]
 
 

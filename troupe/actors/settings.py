@@ -90,8 +90,10 @@ class ModelSpec(BaseModel):
     context_window: PositiveInt | None = None
     """The model's context window in tokens, as Troupe estimates them (about four characters
     a token; ``troupe.agentloop.context``). Set: a request whose thread does not fit is a 400
-    ``context_length_exceeded``, or with ``truncation: "auto"`` loses its oldest items. None:
-    not checked (the upstream server decides)."""
+    ``context_length_exceeded``, or with ``truncation: "auto"`` loses its oldest items; a
+    ``context_management`` compaction entry without ``compact_threshold`` compacts past 80% of
+    it (less ``max_output_tokens``). None: not checked (the upstream server decides), and such
+    an entry is a 400."""
     task: Literal["chat", "embeddings"] = "chat"
     """What it does: ``chat`` answers responses; ``embeddings`` turns text into vectors, for
     ``POST /v1/embeddings`` and vector stores (``kind = "openai"``: any OpenAI-compatible

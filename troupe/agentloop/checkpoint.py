@@ -14,6 +14,8 @@ model       a model call ended with a turn that has      the turn (:func:`turn_d
 approved    approved MCP calls' items were opened        those items (call id → item id)
 tool        one server-side tool call ended              its call id, output and error, and times
 tools       the turn's tool outputs were emitted         nothing more
+compaction  the loop compacted the thread before a       the summary the model wrote, and the
+            model call (``context_management``)          usage of the call that wrote it
 ==========  ===========================================  ==========================================
 
 A loop resumed from them (``run_loop(..., resume=ResumePoint(...))``) folds the steps into
@@ -28,6 +30,12 @@ tools:
 
 Because a ``model`` step is stored before the loop starts the turn's tools, a call that ran
 always has its turn stored: the model is never asked again for a turn whose tools ran.
+
+A compaction is checkpointed, not done again: a resumed loop compacts its transcript with the
+stored summary and counts the stored usage, so the response keeps the one ``compaction`` item
+its client may have seen, and its usage counts the summary once. A host that dies while the
+summary is being written leaves no step: the resumed loop, at the same point, compacts again
+(the item it streamed before is gone with the events after the last checkpoint).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from typing import Any
 
 from .model import TokenUsage, ToolCall, TurnEnd
 
-__all__ = ["ResumePoint", "INTERRUPTED", "turn_data", "turn_from_data", "is_idempotent"]
+__all__ = ["ResumePoint", "INTERRUPTED", "turn_data", "turn_from_data", "usage_data", "usage_from_data", "is_idempotent"]
 
 INTERRUPTED = (
     "Error: this call was interrupted: the server running it stopped before it returned. It was not "
@@ -63,22 +71,31 @@ def turn_data(turn: TurnEnd) -> dict[str, Any]:
         "reasoning": turn.reasoning,
         "tool_calls": [[c.call_id, c.name, c.arguments] for c in turn.tool_calls],
         "finish_reason": turn.finish_reason,
-        "usage": [turn.usage.input_tokens, turn.usage.output_tokens, turn.usage.cached_tokens,
-                  turn.usage.reasoning_tokens],
-    }  # fmt: skip
+        "usage": usage_data(turn.usage),
+    }
 
 
 def turn_from_data(data: dict[str, Any]) -> TurnEnd:
     """The inverse of :func:`turn_data`."""
-    input_tokens, output_tokens, cached_tokens, reasoning_tokens = data["usage"]
     return TurnEnd(
         text=data["text"],
         reasoning=data["reasoning"],
         tool_calls=tuple(ToolCall(call_id=c, name=n, arguments=a) for c, n, a in data["tool_calls"]),
         finish_reason=data["finish_reason"],
-        usage=TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
-                         reasoning_tokens=reasoning_tokens),
-    )  # fmt: skip
+        usage=usage_from_data(data["usage"]),
+    )
+
+
+def usage_data(usage: TokenUsage) -> list[int]:
+    """A model call's usage as JSON."""
+    return [usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.reasoning_tokens]
+
+
+def usage_from_data(data: list[int]) -> TokenUsage:
+    """The inverse of :func:`usage_data`."""
+    input_tokens, output_tokens, cached_tokens, reasoning_tokens = data
+    return TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens, cached_tokens=cached_tokens,
+                      reasoning_tokens=reasoning_tokens)  # fmt: skip
 
 
 def is_idempotent(executor: Any, call: ToolCall) -> bool:

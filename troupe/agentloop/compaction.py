@@ -1,11 +1,24 @@
-"""Compaction (``POST /v1/responses/compact``): a thread's context as a summary the model wrote.
+"""Compaction: a thread's context as a summary the model wrote, made on request
+(``POST /v1/responses/compact``) or automatically (``context_management`` on ``POST /v1/responses``).
 
-OpenAI's contract: the answer's ``output`` is every user message of the thread, followed by
-one ``compaction`` item; a later request sends those items (plus what comes next) as its
-input instead of the whole thread. OpenAI's ``encrypted_content`` is opaque. Troupe's is the
-summary itself, marked and base64-encoded (:func:`encode_summary`), **not encrypted**: a
-client can read it. A ``compaction`` item goes upstream as a system message carrying the
-summary (:func:`summary_message`); one Troupe did not make is refused, naming it.
+OpenAI's contract for the compact endpoint: the answer's ``output`` is every user message of
+the thread, followed by one ``compaction`` item; a later request sends those items (plus what
+comes next) as its input instead of the whole thread. OpenAI's ``encrypted_content`` is
+opaque. Troupe's is the summary itself, marked and base64-encoded (:func:`encode_summary`),
+**not encrypted**: a client can read it. A ``compaction`` item goes upstream as a system
+message carrying the summary (:func:`summary_message`); one Troupe did not make is refused,
+naming it. What a compaction item replaces of the thread before it is
+:meth:`~troupe.agentloop.transcript.Transcript.compact`'s rule, the same for an item a client
+sends and for one in the thread's history.
+
+Automatic compaction (``context_management: [{"type": "compaction", "compact_threshold": N}]``):
+before each model call of the loop, if the call's estimated input (:mod:`.context`, tools and
+instructions included) passes ``N`` and the thread holds something to compact, the loop first
+has the model write the summary (the thread, then :data:`SUMMARY_PROMPT`: :func:`summary_messages`),
+emits the ``compaction`` item as part of the response's output, and then calls the model with
+the compacted context. Without ``compact_threshold`` the threshold is :data:`DEFAULT_THRESHOLD_SHARE`
+of what the model's configured ``context_window`` leaves for input; with no window configured that
+is a 400 (:func:`compact_threshold`).
 
 Example::
 
@@ -31,6 +44,10 @@ from troupe.protocol import (
 
 __all__ = [
     "SUMMARY_PROMPT",
+    "SUMMARY_HEADING",
+    "DEFAULT_THRESHOLD_SHARE",
+    "compact_threshold",
+    "summary_messages",
     "encode_summary",
     "decode_summary",
     "summary_message",
@@ -51,6 +68,13 @@ SUMMARY_PROMPT = (
     "Keep names, numbers and identifiers exactly. Write only the summary."
 )
 """The request the model answers with the summary (after the thread, as a user message)."""
+
+SUMMARY_HEADING = "Summary of the conversation so far:"
+"""How the summary's system message begins upstream (the summary follows on the next line)."""
+
+DEFAULT_THRESHOLD_SHARE = 0.8
+"""A ``compaction`` entry without ``compact_threshold`` compacts past this share of the input the
+model's ``context_window`` allows (the window less ``max_output_tokens``)."""
 
 _MARK = "troupe-summary-v1:"
 
@@ -80,8 +104,46 @@ def decode_summary(content: Any, *, param: str | None = None) -> str:
 
 
 def summary_message(summary: str) -> dict[str, Any]:
-    """The transcript message a compaction item becomes (a system message upstream)."""
-    return {"type": "message", "role": "developer", "content": f"Summary of the conversation so far:\n{summary}"}
+    """The transcript message a compaction item becomes (a system message upstream); ``summary``
+    marks it as one (a thread holding nothing else but user messages has nothing to compact)."""
+    return {"type": "message", "role": "developer", "content": f"{SUMMARY_HEADING}\n{summary}", "summary": True}
+
+
+def summary_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Chat Completions messages of the call that writes the summary: the thread as it would
+    go upstream (``messages``, instructions included), then :data:`SUMMARY_PROMPT` as a user message.
+    The call offers no tools and asks for plain text, whatever the response asks for."""
+    return [*messages, {"role": "user", "content": SUMMARY_PROMPT}]
+
+
+def compact_threshold(request: CreateResponseRequest, budget: int | None, model: str) -> int | None:
+    """The estimated input tokens past which ``request`` compacts its thread; None: it asked for
+    no compaction.
+
+    Args:
+        request: the create request (its ``context_management``, validated).
+        budget: the input the model's context window leaves (the window less
+            ``max_output_tokens``); None when the model has no ``context_window`` configured.
+        model: the model's name, for the error.
+
+    Raises:
+        InvalidRequest: no ``compact_threshold`` given and no window to derive one from (400
+            naming ``context_management[i].compact_threshold``).
+    """
+    entry = request.compaction()
+    if entry is None:
+        return None
+    index, threshold = entry
+    if threshold is not None:
+        return threshold
+    if budget is None:
+        raise InvalidRequest(
+            f"Missing 'context_management[{index}].compact_threshold': model '{model}' has no context_window "
+            "configured to derive a default from. Give the threshold in tokens.",
+            param=f"context_management[{index}].compact_threshold",
+            code="missing_required_parameter",
+        )
+    return max(1, int(budget * DEFAULT_THRESHOLD_SHARE))
 
 
 def compacted_output(thread: Sequence[dict[str, Any]], summary: str) -> list[dict[str, Any]]:

@@ -132,6 +132,11 @@ class LoopState:
             usage=self.usage + turn.usage,
         )
 
+    def after_compaction(self, usage: TokenUsage) -> LoopState:
+        """Fold in the model call that wrote a compaction's summary: its usage counts in the
+        response's, but it is no turn (``max_infer_iters``) and spends no ``max_output_tokens``."""
+        return replace(self, usage=self.usage + usage)
+
     def after_tools(self) -> LoopState:
         """Fold in the finished tool work of the last turn (or of the approved calls)."""
         if self.last_turn is None:

@@ -7,7 +7,10 @@ what :func:`~troupe.agentloop.decide.decide` asks for, through the injected
 model client and tool executors, and yields semantic events
 (:mod:`troupe.agentloop.events`); the caller feeds them to a
 :class:`~troupe.agentloop.writer.WireWriter` and either streams the wire events
-or keeps only the final Response.
+or keeps only the final Response. With ``context_management``, the loop compacts the thread
+before a model call whose estimated input passes the request's threshold (module
+:mod:`troupe.agentloop.compaction`): a ``compaction`` output item, then the call with the
+compacted context.
 
 Example::
 
@@ -30,11 +33,12 @@ from typing import Any, Literal, assert_never
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
 from . import events as ev
-from .checkpoint import INTERRUPTED, ResumePoint, is_idempotent, turn_data, turn_from_data
+from .checkpoint import INTERRUPTED, ResumePoint, is_idempotent, turn_data, turn_from_data, usage_data, usage_from_data
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
+from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
-from .model import ChatRequest, ModelClient, ToolCall, TurnEnd
+from .model import ChatRequest, ModelClient, TokenUsage, ToolCall, TurnEnd
 from .model import ReasoningDelta as ModelReasoningDelta
 from .model import TextDelta as ModelTextDelta
 from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
@@ -217,6 +221,8 @@ class _Run:
         self.resume = resume
         self.checkpoints = checkpoints
         self.context_window = context_window
+        self.threshold: int | None = None
+        """The request's ``compact_threshold`` (module :mod:`.compaction`), set as the run starts."""
         self.req = prepared.request
         self.model = model
         self.mcp = prepared.mcp
@@ -248,6 +254,9 @@ class _Run:
         )
 
     async def run(self) -> AsyncIterator[ev.LoopEvent]:
+        # Before the first event: compaction asked for without a threshold, and no window to
+        # derive one from, is a 400.
+        self.threshold = compact_threshold(self.req, self._budget(), self.upstream_model)
         if self.resume is not None and self.resume.steps:
             # The response was announced, and its servers listed, before the steps it resumes from.
             self._restore(self.resume)
@@ -269,8 +278,12 @@ class _Run:
             action = decide(self.state)
             match action:
                 case CallModel():
-                    async for event in self._call_model(action):
-                        yield event
+                    if self._compacts():
+                        async for event in self._compact():
+                            yield event
+                    if not (self.state.cancelled or self.state.error):  # else the summary failed: Finish next
+                        async for event in self._call_model(action):
+                            yield event
                 case ExecuteTools():
                     async for event in self._execute(action):
                         yield event
@@ -346,6 +359,63 @@ class _Run:
         if fitted is None:
             raise too_long(estimate_tokens(messages, tools), budget, self.upstream_model)
         return fitted
+
+    # -- compaction (context_management) -------------------------------------------
+
+    def _compacts(self) -> bool:
+        """Whether the next model call compacts the thread first: its estimated input passes the
+        request's ``compact_threshold`` and the thread holds something to compact."""
+        if self.threshold is None or not self.p.transcript.compactable():
+            return False
+        return estimate_tokens(*self._messages_and_tools()) > self.threshold
+
+    async def _compact(self) -> AsyncIterator[ev.LoopEvent]:
+        """Have the model summarise the thread, emit the ``compaction`` item, and compact the
+        transcript (module :mod:`.compaction`). A summary call that fails fails the response,
+        as a model call does; one cancelled cancels it. Either way the item closes empty."""
+        started, first_at = self.clock(), None
+        yield ev.StepStarted(kind="model", name=self.upstream_model, started_at=started)
+        item_id = new_id("cmp")
+        yield ev.CompactionStarted(item_id=item_id)
+        turn: TurnEnd | None = None
+        error: dict[str, Any] | None = None
+        try:
+            messages, _ = self._messages_and_tools()
+            chat = ChatRequest(model=self.upstream_model, messages=self._fitted(summary_messages(messages), []))
+            async with contextlib.aclosing(self.model.stream(chat)) as chunks:
+                async for chunk in chunks:
+                    if first_at is None:
+                        first_at = self.clock()
+                        yield ev.CompactionSampling(item_id=item_id)
+                    if isinstance(chunk, TurnEnd):
+                        turn = chunk
+                    if self.cancel.is_set():
+                        break
+        except Exception as exc:  # noqa: BLE001 - a failed summary fails the response
+            error = response_error(exc)
+        summary = turn.text if turn is not None and error is None else ""
+        if turn is not None and error is None and not summary.strip():
+            error = {"code": "server_error", "message": "The model wrote an empty summary of the thread."}
+        done = turn is not None and error is None
+        yield ev.CompactionDone(item_id=item_id, encrypted_content=encode_summary(summary) if done else "")
+        usage = turn.usage if turn is not None else TokenUsage()
+        yield ev.StepTraced(
+            kind="model", name=self.upstream_model, started_at=started, ended_at=self.clock(),
+            ttft_s=None if first_at is None else first_at - started,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            error=None if error is None else error["message"],
+        )  # fmt: skip
+        if not done:  # what an empty summary cost still counts
+            self.state = replace(self.state.after_compaction(usage), cancelled=error is None, error=error)
+            return
+        self._fold_compaction(summary, usage)
+        if self.checkpoints:
+            yield ev.Checkpoint(data={"kind": "compaction", "summary": summary, "usage": usage_data(usage)})
+
+    def _fold_compaction(self, summary: str, usage: TokenUsage) -> None:
+        """Compact the transcript with ``summary`` and count its call (live, or resuming)."""
+        self.p.transcript.compact(summary)
+        self.state = self.state.after_compaction(usage)
 
     def _chat_request(self, action: CallModel) -> ChatRequest:
         req = self.req
@@ -535,6 +605,8 @@ class _Run:
                         step["output"], step["started"], step["ended"],
                         None if step["error"] is None else McpError(step["error"]), step["error"],
                     )  # fmt: skip
+                case "compaction":
+                    self._fold_compaction(step["summary"], usage_from_data(step["usage"]))
                 case "tools":
                     action = decide(self.state)
                     assert isinstance(action, ExecuteTools), "a stored tool step follows its turn"
@@ -747,7 +819,8 @@ def run_loop(
         cancel: set it to stop the loop at the next chunk or tool boundary;
             the response then ends ``cancelled``.
         context_window: the model's context window in estimated tokens (module
-            :mod:`.context`); None: not checked.
+            :mod:`.context`); None: not checked. It also sets the ``compact_threshold`` of a
+            ``context_management`` compaction entry that gives none (module :mod:`.compaction`).
         clock: wall clock for step traces.
         resume: go on from a durable run's stored steps (module :mod:`.checkpoint`) instead
             of starting; the caller's writer must be restored to the steps' wire events.

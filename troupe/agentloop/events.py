@@ -36,6 +36,9 @@ __all__ = [
     "FileSearchCallStarted",
     "FileSearchCallSearching",
     "FileSearchCallDone",
+    "CompactionStarted",
+    "CompactionSampling",
+    "CompactionDone",
     "ItemEmitted",
     "StepStarted",
     "StepTraced",
@@ -178,6 +181,31 @@ class FileSearchCallDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionStarted:
+    """The loop compacts the thread (``context_management``): its ``compaction`` item opens,
+    without content until the model has written the summary (module :mod:`.compaction`)."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionSampling:
+    """The summary's first content was sampled (``response.compaction.compacting``; once per
+    compaction, and only when the summary call produced something)."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionDone:
+    """The ``compaction`` item is whole: ``encrypted_content`` holds the summary, or is empty
+    when the summary call failed or was cancelled (such an item replaces nothing)."""
+
+    item_id: str
+    encrypted_content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemEmitted:
     """A whole item with no deltas (a tool's output): added and done at once."""
 
@@ -263,6 +291,9 @@ LoopEvent = (
     | FileSearchCallStarted
     | FileSearchCallSearching
     | FileSearchCallDone
+    | CompactionStarted
+    | CompactionSampling
+    | CompactionDone
     | ItemEmitted
     | StepStarted
     | StepTraced

@@ -16,8 +16,12 @@ Canonicalization rules (:func:`build_transcript`):
   so does a ``file_search_call``, its output rebuilt from its ``results`` (:mod:`.file_search`);
 * ``mcp_list_tools``, ``mcp_approval_request``, ``mcp_approval_response``,
   ``reasoning`` and hosted-tool items never go upstream;
-* a ``compaction`` item (made by ``POST /v1/responses/compact``) goes upstream as a system
-  message with its summary (:mod:`.compaction`); one made elsewhere is a 400;
+* a ``compaction`` item (made by ``POST /v1/responses/compact``, or by the loop itself under
+  ``context_management``) replaces what comes before it in the thread, history or input alike
+  (:meth:`Transcript.compact`): the user messages stay, everything else is left for its summary,
+  which goes upstream as a system message (:mod:`.compaction`); one made elsewhere is a 400, and
+  one with empty ``encrypted_content`` (a compaction whose summary call failed or was cancelled)
+  replaces nothing;
 * a ``function_call_output`` must pair, by ``call_id``, with a ``function_call``
   earlier in history or input; an unpaired output, or a second output for a
   settled call, is a 400 naming ``input[i].call_id``;
@@ -69,6 +73,32 @@ class Transcript:
         """The outputs of the calls of tool ``name``, in order."""
         calls = {i["call_id"] for i in self.items if i["type"] == "function_call" and i["name"] == name}
         return [i["output"] for i in self.items if i["type"] == "function_call_output" and i["call_id"] in calls]
+
+    def compact(self, summary: str) -> None:
+        """Replace the transcript by its compacted form, as a ``compaction`` item with ``summary``
+        standing here means: every user message stays, in order; everything else (answers, tool
+        calls and results, system and developer messages, an earlier summary) is left out, for
+        the summary stands for it.
+
+        Where the summary goes: after the user messages the thread had answered, and before
+        those that came after its last answer, tool call or result (the question being
+        answered when it was made). So a turn that compacts before answering sends
+        ``users…, summary, question``; one that compacts between tool steps sends
+        ``users…, summary`` (the summary tells of the calls); and the compact endpoint's output
+        (nothing but user messages before its item) sends ``users…, summary``.
+        """
+        last = max((i for i, item in enumerate(self.items) if not _is_user(item)), default=None)
+        if last is None:
+            self.items.append(summary_message(summary))
+            return
+        answered = [item for item in self.items[: last + 1] if _is_user(item)]
+        self.items = [*answered, summary_message(summary), *self.items[last + 1 :]]
+
+    def compactable(self) -> bool:
+        """Whether :meth:`compact` would leave anything out: the transcript holds something
+        besides user messages and the summary of the last compaction."""
+        others = [item for item in self.items if not _is_user(item)]
+        return bool(others) and not (len(others) == 1 and others[0].get("summary"))
 
     def settled_call_ids(self) -> set[str]:
         return {item["call_id"] for item in self.items if item["type"] == "function_call_output"}
@@ -123,6 +153,10 @@ class Transcript:
                 )
         messages.extend(pending_tools)
         return messages
+
+
+def _is_user(item: dict[str, Any]) -> bool:
+    return item["type"] == "message" and item["role"] == "user"
 
 
 def _chat_message(item: dict[str, Any]) -> dict[str, Any]:
@@ -228,8 +262,11 @@ def build_transcript(
             transcript.add_output(call_id, replayed_output(item, markers[0]))
             markers[0] += len(replayed_results(item) or [])
         elif kind == "compaction":
+            content = item.get("encrypted_content")
+            if content == "":
+                return  # a compaction that never got its summary (the call failed, or was cancelled)
             param = None if index is None else f"input[{index}].encrypted_content"
-            transcript.items.append(summary_message(decode_summary(item.get("encrypted_content"), param=param)))
+            transcript.compact(decode_summary(content, param=param))
         elif kind == "mcp_approval_request":
             requests[item["id"]] = item
         elif kind == "mcp_approval_response":

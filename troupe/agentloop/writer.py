@@ -232,6 +232,12 @@ class WireWriter:
                 if status == "failed":  # there is no file_search_call.failed event: the item says it
                     return [self._done(item)]
                 return [self._item_event("response.file_search_call.completed", item_id), self._done(item)]
+            case ev.CompactionStarted(item_id=item_id):
+                return [self._add(_compaction(item_id, ""))]
+            case ev.CompactionSampling(item_id=item_id):
+                return [self._item_event("response.compaction.compacting", item_id)]
+            case ev.CompactionDone(item_id=item_id, encrypted_content=content):
+                return [self._done(_compaction(item_id, content))]
             case ev.ItemEmitted(item=item):
                 return [self._add(item), self._done(item)]
             case ev.StepStarted() | ev.StepTraced() | ev.Checkpoint():
@@ -287,7 +293,8 @@ class WireWriter:
         return {"response": response, "sequence_number": self._next_seq(), "type": type_}
 
     def _item_event(self, type_: str, item_id: str) -> dict[str, Any]:
-        """``ResponseMcpListTools{InProgress,Completed,Failed}Event``, ``ResponseMcpCall{…}Event``."""
+        """``ResponseMcpListTools{InProgress,Completed,Failed}Event``, ``ResponseMcpCall{…}Event``,
+        ``ResponseCompactionCompactingEvent``."""
         return {
             "item_id": item_id,
             "output_index": self._index[item_id],
@@ -457,6 +464,11 @@ def _file_search_call(
         "type": "file_search_call",
         "results": None if results is None else [_search_result(r) for r in results],
     }
+
+
+def _compaction(item_id: str, encrypted_content: str) -> dict[str, Any]:
+    """A ``ResponseCompactionItem`` (empty ``encrypted_content`` until the summary is written)."""
+    return {"id": item_id, "encrypted_content": encrypted_content, "type": "compaction"}
 
 
 def _reasoning(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:

@@ -225,7 +225,9 @@ class CreateResponseRequest(BaseModel):
     user: str | None = None
     """Deprecated end-user identifier; echoed back."""
     context_management: list[dict[str, Any]] | None = None
-    """Context management entries (``{"type", "compact_threshold"?}``)."""
+    """Context management: at most one ``{"type": "compaction", "compact_threshold"?: N}`` entry, which
+    compacts the thread automatically once its estimated input passes N tokens
+    (:mod:`troupe.agentloop.compaction`; see :meth:`compaction`)."""
     moderation: dict[str, Any] | None = None
     """Moderation configuration: refused until Troupe moderates (:data:`UNSUPPORTED_PARAMETERS`)."""
     access_programs: dict[str, Any] | None = None
@@ -273,6 +275,7 @@ class CreateResponseRequest(BaseModel):
             check_id_format(self.conversation_id, CONVERSATION, "conversation")
         check_metadata(self.metadata)
         self._check_supported()
+        self._check_context_management()
         self._check_tools()
         self._check_tool_choice()
         fmt = (self.text or {}).get("format") or {}
@@ -298,6 +301,31 @@ class CreateResponseRequest(BaseModel):
             raise _fail(("background_options", "completion_window"), "Invalid value for "
                         f"'background_options.completion_window': {show_value(window)} needs 'background': true "
                         "and 'stream': false.")
+
+    def _check_context_management(self) -> None:
+        # The SDK's TypedDict has checked the types already (``type`` a string, the threshold an
+        # integer or null); what is left is the values.
+        seen: int | None = None
+        for i, entry in enumerate(self.context_management or []):
+            if entry["type"] != "compaction":
+                raise _fail(("context_management", i, "type"), f"Invalid value for 'context_management[{i}].type': "
+                            f"{show_value(entry['type'])} is not supported; the only type is 'compaction'.")
+            if seen is not None:
+                raise _fail(("context_management", i), f"Invalid value for 'context_management[{i}]': only one "
+                            f"'compaction' entry may be given (also context_management[{seen}]).")
+            seen = i
+            threshold = entry.get("compact_threshold")
+            if threshold is not None and threshold < 1:
+                raise _fail(("context_management", i, "compact_threshold"), "Invalid value for "
+                            f"'context_management[{i}].compact_threshold': expected a positive integer (tokens), "
+                            f"got {threshold}.")
+
+    def compaction(self) -> tuple[int, int | None] | None:
+        """The ``compaction`` entry of ``context_management`` as (its index, its
+        ``compact_threshold`` or None when not given); None when the request asks for none."""
+        if not self.context_management:  # validated: its one entry, if any, is the compaction one
+            return None
+        return 0, self.context_management[0].get("compact_threshold")
 
     def _check_tools(self) -> None:
         seen: dict[tuple[str, str], int] = {}

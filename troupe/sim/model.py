@@ -23,23 +23,31 @@ Decision order for each turn:
    is refused: HTTP 400, code ``invalid_base64``, naming the part; so is a JSON schema
    it cannot fill (no finite value, a ``$ref`` that does not resolve): ``invalid_json_schema``.
 1. ``fail`` -> fail (in-process: ``ModelError(status=STATUS)``; server: that HTTP status).
-2. Tool results after the last user message: without ``loop``, answer one line per result,
+2. The last user message is the request to summarise the thread (``SUMMARY_PROMPT`` of
+   ``troupe.agentloop.compaction``, the call compaction makes): answer with a summary that
+   counts the messages before it, by role, in the order system, user, assistant, tool (roles
+   with none left out): ``Summary of 5 messages: 1 system, 2 user, 1 assistant, 1 tool.``
+3. Tool results after the last user message: without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
    passage's text and its citation marker (``troupe.agentloop.file_search``), or says nothing
-   was found; with ``loop``, call the loop tools again.
-3. ``call`` / ``loop`` -> tool calls (finish_reason "tool_calls").
-4. ``say`` / ``tokens`` / ``history`` -> that text (the first of them in the message wins).
-5. No directive: a question (the message ends with "?") while ``file_search`` is offered
+   was found; with ``loop``, call the loop tools again. A compaction's summary (a system
+   message beginning ``SUMMARY_HEADING``) after the last user message, and no tool result
+   after it, stands for that message's tool calls and results, which the loop compacted
+   away: without ``loop`` the answer is ``From the summary: <summary>``; with it, the loop
+   tools are called again.
+4. ``call`` / ``loop`` -> tool calls (finish_reason "tool_calls").
+5. ``say`` / ``tokens`` / ``history`` -> that text (the first of them in the message wins).
+6. No directive: a question (the message ends with "?") while ``file_search`` is offered
    (and tool_choice is not "none") -> ``file_search`` with the question as its query;
    tool_choice "required" -> the first offered tool, a forced
    ``{"type": "function", "function": {"name": X}}`` -> X; otherwise, with tools offered
    (and tool_choice not "none"), a word of 4+ letters from the message found in a tool's
    name or description -> the best-matching tool (most words; ties -> first offered);
    otherwise ``You said: <message without directives>``.
-6. Text answers honour ``response_format``: ``json_schema`` -> a value generated from the
+7. Text answers honour ``response_format``: ``json_schema`` -> a value generated from the
    schema, ``json_object`` -> ``{"answer": <text>}``.
-7. ``max_tokens`` truncates the answer text; finish_reason becomes "length".
-8. The sim's own output cap, :data:`MAX_OUTPUT_CHARS` (1 MiB), bounds every answer and every
+8. ``max_tokens`` truncates the answer text; finish_reason becomes "length".
+9. The sim's own output cap, :data:`MAX_OUTPUT_CHARS` (1 MiB), bounds every answer and every
    call's arguments, as a real model's output limit does: a ``json_schema`` (or tool schema)
    asking for more, or ``[[tokens N]]`` past it, is answered cut at the cap, finish_reason
    "length" (the response ends ``incomplete``), in time proportional to the cap, not to the ask.
@@ -73,6 +81,7 @@ from typing import Any
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
 from troupe.sim.schema import SchemaError, generate_bounded, generate_from_schema
+from troupe.agentloop.compaction import SUMMARY_HEADING, SUMMARY_PROMPT
 from troupe.agentloop.file_search import FILE_SEARCH, parse_results
 from troupe.agentloop.model import (
     ChatRequest,
@@ -240,12 +249,17 @@ def _plan(
     new_call_id: Callable[[], str],
 ) -> SimReply:
     results = _tool_results(messages, after=last)
+    summary = _summary_after(messages, last) if not results else None
     loops = [c for c in cues.calls if c.loop]
     calls: list[CallCue] = []
     text, cut = "", False
-    if results and not loops:
+    if last >= 0 and message_text(messages[last]) == SUMMARY_PROMPT:
+        text = _summary(messages[:last])
+    elif results and not loops:
         text = "\n".join(_result_line(name, output) for name, output in results)
-    elif results:
+    elif summary is not None and not loops:
+        text = f"From the summary: {summary}"
+    elif results or summary is not None:
         calls = loops
     elif cues.calls:
         calls = cues.calls
@@ -294,6 +308,21 @@ def _tool_results(messages: list[dict[str, Any]], *, after: int) -> list[tuple[s
             call_id = message.get("tool_call_id", "")
             results.append((names.get(call_id) or message.get("name") or "unknown", message_text(message)))
     return results
+
+
+def _summary(messages: list[dict[str, Any]]) -> str:
+    """The sim's summary of a thread: its messages counted by role."""
+    counts = [(sum(m.get("role") == role for m in messages), role) for role in ("system", "user", "assistant", "tool")]
+    return f"Summary of {len(messages)} messages: " + ", ".join(f"{n} {role}" for n, role in counts if n) + "."
+
+
+def _summary_after(messages: list[dict[str, Any]], last: int) -> str | None:
+    """The text of a compaction's summary standing after the last user message, if one does."""
+    for message in messages[last + 1 :]:
+        text = message_text(message)
+        if message.get("role") == "system" and text.startswith(SUMMARY_HEADING + "\n"):
+            return text[len(SUMMARY_HEADING) + 1 :]
+    return None
 
 
 def _result_line(name: str, output: str) -> str:

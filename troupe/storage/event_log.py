@@ -90,6 +90,7 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
             "response.file_search_call.in_progress",
             "response.file_search_call.searching",
             "response.file_search_call.completed",
+            "response.compaction.compacting",
         )
     },
     **{name: (_ITEM_KEYS, "item") for name in ("response.output_item.added", "response.output_item.done")},
