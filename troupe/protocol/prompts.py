@@ -259,7 +259,7 @@ def prompt_reference(prompt: dict[str, Any]) -> tuple[str, int | None]:
             positive integer (``prompt.version``).
     """
     prompt_id = prompt["id"]
-    if not prompt_id.startswith(PROMPT + "_"):
+    if not prompt_id.startswith(PROMPT):
         raise InvalidRequest(f"Invalid 'prompt.id': {show_value(prompt_id)}. Expected an ID that begins with "
                              f"'{PROMPT}'.", param="prompt.id", code="invalid_value")  # fmt: skip
     version = prompt.get("version")
