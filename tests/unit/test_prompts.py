@@ -3,6 +3,7 @@ the field, what goes upstream (a scripted model records it), and the runtime's l
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -257,3 +258,19 @@ async def test_an_unknown_prompt_or_version_is_a_404_naming_it(runtime: Runtime)
     assert raised.value.param == "version"
     error = await answer({"id": created["id"], "variables": {"extra": "x"}})
     assert isinstance(error, InvalidRequest) and error.param == "prompt.variables.extra"
+
+
+async def test_of_two_updates_from_the_same_version_one_lands_and_the_other_is_a_409(runtime: Runtime) -> None:
+    created = await runtime.create_prompt("acme", parse_prompt_create({"prompt": "v1"}))
+
+    async def update(text: str) -> Any:
+        content, version, default = parse_prompt_update({"prompt": text, "version": 1})
+        return await runtime.update_prompt("acme", created["id"], content, from_version=version, set_default=default)
+
+    results = await asyncio.gather(update("mine"), update("theirs"), return_exceptions=True)
+    landed = [r for r in results if isinstance(r, dict)]
+    lost = [r for r in results if isinstance(r, ProtocolError)]
+    assert len(landed) == 1 and len(lost) == 1
+    assert (lost[0].status, lost[0].param, lost[0].code) == (409, "version", "version_conflict")
+    assert (await runtime.get_prompt("acme", created["id"]))["prompt"] == landed[0]["prompt"]
+    assert len((await runtime.list_prompt_versions("acme", created["id"]))["data"]) == 2

@@ -99,8 +99,9 @@ def prepare(
         The prepared turn.
 
     Raises:
-        InvalidRequest: an unsupported tool kind or tool_choice, or input items
-            that do not fit the history (see :func:`build_transcript`).
+        InvalidRequest: an unsupported tool kind or tool_choice, input items
+            that do not fit the history (see :func:`build_transcript`), or a ``prompt``
+            not resolved (:attr:`CreateResponseRequest.prelude`: the runtime resolves it).
     """
     if request.prompt is not None and request.prelude is None:
         # The runtime resolves stored prompts (Runtime.resolve_prompt); without it, refused, never ignored.
