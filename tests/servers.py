@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -112,3 +113,35 @@ def served_local(server_settings: Any, **runtime_settings: Any) -> Iterator[str]
             yield url
         finally:
             runtime.close()
+
+
+class RecordingUpstream:
+    """An ASGI wrapper around the sim app that keeps every Chat Completions body it was sent.
+
+    It checks what goes *upstream*: a transcript bug the sim would tolerate still shows here.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        self.bodies.append(json.loads(b"".join(chunks)))
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay, send)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from tests.loop_harness import both, history_of
-from tests.servers import serve_app
+from tests.servers import RecordingUpstream, serve_app
 from troupe.agentloop.openai_client import OpenAIChatClient
 from troupe.sim.model import SimSettings
 from troupe.agentloop.tools import LocalFunctionExecutor
@@ -27,38 +26,6 @@ WEATHER = {
 def sim_url() -> Iterator[str]:
     with serve_app(create_sim_app(SimSettings())) as url:
         yield f"{url}/v1"
-
-
-class RecordingUpstream:
-    """An ASGI wrapper around the sim app that keeps every Chat Completions body it was sent.
-
-    It checks what goes *upstream*: a transcript bug the sim would tolerate still shows here.
-    """
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.bodies: list[dict[str, Any]] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
-            return await self.app(scope, receive, send)
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        self.bodies.append(json.loads(b"".join(chunks)))
-        replayed = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        await self.app(scope, replay, send)
 
 
 @pytest.fixture(scope="module")

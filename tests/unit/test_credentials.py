@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from troupe.cli import main
 from troupe.serve.config import ConfigError, load_config
 from troupe.storage import DuckDBStore, RunRecord
 from troupe.storage.credentials import IN_MEMORY, CredentialKeys, CredentialsUnavailable, new_key, restore, withhold
+from troupe.storage import schema
 from troupe.storage.schema import CREDENTIALS_WITHHELD_FROM, SCHEMA_VERSION
 
 SECRET = "sk-unit-probe-91e4"
@@ -81,14 +81,13 @@ def _holding(directory: Path, needle: str) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.is_file() and needle.encode() in p.read_bytes())
 
 
-def _old_file_with_a_deleted_secret(path: Path) -> None:
+def _old_file_with_a_deleted_secret(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file as Troupe before schema 10 left it: a run's request with its credentials, deleted,
     its bytes in the WAL of a process that was killed."""
-    DuckDBStore(path).close()
-    conn = duckdb.connect(str(path))
-    conn.execute("DELETE FROM schema_version WHERE version >= ?", [CREDENTIALS_WITHHELD_FROM])
-    conn.execute("ALTER TABLE runs DROP COLUMN credentials")
-    conn.close()
+    with monkeypatch.context() as old:
+        old.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[: CREDENTIALS_WITHHELD_FROM - 1])
+        old.setattr(schema, "SCHEMA_VERSION", CREDENTIALS_WITHHELD_FROM - 1)
+        DuckDBStore(path).close()
     killed = f"""
 import duckdb, json, os
 conn = duckdb.connect({str(path)!r})
@@ -99,9 +98,9 @@ os._exit(9)
     subprocess.run([sys.executable, "-c", killed], check=False)
 
 
-def test_opening_a_file_written_before_credentials_were_withheld_rewrites_it(tmp_path: Path) -> None:
+def test_opening_a_file_written_before_credentials_were_withheld_rewrites_it(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "old.duckdb"
-    _old_file_with_a_deleted_secret(path)
+    _old_file_with_a_deleted_secret(path, monkeypatch)
     assert _holding(tmp_path, SECRET) == ["old.duckdb.wal"], "the deleted row's bytes are there to find"
     store = DuckDBStore(path)
     try:

@@ -21,6 +21,7 @@ from troupe.storage import (
     GroupCommitWriter,
     InMemoryStore,
     Page,
+    PromptConflict,
     ResponseRecord,
     RunRecord,
     RunStep,
@@ -650,6 +651,100 @@ def test_returned_objects_are_copies(store: Store) -> None:
         *make_record("resp_1").input_items,
         *make_record("resp_1").response["output"],
     ]
+
+
+# -- prompts ---------------------------------------------------------------------------
+
+
+def prompt_content(text: str, *variables: str) -> dict[str, Any]:
+    return {"prompt": text, "messages": [], "variables": list(variables)}
+
+
+def test_a_prompt_is_created_read_and_deleted_with_its_versions(store: Store) -> None:
+    content = {"prompt": "Help {{who}}.", "variables": ["who"],
+               "messages": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]}  # fmt: skip
+    created = store.create_prompt("acme", "pmpt_1", content, T0 + 0.5)
+    assert created == {"id": "pmpt_1", "object": "prompt", "version": 1, "created_at": T0, **content, "is_default": True}
+    assert store.get_prompt("acme", "pmpt_1") == created
+    assert store.get_prompt("acme", "pmpt_1", 1) == created
+    assert store.get_prompt("acme", "pmpt_1", 2) is None
+    assert store.get_prompt("acme", "pmpt_missing") is None
+    assert store.list_prompt_versions("acme", "pmpt_1") == [created]
+    assert store.delete_prompt("acme", "pmpt_1") is True
+    assert store.get_prompt("acme", "pmpt_1") is None
+    assert store.list_prompt_versions("acme", "pmpt_1") is None
+    assert store.delete_prompt("acme", "pmpt_1") is False
+
+
+def test_a_prompt_id_is_unique_per_tenant_and_invisible_to_others(store: Store) -> None:
+    store.create_prompt("acme", "pmpt_1", prompt_content("a"), T0)
+    with pytest.raises(StorageError):
+        store.create_prompt("acme", "pmpt_1", prompt_content("b"), T0)
+    store.create_prompt("other", "pmpt_1", prompt_content("theirs"), T0)  # the same id, another tenant
+    assert store.get_prompt("acme", "pmpt_1")["prompt"] == "a"
+    assert store.update_prompt("nobody", "pmpt_1", prompt_content("x"), from_version=1, set_default=True,
+                               created_at=T0) is None  # fmt: skip
+    assert store.set_default_prompt_version("nobody", "pmpt_1", 1) is None
+    assert store.delete_prompt("nobody", "pmpt_1") is False
+    assert store.list_prompts("nobody").data == []
+    assert [p["prompt"] for p in store.list_prompts("other").data] == ["theirs"]
+
+
+def test_updates_add_versions_from_the_latest_only(store: Store) -> None:
+    store.create_prompt("acme", "pmpt_1", prompt_content("v1"), T0)
+    v2 = store.update_prompt("acme", "pmpt_1", prompt_content("v2 {{x}}", "x"), from_version=1, set_default=True,
+                             created_at=T0 + 5)  # fmt: skip
+    assert v2 == {"id": "pmpt_1", "object": "prompt", "version": 2, "created_at": T0 + 5, "prompt": "v2 {{x}}",
+                  "messages": [], "variables": ["x"], "is_default": True}  # fmt: skip
+    # A second update from version 1 lost the race: nothing is written, and it says what is latest.
+    with pytest.raises(PromptConflict) as conflict:
+        store.update_prompt("acme", "pmpt_1", prompt_content("late"), from_version=1, set_default=True, created_at=T0)
+    assert conflict.value.latest == 2
+    v3 = store.update_prompt("acme", "pmpt_1", prompt_content("v3"), from_version=2, set_default=False, created_at=T0)
+    assert v3["version"] == 3 and v3["is_default"] is False
+    assert store.get_prompt("acme", "pmpt_1")["version"] == 2, "not made the default"
+    versions = store.list_prompt_versions("acme", "pmpt_1")
+    assert [(v["version"], v["prompt"], v["is_default"]) for v in versions] == [
+        (1, "v1", False), (2, "v2 {{x}}", True), (3, "v3", False)]  # fmt: skip
+    assert store.set_default_prompt_version("acme", "pmpt_1", 1)["is_default"] is True
+    assert store.get_prompt("acme", "pmpt_1")["prompt"] == "v1"
+    assert store.set_default_prompt_version("acme", "pmpt_1", 4) is None
+    assert store.get_prompt("acme", "pmpt_1")["version"] == 1
+
+
+def test_prompts_list_as_their_default_versions_in_pages(store: Store) -> None:
+    for i in range(5):
+        store.create_prompt("acme", f"pmpt_{i}", prompt_content(f"p{i}"), T0 + i)
+    store.update_prompt("acme", "pmpt_2", prompt_content("p2, v2"), from_version=1, set_default=True, created_at=T0)
+    first = store.list_prompts("acme", limit=2, order="asc")
+    assert [p["id"] for p in first.data] == ["pmpt_0", "pmpt_1"] and first.has_more
+    rest = store.list_prompts("acme", after="pmpt_1", limit=10, order="asc")
+    assert [p["prompt"] for p in rest.data] == ["p2, v2", "p3", "p4"] and not rest.has_more
+    assert [p["id"] for p in store.list_prompts("acme", after="pmpt_3").data] == ["pmpt_2", "pmpt_1", "pmpt_0"]
+    assert store.list_prompts("acme", after="pmpt_missing").data == []
+    with pytest.raises(ValueError):
+        store.list_prompts("acme", limit=0)
+
+
+def test_a_long_prompt_round_trips_and_is_deleted_whole(store: Store) -> None:
+    text = "Be thorough. " * 2000 + "{{topic}}"  # longer than a value kept inline (schema.LONG_VALUE_CHARS)
+    store.create_prompt("acme", "pmpt_long", prompt_content(text, "topic"), T0)
+    store.update_prompt("acme", "pmpt_long", prompt_content(text + "!", "topic"), from_version=1, set_default=True,
+                        created_at=T0)  # fmt: skip
+    assert store.get_prompt("acme", "pmpt_long", 1)["prompt"] == text
+    assert store.get_prompt("acme", "pmpt_long")["prompt"] == text + "!"
+    assert store.delete_prompt("acme", "pmpt_long")
+    if isinstance(store, DuckDBStore):
+        assert store.query("SELECT count(*) FROM value_parts")[1] == [(0,)], "its parts went with it"
+
+
+def test_prompt_objects_returned_are_copies(store: Store) -> None:
+    content = prompt_content("keep {{me}}", "me")
+    created = store.create_prompt("acme", "pmpt_1", content, T0)
+    content["variables"].append("mutated")
+    created["variables"].append("mutated")
+    store.get_prompt("acme", "pmpt_1")["variables"].append("mutated")
+    assert store.get_prompt("acme", "pmpt_1")["variables"] == ["me"]
 
 
 # -- evaluation runs -------------------------------------------------------------------

@@ -38,6 +38,7 @@ from troupe.agentloop.writer import WireWriter
 from troupe.protocol import (
     CreateResponseRequest,
     InvalidRequest,
+    ProtocolError,
     ServerError,
     conversation_not_found,
     failed_response_error,
@@ -56,6 +57,7 @@ from .console_calls import ConsoleCalls
 from .conversations import ConversationCalls, not_found
 from .host import HostClient, TurnJob
 from .placement import HostFailed, LocalPlacement, Placement
+from .prompts import PromptCalls
 from .rag import VectorStores
 from .runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
 from .settings import RuntimeSettings
@@ -99,7 +101,7 @@ async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
     return runners
 
 
-class Runtime(ConversationCalls, ConsoleCalls):
+class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
     """What the HTTP layer talks to. Build it with :meth:`local` or :meth:`on_ray`."""
 
     def __init__(self, settings: RuntimeSettings, *, store: StoreClient, placement: Placement) -> None:
@@ -348,6 +350,8 @@ class Runtime(ConversationCalls, ConsoleCalls):
         return await self._on_host(job, start)
 
     async def _job(self, tenant: str, request: CreateResponseRequest, trace: TraceContext = None) -> TurnJob:
+        # Before the model is called, and before any host: a prompt that does not resolve is an HTTP error.
+        request = await self.resolve_prompt(tenant, request)
         thread_id = await self._thread_of(tenant, request)
         if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
             raise model_not_found(request.model)  # the host checks the model; no process starts for that
@@ -460,10 +464,13 @@ class Runtime(ConversationCalls, ConsoleCalls):
         if run.attempt >= MAX_RESUMES:
             return await self._fail_lost(run, TOO_MANY_RESUMES.format(attempts=run.attempt + 1))
         try:
-            request = self._request_of(run)
+            # Its stored request names its prompt's version; the prelude is made again from it.
+            request = await self.resolve_prompt(run.tenant, self._request_of(run))
         except CredentialsUnavailable as exc:
             log.warning("response %s: not resumed, its credentials are unavailable (%s)", rid, exc)
             return await self._fail_lost(run, CREDENTIALS_NOT_KEPT)
+        except ProtocolError as exc:  # its prompt was deleted meanwhile
+            return await self._fail_lost(run, f"The response could not be resumed: {exc.message}")
         if rid in self._taking_over or not wait:
             if rid not in self._taking_over:
                 self._spawn(self._take_over_logged(run))

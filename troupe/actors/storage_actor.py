@@ -303,6 +303,35 @@ class RayStoreClient:
     async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
         return await self._call(self.handle.conversation_items, tenant, conversation_id)
 
+    async def create_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float
+    ) -> dict[str, Any]:
+        return await self._call(self.handle.create_prompt, tenant, prompt_id, content, created_at)
+
+    async def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
+        return await self._call(self.handle.get_prompt, tenant, prompt_id, version)
+
+    async def list_prompts(
+        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        return await self._call(self.handle.list_prompts, tenant, after=after, limit=limit, order=order)
+
+    async def update_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
+        created_at: float,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        return await self._call(self.handle.update_prompt, tenant, prompt_id, content, from_version=from_version,
+                                set_default=set_default, created_at=created_at)  # fmt: skip
+
+    async def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
+        return await self._call(self.handle.set_default_prompt_version, tenant, prompt_id, version)
+
+    async def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
+        return await self._call(self.handle.delete_prompt, tenant, prompt_id)
+
+    async def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
+        return await self._call(self.handle.list_prompt_versions, tenant, prompt_id)
+
     async def put_eval_run(self, run: EvalRunRecord) -> None:
         await self._call(self.handle.put_eval_run, run)
 

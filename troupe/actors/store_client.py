@@ -124,6 +124,22 @@ class StoreClient(Protocol):
     async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
     async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool: ...
     async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None: ...
+    async def create_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float
+    ) -> dict[str, Any]: ...
+    async def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None: ...
+    async def list_prompts(
+        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page: ...
+    async def update_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
+        created_at: float,
+    ) -> dict[str, Any] | None: ...  # fmt: skip
+    async def set_default_prompt_version(
+        self, tenant: str, prompt_id: str, version: int
+    ) -> dict[str, Any] | None: ...
+    async def delete_prompt(self, tenant: str, prompt_id: str) -> bool: ...
+    async def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None: ...
     async def put_eval_run(self, run: EvalRunRecord) -> None: ...
     async def get_eval_run(self, run_id: str) -> EvalRunRecord | None: ...
     async def list_eval_runs(self) -> list[EvalRunRecord]: ...
@@ -303,6 +319,35 @@ class AsyncStore:
 
     async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
         return await self._run(self.store.conversation_items, tenant, conversation_id)
+
+    async def create_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float
+    ) -> dict[str, Any]:
+        return await self._run(self.store.create_prompt, tenant, prompt_id, content, created_at)
+
+    async def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
+        return await self._run(self.store.get_prompt, tenant, prompt_id, version)
+
+    async def list_prompts(
+        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        return await self._run(self.store.list_prompts, tenant, after=after, limit=limit, order=order)
+
+    async def update_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
+        created_at: float,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        return await self._run(self.store.update_prompt, tenant, prompt_id, content, from_version=from_version,
+                               set_default=set_default, created_at=created_at)  # fmt: skip
+
+    async def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
+        return await self._run(self.store.set_default_prompt_version, tenant, prompt_id, version)
+
+    async def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
+        return await self._run(self.store.delete_prompt, tenant, prompt_id)
+
+    async def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
+        return await self._run(self.store.list_prompt_versions, tenant, prompt_id)
 
     async def put_eval_run(self, run: EvalRunRecord) -> None:
         await self._run(self.store.put_eval_run, run)

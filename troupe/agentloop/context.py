@@ -63,11 +63,17 @@ def _turns(messages: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def fit_messages(
-    messages: Sequence[dict[str, Any]], budget: int, tools: Sequence[dict[str, Any]] = ()
+    messages: Sequence[dict[str, Any]], budget: int, tools: Sequence[dict[str, Any]] = (), *, keep: int | None = None
 ) -> list[dict[str, Any]] | None:
     """``messages`` with the oldest turns dropped until the estimate is within ``budget``;
-    None if even the last turn (with the system messages) does not fit."""
-    head = [m for m in messages[:1] if m["role"] in ("system", "developer")]
+    None if even the last turn (with the system messages) does not fit.
+
+    ``keep``: how many leading messages always stay (a prompt's, before the thread); None:
+    the first, if it is a system message (the instructions).
+    """
+    if keep is None:
+        keep = 1 if messages and messages[0]["role"] in ("system", "developer") else 0
+    head = list(messages[:keep])
     turns = _turns(messages[len(head) :])
     while turns:
         kept = head + [m for turn in turns for m in turn]

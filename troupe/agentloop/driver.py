@@ -103,9 +103,14 @@ def prepare(
         The prepared turn.
 
     Raises:
-        InvalidRequest: an unsupported tool kind or tool_choice, or input items
-            that do not fit the history (see :func:`build_transcript`).
+        InvalidRequest: an unsupported tool kind or tool_choice, input items
+            that do not fit the history (see :func:`build_transcript`), or a ``prompt``
+            not resolved (:attr:`CreateResponseRequest.prelude`: the runtime resolves it).
     """
+    if request.prompt is not None and request.prelude is None:
+        # The runtime resolves stored prompts (Runtime.resolve_prompt); without it, refused, never ignored.
+        raise InvalidRequest("Stored prompts are not served here: 'prompt' needs Troupe's runtime, which resolves "
+                             "it from its store.", param="prompt", code="unsupported_value")  # fmt: skip
     tools = [plain(t) for t in (request.tools or [])]
     supported = _SUPPORTED_TOOL_TYPES | ({"mcp"} if mcp_client is not None else set())
     supported |= {"file_search"} if file_searcher is not None else set()
@@ -340,7 +345,10 @@ class _Run:
         if self.mcp is not None:
             known = {d["name"] for d in definitions}
             definitions += [d for d in self.mcp.definitions() if d["name"] not in known]
-        messages = self.p.transcript.to_chat_messages(req.instructions if isinstance(req.instructions, str) else None)
+        if req.prelude is not None:  # a resolved prompt: the instructions are in it
+            messages = self.p.transcript.to_chat_messages(prelude=req.prelude)
+        else:
+            messages = self.p.transcript.to_chat_messages(req.instructions if isinstance(req.instructions, str) else None)
         return messages, chat_tools(definitions, self.p.policy.allowed)
 
     def _budget(self) -> int | None:
@@ -355,7 +363,8 @@ class _Run:
         budget = self._budget()
         if budget is None or estimate_tokens(messages, tools) <= budget:
             return messages
-        fitted = fit_messages(messages, budget, tools) if self.req.truncation == "auto" else None
+        keep = len(self.req.prelude) if self.req.prelude is not None else None
+        fitted = fit_messages(messages, budget, tools, keep=keep) if self.req.truncation == "auto" else None
         if fitted is None:
             raise too_long(estimate_tokens(messages, tools), budget, self.upstream_model)
         return fitted

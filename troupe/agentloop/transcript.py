@@ -103,8 +103,14 @@ class Transcript:
     def settled_call_ids(self) -> set[str]:
         return {item["call_id"] for item in self.items if item["type"] == "function_call_output"}
 
-    def to_chat_messages(self, instructions: str | None = None) -> list[dict[str, Any]]:
+    def to_chat_messages(
+        self, instructions: str | None = None, prelude: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
         """The upstream Chat Completions messages for this transcript.
+
+        First what goes before the thread: ``prelude`` (a resolved prompt's input messages,
+        :mod:`troupe.protocol.prompts`), then ``instructions`` as a system message (a request
+        with a prompt has them in its prelude already).
 
         Only the calls of one model turn share an assistant message: a call that
         comes after tool results starts a new one, so ``call 1 → result 1 → call 2
@@ -115,7 +121,7 @@ class Transcript:
         are left out.
         """
         outputs = {i["call_id"]: i["output"] for i in self.items if i["type"] == "function_call_output"}
-        messages: list[dict[str, Any]] = []
+        messages: list[dict[str, Any]] = [_chat_message(item) for item in prelude]
         if instructions:
             messages.append({"role": "system", "content": instructions})
         pending_tools: list[dict[str, Any]] = []  # tool messages owed after the current assistant message

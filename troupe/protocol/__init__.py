@@ -62,6 +62,17 @@ from .response import (
     echo_tool,
     usage_dict,
 )
+from .prompts import (
+    new_prompt_id,
+    parse_prompt_create,
+    parse_prompt_update,
+    parse_set_default_version,
+    placeholders,
+    prompt_not_found,
+    prompt_object,
+    prompt_reference,
+    resolve_prompt,
+)
 from .schema_refs import dangling_refs, resolve_ref
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 
@@ -120,6 +131,16 @@ __all__ = [
     "build_response",
     "echo_tool",
     "usage_dict",
+    # prompts
+    "new_prompt_id",
+    "parse_prompt_create",
+    "parse_prompt_update",
+    "parse_set_default_version",
+    "placeholders",
+    "prompt_not_found",
+    "prompt_object",
+    "prompt_reference",
+    "resolve_prompt",
     # sse
     "SSE_DONE",
     "SSE_KEEPALIVE",

@@ -34,7 +34,6 @@ from typing import Any, Literal
 from openai.types.responses import response_create_params as create_params
 from openai.types.responses.response_conversation_param_param import ResponseConversationParamParam
 from openai.types.responses.response_includable import ResponseIncludable
-from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_text_config_param import ResponseTextConfigParam
 from openai.types.responses.service_tier import ServiceTier
 from openai.types.responses.tool_param import ToolParam
@@ -52,6 +51,7 @@ from .errors import (
     validate_as,
 )
 from .ids import CONVERSATION, RESPONSE
+from .prompts import PROMPT_REFERENCE, prompt_reference
 from .schema_refs import dangling_refs
 from .items import by_type, normalize_input, validate_input_items
 
@@ -83,7 +83,7 @@ NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "stream_options": TypeAdapter(create_params.StreamOptions),
     "text": TypeAdapter(ResponseTextConfigParam),
     "reasoning": TypeAdapter(Reasoning),
-    "prompt": TypeAdapter(ResponsePromptParam),
+    "prompt": PROMPT_REFERENCE,
     "context_management": TypeAdapter(list[create_params.ContextManagement]),
     "moderation": TypeAdapter(create_params.Moderation),
     "access_programs": TypeAdapter(create_params.AccessPrograms),
@@ -213,7 +213,9 @@ class CreateResponseRequest(BaseModel):
     metadata: dict[str, Any] | None = None
     """Up to 16 string pairs (key ≤ 64 characters, value ≤ 512), echoed back."""
     prompt: dict[str, Any] | None = None
-    """A stored prompt template reference ``{"id", "version"?, "variables"?}``."""
+    """A stored prompt (``POST /v1/prompts``) and its variables, ``{"id", "version"?, "variables"?}``: its text
+    and messages go before the input, with the request's ``instructions`` after the prompt's text. Echoed
+    with the version used."""
     prompt_cache_key: str | None = None
     """Cache routing hint; echoed back."""
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
@@ -243,6 +245,7 @@ class CreateResponseRequest(BaseModel):
     """Troupe extension: the most model calls the server-side loop makes for this response."""
 
     _items: list[dict[str, Any]] | None = PrivateAttr(default=None)
+    _prelude: list[dict[str, Any]] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -269,6 +272,8 @@ class CreateResponseRequest(BaseModel):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 validate_as(adapter, value, loc=(name,))
+        if self.prompt is not None:
+            prompt_reference(self.prompt)
         if self.previous_response_id is not None:
             check_id_format(self.previous_response_id, RESPONSE, "previous_response_id")
         if self.conversation_id is not None:
@@ -413,6 +418,22 @@ class CreateResponseRequest(BaseModel):
     def mcp_tools(self) -> list[dict[str, Any]]:
         """The MCP tool definitions, as given (including ``headers``/``authorization``)."""
         return [dict(t) for t in self.tools if t.get("type") == "mcp"]
+
+    @property
+    def prelude(self) -> list[dict[str, Any]] | None:
+        """What the resolved ``prompt`` puts before the thread (:mod:`~troupe.protocol.prompts`): input
+        messages, the request's ``instructions`` among them; None until a prompt is resolved (and without one).
+
+        Not a field: it is never sent, nor stored with a run's request (a resumed run resolves its
+        pinned version again); a copy of the request (pickled to a host, ``model_copy``) keeps it.
+        """
+        return self._prelude
+
+    def with_prelude(self, prompt: dict[str, Any], prelude: list[dict[str, Any]]) -> CreateResponseRequest:
+        """A copy with ``prompt`` (the reference, its version pinned) and its resolved ``prelude``."""
+        resolved = self.model_copy(update={"prompt": prompt})
+        resolved._prelude = prelude
+        return resolved
 
     def input_items(self) -> list[dict[str, Any]]:
         """The input in canonical stored form (see :func:`~troupe.protocol.items.normalize_input`).

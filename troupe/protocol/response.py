@@ -144,7 +144,8 @@ def build_response(
         "conversation": {"id": conversation} if conversation else None,
         "error": copy.deepcopy(error),
         "incomplete_details": copy.deepcopy(incomplete_details),
-        "instructions": request.instructions,
+        # With a prompt, what it put before the thread (input messages, as OpenAI echoes a prompt's).
+        "instructions": request.instructions if request.prelude is None else copy.deepcopy(request.prelude),
         "max_output_tokens": request.max_output_tokens,
         "max_tool_calls": request.max_tool_calls,
         "model": request.model,

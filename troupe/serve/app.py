@@ -16,6 +16,7 @@ Routes (OpenAI's Responses and Conversations APIs)::
     GET         /console, /v1/troupe/console/...     the operator's console and its JSON API (troupe.console)
     GET         /metrics                             Prometheus metrics (never authenticated; README "Observing Troupe")
     …/v1/files, /v1/vector_stores, /v1/embeddings    Files, Vector Stores, Embeddings: see :mod:`.rag_routes`
+    …/v1/prompts                         stored prompts, their versions and variables: see :mod:`.prompt_routes`
 
 Every error answers OpenAI's body ``{"error": {message, type, param, code}}``, with
 ``x-should-retry: false`` unless it is a 429 or 503: the ``openai`` SDK retries 5xx by
@@ -77,6 +78,7 @@ from .bodies import read_within
 from .config import ServerSettings
 from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
 from .openapi import install_openapi
+from .prompt_routes import install_prompt_routes
 from .rag_routes import install_rag_routes
 
 __all__ = ["create_app", "error_response"]
@@ -353,8 +355,9 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
             raise InvalidRequest(f"Invalid 'query': {exc.message}", param="query", code="invalid_query") from exc
         return result.to_json_object()
 
-    # Files, vector stores and embeddings (troupe/serve/rag_routes.py).
+    # Files, vector stores and embeddings (troupe/serve/rag_routes.py); stored prompts (prompt_routes.py).
     install_rag_routes(app, get_runtime, who=who_dep, json_body=json_body, max_file_bytes=settings.max_file_bytes)
+    install_prompt_routes(app, get_runtime, who=who_dep, json_body=json_body)
     return app
 
 

@@ -9,11 +9,12 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
   against (input items, tools, ``tool_choice``, ``text``, ``reasoning``…);
 - the three conversation bodies (``{items?, metadata?}``, ``{metadata}``, ``{items}``),
   with the limits :mod:`.app` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
-  values ≤ 512 characters).
+  values ≤ 512 characters);
+- the Prompts API's three bodies (create, update, set the default version).
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
-code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; and 424/500 for a
-create whose run failed) in place of FastAPI's 422, which the server never sends; the
+code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; 424/500 for a
+create whose run failed; 409 for a prompt update that lost a race) in place of FastAPI's 422, which the server never sends; the
 create's 200 is JSON or, with ``"stream": true``, Server-Sent Events. OpenAPI links say which
 answer names the object other operations address (a created response, conversation, item).
 
@@ -44,6 +45,7 @@ from pydantic import TypeAdapter
 
 from troupe.protocol import items as _items
 from troupe.protocol import request as _request
+from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
 
 __all__ = ["install_openapi"]
@@ -55,7 +57,8 @@ _JSON = "application/json"
 _ERRORS: tuple[tuple[str, str, str], ...] = (
     ("400", "BadRequest", "Invalid request: malformed JSON or an invalid parameter (named by `error.param`)."),
     ("401", "Unauthorized", "Missing or unknown API key (only when the server is configured with API keys)."),
-    ("404", "NotFound", "The addressed response, conversation, item or model does not exist."),
+    ("404", "NotFound", "The addressed response, conversation, item, prompt or model does not exist."),
+    ("409", "Conflict", "A prompt updated from a version that is not its latest (`version_conflict`)."),
     ("413", "PayloadTooLarge", "The request body is too large (`request_too_large`)."),
     ("424", "ExternalConnectorError", "An MCP server the request names could not be used."),
     ("429", "RateLimited", "Too many requests (`rate_limit_exceeded`): retry after `Retry-After` seconds."),
@@ -63,10 +66,12 @@ _ERRORS: tuple[tuple[str, str, str], ...] = (
 )
 _ALL_ERRORS = ("400", "401", "404", "413", "429")  # 413 only where there is a body
 _CREATE_ERRORS = ("424", "500")  # POST /v1/responses: a run that failed
+_CONFLICTS = {("post", "/v1/prompts/{prompt_id}")}  # 409: an update from a version that is not the latest
 
 _RESPONSE = {"response_id": "$response.body#/id"}
 _CONVERSATION = {"conversation_id": "$response.body#/id"}
 _ITEM = {"conversation_id": "$request.path.conversation_id", "item_id": "$response.body#/data/0/id"}
+_PROMPT = {"prompt_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/responses"): {
@@ -82,6 +87,13 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "DeleteConversation": ("delete", "/v1/conversations/{conversation_id}", _CONVERSATION),
         "AddItems": ("post", "/v1/conversations/{conversation_id}/items", _CONVERSATION),
         "ListItems": ("get", "/v1/conversations/{conversation_id}/items", _CONVERSATION),
+    },
+    ("post", "/v1/prompts"): {
+        "GetPrompt": ("get", "/v1/prompts/{prompt_id}", _PROMPT),
+        "UpdatePrompt": ("post", "/v1/prompts/{prompt_id}", _PROMPT),
+        "DeletePrompt": ("delete", "/v1/prompts/{prompt_id}", _PROMPT),
+        "ListPromptVersions": ("get", "/v1/prompts/{prompt_id}/versions", _PROMPT),
+        "SetDefaultPromptVersion": ("post", "/v1/prompts/{prompt_id}/set-default-version", _PROMPT),
     },
     ("post", "/v1/conversations/{conversation_id}/items"): {
         "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
@@ -156,6 +168,8 @@ def _describe(schema: dict[str, Any]) -> None:
             statuses = [s for s in _ALL_ERRORS if s != "413" or body is not None]
             if (method, path) == ("post", "/v1/responses"):
                 statuses += _CREATE_ERRORS
+            if (method, path) in _CONFLICTS:
+                statuses.append("409")
             for status in sorted(statuses):
                 responses[status] = {"$ref": f"#/components/responses/{error_names[status]}"}
             if body is not None:
@@ -254,6 +268,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         "required": ["items"],
         "properties": {"items": items},
     }
+    schemas.update(_prompt_schemas(ref, nullable))
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
     def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -264,7 +279,44 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         ("post", "/v1/conversations"): body("ConversationCreateRequest", required=False),  # empty body: {}
         ("post", "/v1/conversations/{conversation_id}"): body("ConversationUpdateRequest"),
         ("post", "/v1/conversations/{conversation_id}/items"): body("ConversationItemsCreateRequest"),
+        ("post", "/v1/prompts"): body("PromptCreateRequest"),
+        ("post", "/v1/prompts/{prompt_id}"): body("PromptUpdateRequest"),
+        ("post", "/v1/prompts/{prompt_id}/set-default-version"): body("PromptSetDefaultVersionRequest"),
     }
+
+
+def _prompt_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
+    """The Prompts API's bodies (:mod:`troupe.protocol.prompts` checks them)."""
+    version = {"type": "integer", "minimum": 1, "maximum": MAX_VERSION}
+    content = {
+        "prompt": {**nullable({"type": "string"}), "description": "The prompt's text (its instructions), with "
+                   "`{{variable}}` placeholders."},
+        "messages": {**nullable({"type": "array", "items": ref("InputItem")}), "description": "Input messages "
+                     "that follow the text (placeholders in their text too); messages only."},
+        "variables": {
+            **nullable({"type": "array", "items": {"type": "string", "pattern": VARIABLE_PATTERN}}),
+            "description": "The variables it takes; every placeholder must be one. Left out: the placeholders used.",
+        },
+    }  # fmt: skip
+    return {
+        "PromptCreateRequest": {
+            "type": "object", "title": "PromptCreateRequest", "additionalProperties": False, "properties": content,
+            "description": "A new prompt: its version 1. It needs text in `prompt` or messages in `messages`.",
+        },
+        "PromptUpdateRequest": {
+            "type": "object", "title": "PromptUpdateRequest", "additionalProperties": False, "required": ["version"],
+            "properties": {
+                **content,
+                "version": {**version, "description": "The latest version, which this one follows (else 409)."},
+                "set_as_default": {"type": "boolean", "default": True, "description": "Make it the default."},
+            },
+            "description": "A new version, whole (what it leaves out, it does not have).",
+        },
+        "PromptSetDefaultVersionRequest": {
+            "type": "object", "title": "PromptSetDefaultVersionRequest", "additionalProperties": False,
+            "required": ["version"], "properties": {"version": version},
+        },
+    }  # fmt: skip
 
 
 def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -29,6 +29,7 @@ every tenant: it is an operator's tool.
 Errors::
 
     StorageError        the backend failed (I/O, corruption, a migration)
+    ├── PromptConflict  a prompt updated from a version that is not its latest
     ├── QueryError      a read-only SQL query was refused (not exactly one read-only
     │   │               statement) or failed in DuckDB (bad SQL): the query's fault
     │   └── QueryTimeout    it ran past its timeout and was interrupted
@@ -52,6 +53,7 @@ __all__ = [
     "EvalRunRecord",
     "Order",
     "Page",
+    "PromptConflict",
     "QueryError",
     "QueryResult",
     "QueryTimeout",
@@ -94,6 +96,19 @@ class QueryError(StorageError):
 
 class QueryTimeout(QueryError):
     """A read-only SQL query ran past its timeout and was interrupted; nothing was returned."""
+
+
+class PromptConflict(StorageError):
+    """A prompt update from a version that is not its latest (:meth:`Store.update_prompt`): another
+    update came first. Picklable: ``latest`` travels with the message."""
+
+    def __init__(self, message: str, latest: int) -> None:
+        super().__init__(message)
+        self.latest = latest
+        """The prompt's latest version, which an update must start from."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.latest))
 
 
 class StoreLocked(StorageError):
@@ -624,6 +639,53 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
         """Every item of the conversation in append order (the loop's history); None if unknown."""
+
+    # -- prompts -------------------------------------------------------------------
+    # A prompt and each of its versions as the Prompts API shows them (``troupe.protocol.prompts.
+    # prompt_object``): ``{"id", "object": "prompt", "version", "created_at", "prompt",
+    # "messages", "variables", "is_default"}``. ``content`` is ``{"prompt", "messages", "variables"}``.
+
+    @abc.abstractmethod
+    def create_prompt(self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float) -> dict[str, Any]:
+        """Store a new prompt with ``content`` as its version 1, the default; that version.
+
+        Raises:
+            StorageError: the id is taken (for this tenant), or the content is not JSON.
+        """
+
+    @abc.abstractmethod
+    def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
+        """A version of a prompt (None: its default version); None if either is unknown."""
+
+    @abc.abstractmethod
+    def list_prompts(self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc") -> Page:
+        """The tenant's prompts, each as its default version, by the prompt's creation time
+        (``after``: a prompt id; an unknown one gives an empty page)."""
+
+    @abc.abstractmethod
+    def update_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
+        created_at: float,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """Add a version (the latest + 1) with ``content``, the default if ``set_default``; that
+        version. None if the prompt is unknown.
+
+        Raises:
+            PromptConflict: ``from_version`` is not the latest version (another update came
+                first); nothing was written.
+        """
+
+    @abc.abstractmethod
+    def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
+        """Make ``version`` the prompt's default; that version. None if the prompt or the version is unknown."""
+
+    @abc.abstractmethod
+    def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
+        """Delete a prompt and all its versions; False if unknown."""
+
+    @abc.abstractmethod
+    def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
+        """Every version of a prompt, oldest first; None if the prompt is unknown."""
 
     # -- evaluation runs -----------------------------------------------------------
     # Not per tenant: evaluation is an operator's tool. The responses a run stores

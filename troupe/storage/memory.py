@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from troupe.protocol.prompts import prompt_object
+
 from . import event_log
 from .base import (
     DEFAULT_MAX_ROWS,
@@ -27,6 +29,7 @@ from .base import (
     EvalRunRecord,
     Order,
     Page,
+    PromptConflict,
     QueryError,
     QueryResult,
     ResponseFilter,
@@ -128,6 +131,18 @@ class _Conversation:
             self.next_seq += 1
 
 
+@dataclass(slots=True)
+class _Prompt:
+    created_at: float
+    default: int
+    versions: dict[int, tuple[float, str]] = field(default_factory=dict)
+    """version → (created_at, content as JSON)."""
+
+    def object(self, prompt_id: str, version: int) -> dict[str, Any]:
+        created_at, content = self.versions[version]
+        return prompt_object(prompt_id, version, created_at, json.loads(content), is_default=version == self.default)
+
+
 def _encode_items(items: Sequence[dict[str, Any]]) -> list[tuple[str | None, str]]:
     return [(item.get("id"), _dump(item)) for item in items]
 
@@ -144,6 +159,7 @@ class InMemoryStore(Store):
         """(tenant, response id) → the run's fields as JSON."""
         self._run_steps: dict[tuple[str, str], dict[int, str]] = {}
         """(tenant, response id) → seq → the step's data as JSON."""
+        self._prompts: dict[tuple[str, str], _Prompt] = {}
         self._eval_runs: dict[str, str] = {}
         """run_id → the run's fields as JSON."""
         self._eval_results: dict[tuple[str, str, int], str] = {}
@@ -489,6 +505,77 @@ class InMemoryStore(Store):
         with self._lock:
             stored = self._conversations.get((tenant, conversation_id))
             return None if stored is None else [json.loads(t) for _, _, t in stored.items]
+
+    # -- prompts ---------------------------------------------------------------------
+
+    def create_prompt(self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float) -> dict[str, Any]:
+        """See :meth:`Store.create_prompt`."""
+        encoded = _dump(content)
+        with self._lock:
+            if (tenant, prompt_id) in self._prompts:
+                raise StorageError(f"cannot create prompt {prompt_id!r}: duplicate id")
+            stored = self._prompts[(tenant, prompt_id)] = _Prompt(created_at=created_at, default=1)
+            stored.versions[1] = (created_at, encoded)
+            return stored.object(prompt_id, 1)
+
+    def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
+        """See :meth:`Store.get_prompt`."""
+        with self._lock:
+            stored = self._prompts.get((tenant, prompt_id))
+            if stored is None:
+                return None
+            version = stored.default if version is None else version
+            return stored.object(prompt_id, version) if version in stored.versions else None
+
+    def list_prompts(self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc") -> Page:
+        """See :meth:`Store.list_prompts`."""
+        _check_page_args(limit, order)
+        with self._lock:
+            entries = sorted(
+                ((p.created_at, pid), pid, _dump(p.object(pid, p.default)))
+                for (t, pid), p in self._prompts.items()
+                if t == tenant
+            )
+            return _page_after(entries, after, limit, order)
+
+    def update_prompt(
+        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
+        created_at: float,
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """See :meth:`Store.update_prompt`."""
+        encoded = _dump(content)
+        with self._lock:
+            stored = self._prompts.get((tenant, prompt_id))
+            if stored is None:
+                return None
+            latest = max(stored.versions)
+            if from_version != latest:
+                raise PromptConflict(f"version {from_version} of prompt {prompt_id!r} is not its latest ({latest})",
+                                     latest)  # fmt: skip
+            stored.versions[latest + 1] = (created_at, encoded)
+            if set_default:
+                stored.default = latest + 1
+            return stored.object(prompt_id, latest + 1)
+
+    def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
+        """See :meth:`Store.set_default_prompt_version`."""
+        with self._lock:
+            stored = self._prompts.get((tenant, prompt_id))
+            if stored is None or version not in stored.versions:
+                return None
+            stored.default = version
+            return stored.object(prompt_id, version)
+
+    def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
+        """See :meth:`Store.delete_prompt`."""
+        with self._lock:
+            return self._prompts.pop((tenant, prompt_id), None) is not None
+
+    def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
+        """See :meth:`Store.list_prompt_versions`."""
+        with self._lock:
+            stored = self._prompts.get((tenant, prompt_id))
+            return None if stored is None else [stored.object(prompt_id, v) for v in sorted(stored.versions)]
 
     # -- evaluation runs -----------------------------------------------------------
 

@@ -382,7 +382,34 @@ _V9 = [
 # such a file whole before migrating it (rewrite.py).
 _V10 = ["ALTER TABLE runs ADD COLUMN credentials VARCHAR"]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+# Version 11: stored prompts (the Prompts API, troupe.protocol.prompts). One row per prompt, with
+# its default and latest version numbers; one per version, its content ({prompt, messages,
+# variables}) as one JSON value (in value_parts when long). Versions are never changed, only added.
+_V11 = [
+    """
+    CREATE TABLE prompts (
+        tenant          VARCHAR NOT NULL,
+        id              VARCHAR NOT NULL,
+        created_at      DOUBLE  NOT NULL,
+        default_version INTEGER NOT NULL,
+        latest_version  INTEGER NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE prompt_versions (
+        tenant        VARCHAR NOT NULL,
+        prompt_id     VARCHAR NOT NULL,
+        version       INTEGER NOT NULL,
+        created_at    DOUBLE  NOT NULL,
+        content       JSON,
+        content_parts BIGINT,
+        PRIMARY KEY (tenant, prompt_id, version)
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema
