@@ -32,6 +32,7 @@ from ray import serve
 from troupe.actors.runtime import Runtime
 from troupe.actors.settings import RuntimeSettings
 
+from ._reuse_addr import patch_direct_ingress_bind
 from .app import create_app
 from .config import ServerSettings
 
@@ -59,6 +60,9 @@ class TroupeIngress:
     """One Serve replica of the HTTP API; owns one :class:`Runtime` (closed on shutdown)."""
 
     async def __init__(self, server: ServerSettings, runtime: RuntimeSettings) -> None:
+        # Before Serve starts this replica's HTTP server (after this constructor): its socket
+        # must outlive a crash's TIME-WAIT connections (see _reuse_addr).
+        patch_direct_ingress_bind()
         self._server = server
         self._runtime = await Runtime.on_ray(runtime)
 
