@@ -29,7 +29,7 @@ from typing import Any
 import ray
 from ray import serve
 
-from troupe.actors.runtime import Runtime
+from troupe.actors.runtime import Runtime, start_shared_actors
 from troupe.actors.settings import RuntimeSettings
 
 from ._reuse_addr import patch_direct_ingress_bind
@@ -46,6 +46,7 @@ __all__ = [
     "free_port_range",
     "PortInUse",
     "APP_NAME",
+    "HEALTH_CHECK_PERIOD_S",
     "LOCAL_RAY_ENV",
 ]
 
@@ -86,8 +87,15 @@ def build_app(server: ServerSettings, runtime: RuntimeSettings) -> serve.Applica
     deployment = TroupeIngress.options(
         num_replicas=server.num_replicas,
         max_ongoing_requests=server.max_ongoing_requests,
+        health_check_period_s=HEALTH_CHECK_PERIOD_S,
     )
     return deployment.bind(server, runtime)
+
+
+HEALTH_CHECK_PERIOD_S = 1.0
+"""How often Serve's controller checks each ingress replica. Serve learns that a replica's
+process died only from its next check: at Serve's default of 10 s, a crashed replica's port
+stayed closed that long before Serve even began to restart it."""
 
 
 def app_builder(args: dict[str, str]) -> serve.Application:
@@ -210,6 +218,8 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
         extra = {"include_dashboard": server.dashboard} if local else {}
         ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
         started_ray = True
+    # Before the replicas start: owned by this process, they outlive a replica's crash.
+    shared = start_shared_actors(runtime)  # noqa: F841 - held while the server runs
     proxy_port = _free_port(server.host) if direct else server.port
     serve.start(http_options={"host": server.host, "port": proxy_port})
     serve.run(build_app(server, runtime), name=APP_NAME, route_prefix="/")
