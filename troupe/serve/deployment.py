@@ -268,7 +268,7 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
         # "local" forces a fresh instance: plain ray.init() would silently join any Ray
         # cluster already running on this machine, and tearing down would then hit it.
         extra = {"include_dashboard": server.dashboard} if local else {}
-        with _sigint_ignored_by_children() if local else contextlib.nullcontext():
+        with _sigint_held_from_children() if local else contextlib.nullcontext():
             ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
         started_ray = True
     # Before the replicas start: owned by this process, they outlive a replica's crash.
@@ -469,19 +469,20 @@ def direct_ingress_roots(ports: Iterable[int], host: str = "127.0.0.1") -> dict[
 
 
 @contextlib.contextmanager
-def _sigint_ignored_by_children() -> Iterator[None]:
-    """SIGINT ignored while Ray starts its processes, which keep that (an ignored signal stays
-    ignored across ``exec``). Ctrl-C in a terminal signals the whole foreground process group,
-    Ray's processes with this one; they would die at once, cutting the requests in flight that
-    :meth:`RunningServer.stop` lets finish. This process stops them."""
-    if threading.current_thread() is not threading.main_thread():
+def _sigint_held_from_children() -> Iterator[None]:
+    """SIGINT blocked while Ray starts its processes, which keep it blocked (a signal mask is
+    inherited across ``fork`` and ``exec``). Ctrl-C in a terminal signals the whole foreground
+    process group, Ray's processes with this one; they would die at once, cutting the requests
+    in flight that :meth:`RunningServer.stop` lets finish. This process stops them. A Ctrl-C
+    while Ray starts is delivered here once it has started."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _wait_for_stop_signal() -> None:
