@@ -132,7 +132,8 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(tmp_path: Path) -> 
        started again on the same port at once, although the load's connections are still in
        TIME-WAIT on it; the run completes.
     5. The ingress replica's process killed under load: meanwhile requests fail at once
-       (connection refused), and within 10 s the API answers again on the same port.
+       (connection refused), and within 10 s a new replica answers on the same port, beside
+       the TIME-WAIT connections of the old one.
     """
     port = free_port_range(1)
     db, config = str(tmp_path / "side.sqlite"), tmp_path / "troupe.toml"
@@ -192,11 +193,12 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(tmp_path: Path) -> 
             _kill_9_tree(server)
     finally:
         _kill_9_tree(server)
+    # troupe serve checks the port first thing (as the replica binds it): without SO_REUSEADDR
+    # on the old replica's socket, these refuse it for a minute.
     assert _time_wait_sockets(port) > 0, "the load's connections linger in TIME-WAIT on the port"
     gates[1].touch()
     server, root = _start_troupe_serve(config, port, tmp_path / "serve-3.log")
     try:
-        assert _time_wait_sockets(port) > 0, "the new server bound the port beside them"
         client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
         _wait_completed(client, second.id)
         assert client.responses.retrieve(second.id).output_text == "gate_again -> g2 passed"
@@ -217,16 +219,20 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(tmp_path: Path) -> 
         assert probes, "the API was down a moment"
         assert all(kind in ("refused", "503") and took < 2 for kind, took in probes), probes
         assert back_after < 10, f"served again after {back_after:.1f} s"
+        assert _time_wait_sockets(port) > 0, "the new replica bound the port beside the old one's TIME-WAIT"
         title = _title_while_streaming(root)
         assert title.startswith("ray::ServeReplica:troupe:TroupeIngress"), title
         assert client.responses.retrieve(second.id).status == "completed", "history is intact"
     finally:
         server.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
         try:
             server.wait(timeout=60)
+            exited_after = time.monotonic() - signalled
         finally:
             _kill_9_tree(server)
     assert server.returncode == 0, (tmp_path / "serve-3.log").read_text()[-3000:]
+    assert exited_after < STOP_BOUND_S, f"stopped in {exited_after:.1f} s"
 
 
 TROUPE = (sys.executable, "-m", "troupe")
@@ -270,9 +276,8 @@ def _gated_run(client: OpenAI, db: str, key: str, gate: Path):
 
 
 def _wait_completed(client: OpenAI, response_id: str) -> None:
-    seen: list[str] = []
-    wait_for(lambda: seen.append(client.responses.retrieve(response_id).status) or seen[-1] == "completed",
-             timeout_s=60, what=f"{response_id} completed (it is {seen[-1:]})")  # fmt: skip
+    wait_for(lambda: client.responses.retrieve(response_id).status == "completed", timeout_s=60,
+             what=f"{response_id} completed")  # fmt: skip
 
 
 def _first_answer_but_200(root: str) -> httpx.Response:
