@@ -6,14 +6,45 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (Linux /proc): a server started with
+    ``start_new_session=True`` and every process it started, Ray's included (Ray's workers have
+    process groups of their own, and outlive a killed parent a moment)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == sid and fields[0] != "Z":  # a zombie is dead, only not yet reaped
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (one this test started), and wait until none is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sid, signal.SIGKILL)
+
+    def gone() -> bool:
+        for pid in session_pids(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return not session_pids(sid)
+
+    wait_for(gone, timeout_s=30, what=f"the processes of session {sid} to end")
 
 
 def wait_for(condition: Callable[[], bool], *, timeout_s: float = 20.0, what: str = "condition") -> None:

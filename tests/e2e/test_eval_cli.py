@@ -11,14 +11,13 @@ import contextlib
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 
-from tests.servers import wait_for
+from tests.servers import kill_session, wait_for
 from troupe.cli import main
 
 ROOT = Path(__file__).parents[2]
@@ -90,33 +89,6 @@ def test_the_sample_dataset_end_to_end(tmp_path: Path) -> None:
     assert "52 same" in cli("eval", "compare", "sample", "sample", "--db", db)
     listing = cli("eval", "list", "--db", db)
     assert "sample" in listing and "finished" in listing
-
-
-def session_pids(sid: int) -> list[int]:
-    """Processes of session ``sid`` (Linux /proc): the killed run's own, Ray's included."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[3]) == sid and fields[0] != "Z":  # a zombie is dead, only not yet reaped
-            pids.append(int(stat.parent.name))
-    return pids
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of the session the run started (Ray actors have process groups of their own)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(sid, signal.SIGKILL)
-
-    def gone() -> bool:
-        for pid in session_pids(sid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return not session_pids(sid)
-
-    wait_for(gone, timeout_s=30, what=f"the processes of session {sid} to end")
 
 
 def test_an_interrupted_run_resumes_and_runs_every_case_exactly_once(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from troupe.actors.store_client import AsyncStore
 from troupe.storage import DuckDBStore, StepTrace, StorageError
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import (
@@ -91,6 +92,17 @@ async def test_a_submitted_record_is_journaled_and_reaches_the_store_in_batches(
         await writer.close()
     assert _segments(path) == []  # everything is stored: the journal is empty
     store.close()
+
+
+async def test_a_stopping_servers_flush_returns_once_what_was_written_is_in_duckdb(path) -> None:
+    store = AsyncStore.open(path)  # its applier lingers 100 ms for company
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(store.write_response(make_record(f"resp_{i}")) for i in range(3)))
+            await store.flush()
+        assert _ids(store.store) == ["resp_0", "resp_1", "resp_2"]
+    finally:
+        await store.close()
 
 
 async def test_segments_are_deleted_once_their_records_are_stored(path) -> None:

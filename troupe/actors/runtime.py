@@ -31,6 +31,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from troupe.agentloop.compaction import compacted_response, summary_request
@@ -66,7 +67,7 @@ from .store_client import StoreClient
 if TYPE_CHECKING:
     from troupe.observe.metrics import ScrapeView
 
-__all__ = ["Runtime", "EventBatches", "TraceContext"]
+__all__ = ["Runtime", "EventBatches", "TraceContext", "SharedActors", "start_shared_actors"]
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +84,17 @@ TraceContext = Mapping[str, str] | None
 T = TypeVar("T")
 
 
+def _uses_tool_runners(settings: RuntimeSettings) -> bool:
+    return settings.tool_runner == "actor" and any(t.num_cpus is None for t in settings.tools)
+
+
 async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
     """One tool runner per live node, if any tool runs in one; their handles, once they are up.
 
     Ray ends an actor that is not detached when the last handle to it goes away: the runtime
     keeps these for as long as it lives.
     """
-    if settings.tool_runner != "actor" or all(t.num_cpus is not None for t in settings.tools):
+    if not _uses_tool_runners(settings):
         return []
     import ray
 
@@ -99,6 +104,44 @@ async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
     targets = tuple(t.target for t in settings.tools if t.num_cpus is None)
     await asyncio.gather(*(runner.ready.remote(targets) for runner in runners))
     return runners
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedActors:
+    """Handles to the actors every ingress replica shares (:func:`start_shared_actors`)."""
+
+    storage: Any
+    """The storage actor."""
+    tool_runners: tuple[Any, ...] = ()
+    """A tool runner per node, if a tool runs in one."""
+    hosts: tuple[Any, ...] = ()
+    """The pooled hosts (``placement = "pooled"``)."""
+
+
+def start_shared_actors(settings: RuntimeSettings) -> SharedActors:
+    """Start, from this process, the actors every ingress replica shares: the storage actor, a
+    tool runner per node (if a tool runs in one), the pooled hosts. Returns without waiting for
+    them (the replicas' :meth:`Runtime.on_ray` does); hold the handles while the server runs.
+
+    Ray ends an actor that is not detached with the process that started it. Started by the
+    first ingress replica (as when Serve runs the application by itself), they die with that
+    replica's process: Serve restarts the replica, which starts them again (the storage actor
+    reopens the DuckDB file, seconds), and another replica's handles to them stay dead.
+    ``troupe serve``'s own process lives exactly as long as the server, so it starts them
+    (and, when it stops, ends the replicas and hosts before them: nothing is left running
+    to find them gone).
+    """
+    import ray
+
+    from .placement import PooledPlacement
+    from .storage_actor import storage_actor
+    from .tool_tasks import tool_runner
+
+    runners = ()
+    if _uses_tool_runners(settings):
+        runners = tuple(tool_runner(settings.namespace, n["NodeID"]) for n in ray.nodes() if n["Alive"])
+    hosts = tuple(PooledPlacement(settings).handles) if settings.placement == "pooled" else ()
+    return SharedActors(storage=storage_actor(settings), tool_runners=runners, hosts=hosts)
 
 
 class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):

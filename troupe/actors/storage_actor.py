@@ -358,6 +358,10 @@ class RayStoreClient:
     async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._call(self.handle.rag, method, *args, **kwargs)
 
+    async def flush(self) -> None:
+        # A JournalingStoreClient's _call ships its own journal to the actor first.
+        await self._call(self.handle.flush)
+
     async def close(self) -> None:
         """The actor outlives any one client; nothing to release here."""
 

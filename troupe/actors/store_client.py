@@ -159,6 +159,12 @@ class StoreClient(Protocol):
         """Call ``method`` of the files and vector stores (:class:`troupe.storage.rag.RagStore`,
         documented there); its typed face is :class:`troupe.actors.rag.VectorStores`."""
         ...
+
+    async def flush(self) -> None:
+        """Return once every response whose ``write_response`` returned before this call is in
+        DuckDB, out of the journals (a stopping server's last call; the journals would be
+        replayed at the next start anyway)."""
+
     async def close(self) -> None: ...
 
 
@@ -370,6 +376,11 @@ class AsyncStore:
         # On the store's thread like every call: between two write batches, never beside one,
         # so a query never competes with a write or a checkpoint for the store's memory_limit.
         return await self._run(self.store.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
+
+    async def flush(self) -> None:
+        if isinstance(self.writer, JournaledWriter):
+            await self.writer.drain()
+        # A GroupCommitWriter's submit returns once the store has the record: nothing is pending.
 
     async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._rag is None:

@@ -70,8 +70,12 @@ def serve(host: str | None, port: int | None, config: str | None, address: str |
 
     Without --config the embedded defaults apply: the `sim` model, the example tools, history in
     ./troupe.duckdb, no API keys. Settings come from, lowest first: the defaults, the TOML file
-    (see docs/troupe.example.toml), TROUPE_* environment variables, these flags. Stops on Ctrl-C
-    or SIGTERM.
+    (see docs/troupe.example.toml), TROUPE_* environment variables, these flags.
+
+    Stops on Ctrl-C or SIGTERM within a few seconds: new requests answer 503 with Retry-After,
+    those in flight get [server] shutdown_grace_s (2 s) to finish, every stored response
+    reaches DuckDB, then Ray stops. Background runs go on at the next start. After a crash,
+    the same command starts again on the same port at once.
     """
     server, runtime = load_settings(config, "serve")
     server = with_flags(server, host=host, port=port, ray_address=address, ingress=ingress)
@@ -89,4 +93,10 @@ def serve(host: str | None, port: int | None, config: str | None, address: str |
         run_server(server, runtime)
     except PortInUse as exc:
         fail("serve", str(exc), 2)
+    # Ray is down. The interpreter's last garbage collections would walk every object Ray and
+    # Serve made in this process (seconds on a busy machine, after the stop itself); frozen,
+    # they are not walked, and the process exits at once.
+    import gc
+
+    gc.freeze()
     return 0

@@ -20,7 +20,8 @@ Routes (OpenAI's Responses and Conversations APIs)::
 
 Every error answers OpenAI's body ``{"error": {message, type, param, code}}``, with
 ``x-should-retry: false`` unless it is a 429 or 503: the ``openai`` SDK retries 5xx by
-default, which would re-run a non-idempotent agent loop.
+default, which would re-run a non-idempotent agent loop. Once the replica is stopping
+(:mod:`.stopping`), every request answers 503 with ``Retry-After``.
 
 Tests serve the app with uvicorn over ``Runtime.local``; :mod:`.deployment` mounts it on Ray Serve.
 
@@ -76,10 +77,11 @@ from troupe.storage.base import QueryError, QueryTimeout
 
 from .bodies import read_within
 from .config import ServerSettings
-from .limits import Admission, AdmissionMiddleware, RateLimited, TenantLimits
+from .limits import Admission, AdmissionMiddleware, TenantLimits
 from .openapi import install_openapi
 from .prompt_routes import install_prompt_routes
 from .rag_routes import install_rag_routes
+from .stopping import Stopping, StoppingMiddleware
 
 __all__ = ["create_app", "error_response"]
 
@@ -97,10 +99,11 @@ OrderParam = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc
 
 def error_response(error: ProtocolError) -> JSONResponse:
     """The JSON answer for ``error``: ``x-should-retry: false`` unless it is 429/503, and
-    ``Retry-After`` when the limit that refused it says when to come back."""
+    ``Retry-After`` when what refused it (a limit, a replica stopping) says when to come back."""
     headers = {} if error.status in _RETRYABLE else {"x-should-retry": "false"}
-    if isinstance(error, RateLimited):
-        headers["retry-after"] = error.retry_after_header
+    retry_after = getattr(error, "retry_after_header", None)  # RateLimited, ShuttingDown
+    if retry_after is not None:
+        headers["retry-after"] = retry_after
     return JSONResponse(error.to_body(), status_code=error.status, headers=headers)
 
 
@@ -138,6 +141,11 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     )
     app.add_middleware(AdmissionMiddleware, admission=admission, render=error_response)
     app.state.admission = admission
+    # Outside admission (added last, so it runs first): a stopping replica refuses a request
+    # before it takes or waits for a slot.
+    stopping = Stopping()
+    app.add_middleware(StoppingMiddleware, stopping=stopping, render=error_response)
+    app.state.stopping = stopping
     tenant_limits = TenantLimits(
         requests_per_minute=settings.tenant_requests_per_minute, max_streams=settings.tenant_max_streams
     )
@@ -200,6 +208,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
         # `Accept: application/json` with "stream": true.
         if body.stream:
             if body.background:  # the run goes on if this stream is dropped; GET resumes it
+                stopping.release(request.scope)  # a stop does not wait for it either
 
                 async def background_stream() -> EventBatches:
                     started = await runtime.background(who, body, **traced)
@@ -244,6 +253,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
 
     @app.get("/v1/responses/{response_id}", response_model=None, responses={200: _RESPONSE_OR_EVENTS})
     async def get_response(
+        request: Request,
         response_id: str,
         stream: QueryBool = False,
         starting_after: Annotated[int | None, INTEGER, Query(ge=-1)] = None,
@@ -252,6 +262,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     ) -> dict[str, Any] | EventStreamResponse:
         response_id = _response_id(response_id)
         if stream:  # a background response's events: live while it runs, then from its log
+            stopping.release(request.scope)  # a stop does not wait for it: the run goes on at the next start
             return await event_stream(who, lambda: get_runtime().follow_response(who, response_id, starting_after))
         return await get_runtime().get_response(who, response_id)
 

@@ -109,6 +109,11 @@ class ServerOptions(BaseModel):
     Ray cluster")."""
     dashboard: bool = False
     """Start Ray's dashboard with a local Ray instance (it costs about 0.2 cores at rest)."""
+    shutdown_grace_s: NonNegativeFloat = 2.0
+    """On SIGTERM or Ctrl-C, how long ``troupe serve`` lets the requests in flight finish
+    (new ones answer 503 with ``Retry-After`` meanwhile) before it stops Ray; a stream still
+    running then is cut. Background runs are not waited for: they go on at the next start.
+    The whole stop takes about this plus 2 s."""
 
 
 class Limits(BaseModel):

@@ -18,33 +18,41 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import os
 import signal
 import socket
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import ray
 from ray import serve
 
-from troupe.actors.runtime import Runtime
+from troupe.actors.runtime import Runtime, SharedActors, start_shared_actors
 from troupe.actors.settings import RuntimeSettings
 
+from ._reuse_addr import patch_direct_ingress_bind
 from .app import create_app
 from .config import ServerSettings
+from .stopping import Stopping
 
 __all__ = [
     "TroupeIngress",
     "build_app",
     "app_builder",
     "run_server",
+    "RunningServer",
     "direct_ingress_env",
     "direct_ingress_roots",
     "free_port_range",
     "PortInUse",
     "APP_NAME",
+    "HEALTH_CHECK_PERIOD_S",
     "LOCAL_RAY_ENV",
 ]
 
@@ -59,17 +67,67 @@ class TroupeIngress:
     """One Serve replica of the HTTP API; owns one :class:`Runtime` (closed on shutdown)."""
 
     async def __init__(self, server: ServerSettings, runtime: RuntimeSettings) -> None:
+        # Before Serve starts this replica's HTTP server (after this constructor): its socket
+        # must outlive a crash's TIME-WAIT connections (see _reuse_addr).
+        patch_direct_ingress_bind()
         self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._stop: concurrent.futures.Future[bool] | None = None
+        self._stop_lock = threading.Lock()
+        self._stopping: Stopping | None = None
         self._runtime = await Runtime.on_ray(runtime)
+        _register_replica(self)
 
     def __serve_build_asgi_app__(self) -> Any:
         # Called by Serve after __init__, so the routes can reach this replica's runtime.
-        return create_app(lambda: self._runtime, self._server)
+        app = create_app(lambda: self._runtime, self._server)
+        self._stopping = app.state.stopping
+        return app
+
+    async def stop(self, grace_s: float, flush_s: float) -> bool:
+        """Refuse new requests; wait up to ``grace_s`` for those in flight (not for those that
+        follow a background run, which goes on at the next start); then, within ``flush_s``,
+        get every response this replica journaled into DuckDB. Whether the requests finished.
+        """
+        finished = True
+        if self._stopping is not None:
+            finished = await self._stopping.stop(grace_s)
+        try:
+            async with asyncio.timeout(flush_s):
+                await self._runtime.store.flush()
+        except Exception:  # noqa: BLE001 - what is journaled is durable: the next start stores it
+            logger.warning("stopping: the journal was not flushed; the next start stores what it holds", exc_info=True)
+        return finished
+
+    def stop_soon(self, grace_s: float, flush_s: float) -> bool | None:
+        """Start :meth:`stop` on the replica's event loop, once (from any thread); None while it
+        runs, then what it returned."""
+        with self._stop_lock:
+            if self._stop is None:
+                self._stop = asyncio.run_coroutine_threadsafe(self.stop(grace_s, flush_s), self._loop)
+        return self._stop.result() if self._stop.done() else None
 
     async def __del__(self) -> None:
         runtime = getattr(self, "_runtime", None)
         if runtime is not None:
             await runtime.close()
+
+
+_this_replica: TroupeIngress | None = None
+"""The ingress replica of this process, once built (Serve runs one replica per actor process)."""
+
+
+def _register_replica(replica: TroupeIngress) -> None:
+    # A function of this module, not a `global` statement in the class: Serve sends the class
+    # to the replica by value (cloudpickle), and its methods' globals are not this module's.
+    global _this_replica
+    _this_replica = replica
+
+
+def _stop_this_replica(_actor: Any, grace_s: float, flush_s: float) -> bool | None:
+    # Run by ``__ray_call__`` in an ingress replica's process (see _stop_replicas).
+    replica = _this_replica
+    return True if replica is None else replica.stop_soon(grace_s, flush_s)
 
 
 def build_app(server: ServerSettings, runtime: RuntimeSettings) -> serve.Application:
@@ -82,8 +140,15 @@ def build_app(server: ServerSettings, runtime: RuntimeSettings) -> serve.Applica
     deployment = TroupeIngress.options(
         num_replicas=server.num_replicas,
         max_ongoing_requests=server.max_ongoing_requests,
+        health_check_period_s=HEALTH_CHECK_PERIOD_S,
     )
     return deployment.bind(server, runtime)
+
+
+HEALTH_CHECK_PERIOD_S = 1.0
+"""How often Serve's controller checks each ingress replica. Serve learns that a replica's
+process died only from its next check: at Serve's default of 10 s, a crashed replica's port
+stayed closed that long before Serve even began to restart it."""
 
 
 def app_builder(args: dict[str, str]) -> serve.Application:
@@ -165,7 +230,7 @@ def direct_ingress_env(first_port: int, num_ports: int) -> dict[str, str]:
     }
 
 
-def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bool = True) -> None:
+def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bool = True) -> RunningServer | None:
     """Start Ray (or join ``server.ray_address``), Serve, and the Troupe application.
 
     With ``server.ingress == "direct"`` (the default) and a local Ray instance, the replicas
@@ -176,10 +241,9 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
     Args:
         server: where to listen; ``ray_address`` joins an existing cluster.
         runtime: the runtime settings every replica builds its :class:`Runtime` from.
-        blocking: wait until Ctrl-C or SIGTERM, then tear down what this call started:
-            a local Ray instance is shut down entirely; on an existing cluster only the
-            ``troupe`` application is deleted and the driver disconnects. With False,
-            return once the application is up (the caller shuts down).
+        blocking: wait until Ctrl-C or SIGTERM, then stop (:meth:`RunningServer.stop`). With
+            False, return the :class:`RunningServer` once the application is up (the caller
+            stops it).
 
     Raises:
         PortInUse: a port the API needs is taken by another process.
@@ -204,8 +268,11 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
         # "local" forces a fresh instance: plain ray.init() would silently join any Ray
         # cluster already running on this machine, and tearing down would then hit it.
         extra = {"include_dashboard": server.dashboard} if local else {}
-        ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
+        with _sigint_held_from_children() if local else contextlib.nullcontext():
+            ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
         started_ray = True
+    # Before the replicas start: owned by this process, they outlive a replica's crash.
+    shared = start_shared_actors(runtime)
     proxy_port = _free_port(server.host) if direct else server.port
     serve.start(http_options={"host": server.host, "port": proxy_port})
     serve.run(build_app(server, runtime), name=APP_NAME, route_prefix="/")
@@ -215,17 +282,130 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
         logger.info("Troupe is serving on http://%s:%s/v1 (direct ingress)", server.host, where)
     else:
         logger.info("Troupe is serving on http://%s:%d/v1 (through Serve's proxy)", server.host, server.port)
+    running = RunningServer(server, shared, started_ray=started_ray)
     if not blocking:
-        return
+        return running
     try:
         _wait_for_stop_signal()
     finally:
-        if local:
-            serve.shutdown()
-        else:
-            serve.delete(APP_NAME)
-        if started_ray:
-            ray.shutdown()
+        running.stop()
+    return None
+
+
+class RunningServer:
+    """What :func:`run_server` started, and how it stops (:meth:`stop`)."""
+
+    def __init__(self, server: ServerSettings, shared: SharedActors, *, started_ray: bool) -> None:
+        self.server = server
+        self.shared = shared
+        """The actors the replicas share, owned by this process."""
+        self.started_ray = started_ray
+        """:func:`run_server` started Ray (a local instance, shut down at the stop) or connected
+        to a cluster (disconnected at the stop)."""
+
+    def stop(self) -> None:
+        """Stop within about ``shutdown_grace_s`` + 2 s.
+
+        1. Every ingress replica refuses new requests (503 with Retry-After) and lets those in
+           flight finish within ``shutdown_grace_s``, save the ones that follow a background
+           run; it ships what it journaled to the storage actor.
+        2. The storage actor gets every journaled response into DuckDB.
+        3. The application is deleted, and its replicas and the pooled hosts are ended at once,
+           as a crash would end them: a background run stops where it is, and goes on from its
+           last checkpoint at the next start (durable runs). They go first: a host that saw the
+           storage actor or a tool runner go away before itself would fail its run.
+        4. A local Ray instance is shut down; on a cluster this driver disconnects (the storage
+           actor and the tool runners end with it).
+
+        Serve's own ``serve.shutdown()`` is not used: it waits for each replica's graceful
+        shutdown (up to 20 s with a stream open), then for its controller, up to 30 s.
+        """
+        began = time.monotonic()
+        grace_s = self.server.shutdown_grace_s
+        try:
+            finished = _stop_replicas(APP_NAME, grace_s, _FLUSH_S)
+            ray.get(self.shared.storage.flush.remote(), timeout=_FLUSH_S)
+            logger.info(
+                "stopping: %s", "every request finished" if finished else f"requests still ran after {grace_s:g} s"
+            )
+        except KeyboardInterrupt:  # a second Ctrl-C: stop at once
+            pass
+        except Exception:  # noqa: BLE001 - the journals are durable: the next start stores what they hold
+            logger.warning("stopping: the replicas could not be drained", exc_info=True)
+        finally:
+            try:
+                serve.delete(APP_NAME, _blocking=False)  # so that Serve does not replace what ends next
+                _end_at_once([*_ingress_replicas(APP_NAME), *self.shared.hosts])
+            finally:
+                if self.started_ray:
+                    ray.shutdown()
+            logger.info("Troupe stopped in %.1f s", time.monotonic() - began)
+
+
+_FLUSH_S = 1.0
+"""The longest a stop waits for the journals to reach DuckDB (they are durable already)."""
+
+
+def _ingress_replicas(app_name: str) -> list[Any]:
+    """Handles to the live replica actors of ``app_name``'s ingress deployment (Serve names them
+    ``SERVE_REPLICA::<app>#<deployment>#<id>`` in its namespace)."""
+    from ray.serve._private.common import DeploymentID, ReplicaID
+    from ray.serve._private.constants import SERVE_NAMESPACE
+
+    prefix = ReplicaID(unique_id="", deployment_id=DeploymentID(name=TroupeIngress.name, app_name=app_name))
+    found = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == SERVE_NAMESPACE and actor["name"].startswith(prefix.to_full_id_str()):
+            with contextlib.suppress(ValueError):  # gone meanwhile
+                found.append(ray.get_actor(actor["name"], namespace=SERVE_NAMESPACE))
+    return found
+
+
+def _end_at_once(actors: list[Any], timeout_s: float = 2.0) -> None:
+    """``ray.kill`` every one of ``actors`` (no restart), and wait until they are gone (at most ``timeout_s``)."""
+    for actor in actors:
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    for ready in [actor.__ray_ready__.remote() for actor in actors]:
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            try:
+                ray.get(ready, timeout=max(0.0, deadline - time.monotonic()))
+            except ray.exceptions.GetTimeoutError:
+                return
+
+
+def _stop_replicas(app_name: str, grace_s: float, flush_s: float) -> bool:
+    """Run :meth:`TroupeIngress.stop` in every ingress replica of ``app_name`` at once; whether
+    each one's requests finished within ``grace_s`` (False too when a replica's stop did not end
+    within ``grace_s`` + ``flush_s`` and a second).
+
+    The stop runs in the replica's process through ``__ray_call__`` (Serve routes a call to one
+    replica of its choosing; this must reach each): the first call starts it, the next ones
+    (every 50 ms) ask whether it is over. A replica that is gone has nothing left to finish.
+    """
+    deadline = time.monotonic() + grace_s + flush_s + 1.0
+    pending = _ingress_replicas(app_name)
+    finished = True
+    while pending:
+        calls = [(r, r.__ray_call__.remote(_stop_this_replica, grace_s, flush_s)) for r in pending]
+        pending = []
+        for replica, call in calls:
+            try:
+                result = ray.get(call, timeout=max(0.0, deadline - time.monotonic()))
+            except ray.exceptions.GetTimeoutError:
+                return False
+            except ray.exceptions.RayActorError:
+                result = True
+            if result is None:
+                pending.append(replica)
+            else:
+                finished = finished and result
+        if pending:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+    return finished
 
 
 class PortInUse(OSError):
@@ -286,6 +466,23 @@ def direct_ingress_roots(ports: Iterable[int], host: str = "127.0.0.1") -> dict[
         for prefix, app in routes.items():
             roots[app] = f"http://{host}:{port}{prefix.rstrip('/')}"
     return roots
+
+
+@contextlib.contextmanager
+def _sigint_held_from_children() -> Iterator[None]:
+    """SIGINT blocked while Ray starts its processes, which keep it blocked (a signal mask is
+    inherited across ``fork`` and ``exec``). Ctrl-C in a terminal signals the whole foreground
+    process group, Ray's processes with this one; they would die at once, cutting the requests
+    in flight that :meth:`RunningServer.stop` lets finish. This process stops them. A Ctrl-C
+    while Ray starts is delivered here once it has started."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _wait_for_stop_signal() -> None:
