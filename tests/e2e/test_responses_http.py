@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -341,15 +342,16 @@ def test_model_failure_is_a_500_without_retry(client, url):
     assert r.json()["error"]["type"] == "server_error"
     # The SDK honours the header: with retries allowed it still asks once.
     retrying = OpenAI(base_url=client.base_url, api_key="unused", max_retries=2)
-    before = _count_failed(url)
+    tag = uuid.uuid4().hex
     with pytest.raises(openai.InternalServerError):
-        retrying.responses.create(model="sim", input="[[fail 500]] again")
-    assert _count_failed(url) == before + 1
+        retrying.responses.create(model="sim", input="[[fail 500]] again", metadata={"attempt": tag})
+    assert _failed_with(url, tag) == 1, "asked once, stored failed once"
 
 
-def _count_failed(url: str) -> int:
-    page = httpx.get(f"{url}/v1/responses", params={"limit": 100}).json()
-    return sum(r["status"] == "failed" for r in page["data"])
+def _failed_with(url: str, tag: str) -> int:
+    """Failed responses whose metadata carries ``tag``, among the newest 100 (ids sort by time)."""
+    page = httpx.get(f"{url}/v1/responses", params={"limit": 100, "order": "desc"}).json()
+    return sum(r["status"] == "failed" and (r.get("metadata") or {}).get("attempt") == tag for r in page["data"])
 
 
 def test_failed_stream_ends_with_response_failed(url):
