@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from troupe.storage import DuckDBStore, ResponseRecord, RunRecord, RunStep, event_log
+from troupe.storage import DuckDBStore, ResponseRecord, RunRecord, RunStep, event_log, schema
+from troupe.storage.duckdb_store import _PARTS_PER_READ
 
 from .test_store_contract import T0, conversation, make_record, message
 
@@ -54,14 +55,17 @@ def _events(response: dict[str, Any], delta_chars: int) -> dict[str, Any]:
     return {"v": event_log.PACKED_VERSION, "first": 0, "types": types, "rows": rows}
 
 
-def _record(i: int, *, inputs: int = 1) -> ResponseRecord:
-    """The ``i``-th of a chain of responses (``resp_00`` first), each with a 20 MB answer and its
-    event log (about 100 KB packed: in parts too); ``inputs`` input items of 20 MB each."""
+def big_record(i: int, *, mb: int = 20, inputs: int = 1, tenant: str = "acme") -> ResponseRecord:
+    """The ``i``-th of a chain of responses (``resp_00`` first), each with an ``mb`` MB answer
+    and its event log (deltas of 1 KB: for 20 MB, about 100 KB packed, in parts too), and
+    ``inputs`` input items of ``mb`` MB. (Also what the OpenAPI fuzz suite's server stores first.)"""
     rid = f"resp_{i:02d}"
-    output = [message(f"msg_{i:02d}_out", "assistant", _big_text(f"out{i}", 20 * MB))]
-    given = [message(f"msg_{i:02d}_in{k}", "user", _big_text(f"in{i}.{k}", 20 * MB)) for k in range(inputs)]
+    output = [message(f"msg_{i:02d}_out", "assistant", _big_text(f"out{i}", mb * MB))]
+    given = [message(f"msg_{i:02d}_in{k}", "user", _big_text(f"in{i}.{k}", mb * MB)) for k in range(inputs)]
     previous = f"resp_{i - 1:02d}" if i else None
-    record = make_record(rid, inputs=given, output=output, previous=previous, thread_id="resp_00", created_at=T0 + i)
+    record = make_record(
+        rid, tenant=tenant, inputs=given, output=output, previous=previous, thread_id="resp_00", created_at=T0 + i
+    )
     return dataclasses.replace(record, events=_events(record.response, 1024))
 
 
@@ -72,8 +76,8 @@ def test_ten_20_mb_responses_are_listed_retrieved_and_replayed_within_128mb(path
     store = DuckDBStore(path, memory_limit="128MB")  # the runtime's default storage_memory_limit
     try:
         for i in range(10):
-            store.write_responses([_record(i, inputs=_INPUTS.get(i, 1))])
-        expected = [_record(i, inputs=_INPUTS.get(i, 1)) for i in range(10)]
+            store.write_responses([big_record(i, inputs=_INPUTS.get(i, 1))])
+        expected = [big_record(i, inputs=_INPUTS.get(i, 1)) for i in range(10)]
 
         for order in ("asc", "desc"):
             page = store.list_responses("acme", limit=100, order=order)
@@ -137,5 +141,32 @@ def test_conversation_items_and_run_steps_of_long_values_are_read_within_64mb(pa
         assert store.unfinished_runs() == [run]
         assert store.get_run("acme", "resp_run") == run
         assert store.memory()["used_bytes"] <= 64 * 10**6
+    finally:
+        store.close()
+
+
+def _item_of_parts(item_id: str, parts: int) -> dict[str, Any]:
+    """A message whose JSON is exactly ``parts`` value_parts rows long."""
+    overhead = len(schema.dump_json(message(item_id, "user", "")))
+    return message(item_id, "user", _big_text(item_id, parts * schema.PART_CHARS - overhead))
+
+
+def test_values_whose_parts_end_on_a_read_boundary_are_read_whole(path) -> None:
+    """A page reads the first parts of its values together, each its share of the bound, then
+    the rest of each value in ranges of the bound: values that end exactly on a share or a
+    range, and one part past it, come back whole and in order."""
+    n = 5
+    share = _PARTS_PER_READ // n
+    sizes = [share, share + 1, share + _PARTS_PER_READ, 2 * _PARTS_PER_READ, 2]  # in parts (1: inline)
+    items = [_item_of_parts(f"msg_{k}", parts) for k, parts in enumerate(sizes)]
+    store = DuckDBStore(path, memory_limit="64MB")
+    try:
+        store.create_conversation("acme", conversation("conv_1"), items)
+        _, rows = store.query("SELECT count(*) FROM value_parts GROUP BY id ORDER BY id")
+        assert [count for (count,) in rows] == sizes
+        assert store.list_conversation_items("acme", "conv_1", limit=n, order="asc").data == items
+        assert store.conversation_items("acme", "conv_1") == items
+        for item in items:  # one value: its share is the whole bound
+            assert store.get_conversation_item("acme", "conv_1", item["id"]) == item
     finally:
         store.close()
