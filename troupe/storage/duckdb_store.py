@@ -355,7 +355,8 @@ class DuckDBStore(Store):
         with self._locked() as conn:
             rows = conn.execute(sql, params).fetchall()
             joined = self._join_parts(conn, [row[-1] for row in rows if row[-1] is not None])
-        return [(*row[:-2], json.loads(row[-2] if row[-1] is None else joined[row[-1]])) for row in rows]
+        # Each long text is let go once decoded: the page is not held twice.
+        return [(*row[:-2], json.loads(row[-2] if row[-1] is None else joined.pop(row[-1]))) for row in rows]
 
     @staticmethod
     def _join_parts(conn: duckdb.DuckDBPyConnection, ids: Sequence[int]) -> dict[int, str]:
@@ -371,26 +372,25 @@ class DuckDBStore(Store):
         Raises:
             StorageError: a value has no parts (the file is damaged).
         """
-        pieces: dict[int, list[tuple[int, str]]] = {}
-        unread: list[tuple[int, int]] = []  # (id, its first part not yet read) of values that may have more
+        joined: dict[int, str] = {}
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), _PARTS_PER_READ):
             batch = unique[start : start + _PARTS_PER_READ]
             share = _PARTS_PER_READ // len(batch)
+            pieces: dict[int, list[tuple[int, str]]] = {parts_id: [] for parts_id in batch}
             for parts_id, part, text in conn.execute(_FIRST_PARTS, [batch, share]).fetchall():
-                pieces.setdefault(parts_id, []).append((part, text))
-            unread.extend((parts_id, share) for parts_id in batch if len(pieces.get(parts_id, ())) == share)
-        for parts_id, first in unread:
-            while True:
-                more = conn.execute(_MORE_PARTS, [parts_id, first, first + _PARTS_PER_READ]).fetchall()
-                pieces[parts_id].extend(more)
-                if len(more) < _PARTS_PER_READ:
-                    break
-                first += _PARTS_PER_READ
-        missing = [parts_id for parts_id in unique if parts_id not in pieces]
-        if missing:
-            raise StorageError(f"the parts of long values {missing[:5]} are missing from value_parts")
-        return {parts_id: "".join(text for _, text in sorted(found)) for parts_id, found in pieces.items()}
+                pieces[parts_id].append((part, text))
+            for parts_id, found in pieces.items():
+                if not found:
+                    raise StorageError(f"the parts of long value {parts_id} are missing from value_parts")
+                first = share
+                while len(found) == first:  # maybe more: the rest, a bounded range at a time
+                    found += conn.execute(_MORE_PARTS, [parts_id, first, first + _PARTS_PER_READ]).fetchall()
+                    first += _PARTS_PER_READ
+                # Joined once whole: past the first read, one value's parts are held at a time.
+                joined[parts_id] = "".join(text for _, text in sorted(found))
+                found.clear()
+        return joined
 
     def _stored(self, text: str, parts: list[tuple[int, int, str]]) -> tuple[str, int | None]:
         """``(JSON text, parts id)`` as a row holds ``text``: itself and None; or, when it is longer
