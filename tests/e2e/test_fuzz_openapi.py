@@ -52,10 +52,12 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.servers import serve_app, wait_for
+from tests.unit.test_duckdb_big_reads import big_record
 from troupe.actors.runtime import Runtime
 from troupe.actors.settings import McpSettings, RuntimeSettings
 from troupe.serve.app import create_app
 from troupe.serve.config import ServerSettings
+from troupe.storage import DuckDBStore
 
 BUDGET = int(os.environ.get("TROUPE_FUZZ_EXAMPLES", "15"))
 """Examples per operation (and stateful scenarios); it bounds the run."""
@@ -139,9 +141,22 @@ class LazyRuntime:
             asyncio.run_coroutine_threadsafe(self.runtime.close(), self.loop).result(timeout=10)
 
 
+SEEDED = [big_record(i, mb=4, tenant="") for i in range(3)]
+"""Responses of several MB already stored when the server starts (4 MB answers, a chain, with
+their event logs and 4 MB inputs): every fuzzed list reads them, and
+:func:`test_big_stored_responses_are_read` reads each every way. Reads of such values once ran
+DuckDB out of its memory limit (issue 26, item 5)."""
+
+
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory) -> Iterator[str]:
-    runtime = LazyRuntime(str(tmp_path_factory.mktemp("fuzz") / "troupe.duckdb"))
+    path = tmp_path_factory.mktemp("fuzz") / "troupe.duckdb"
+    store = DuckDBStore(path, memory_limit=RuntimeSettings().storage_memory_limit)
+    try:
+        store.write_responses(SEEDED)
+    finally:
+        store.close()
+    runtime = LazyRuntime(str(path))
     with serve_app(create_app(runtime, ServerSettings())) as url:
         try:
             yield url
@@ -272,6 +287,27 @@ def test_fuzz_stateful(base_url: str, server_log: ServerLog) -> None:
             suppress_health_check=list(HealthCheck),
         )
     )
+
+
+def test_big_stored_responses_are_read(base_url: str, server_log: ServerLog) -> None:
+    """The seeded responses of several MB: listed in a page of 100 either way, retrieved, their
+    input items listed and their event logs replayed, all 200 and whole."""
+    seen = len(server_log.tracebacks)
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        for order in ("asc", "desc"):  # their model: the fuzzed requests store others (sim's)
+            page = client.get("/v1/responses", params={"limit": 100, "order": order, "model": "gpt-test"})
+            assert page.status_code == 200, page.text[:300]
+            assert page.json()["data"] == [s.response for s in (SEEDED if order == "asc" else SEEDED[::-1])]
+        for record in SEEDED:
+            got = client.get(f"/v1/responses/{record.id}")
+            assert got.status_code == 200 and got.json() == record.response, got.text[:300]
+            items = client.get(f"/v1/responses/{record.id}/input_items", params={"order": "asc"})
+            assert items.status_code == 200 and items.json()["data"] == record.input_items, items.text[:300]
+            replay = client.get(f"/v1/responses/{record.id}", params={"stream": "true"})
+            assert replay.status_code == 200, replay.text[:300]
+            assert stream_problem(replay.content) is None
+            assert replay.text.count("event: response.output_text.delta") == 4 * 1024
+    assert server_log.tracebacks[seen:] == []
 
 
 # -- no collateral damage ----------------------------------------------------------------

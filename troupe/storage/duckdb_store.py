@@ -39,6 +39,15 @@ Memory, measured with DuckDB 2.0:
   (:meth:`DuckDBStore._fetch_values`); in SQL, ``troupe_json(item, item_parts)`` does. With
   values in parts, 40 values of 12 MB under a 96MB limit, and 10 of 60 MB under 128MB, store
   with row groups of 2,048, 16,384 or 122,880 rows alike.
+* A read holds a bounded number of bytes in DuckDB, whatever the size of the values and of
+  the page. A ``string_agg`` of a page's parts needed the whole page: ten responses of 20 MB
+  made a page of 100 fail under 128MB ("Out of Memory Error"). Parts are read at most
+  :data:`_PARTS_PER_READ` at a time and joined here (:meth:`DuckDBStore._join_parts`); a page
+  is chosen and ordered on its key columns alone, then only its rows' values are read
+  (:meth:`DuckDBStore._paged`); and DuckDB never sorts rows that carry values (it sorts in
+  memory: 150 MB of 8 KB values failed under 128MB), the store does. What a read returns is
+  still whole in this process's memory: a page of 100 responses of 20 MB is 2 GB of Python
+  objects on its way to the client.
 * DuckDB keeps memory it does not count in ``duckdb_memory()``, growing with the rows
   written, the more so the more row groups there are (``benchmarks/storage_drift.py``: from
   50,000 to 300,000 responses, +13 MiB per 100,000 with 2,048-row groups, +7 with 16,384,
@@ -121,9 +130,15 @@ _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 # One link of a previous_response_id chain (see DuckDBStore.chain_items).
 _PREVIOUS = "SELECT previous_response_id FROM responses WHERE tenant = ? AND id = ?"
 
-# Long values, joined from their parts (see DuckDBStore._fetch_values). Ids grow in write
-# order, so DuckDB skips the row groups whose min/max rule them out (EXPLAIN ANALYZE: 1 of 977).
-_JOIN_PARTS = "SELECT id, string_agg(text, '' ORDER BY part) FROM value_parts WHERE id = ANY(?) GROUP BY id"
+# The most value_parts rows one read asks DuckDB for (module docstring, Memory): 4 Mi
+# characters, at most 16 MB of UTF-8, whatever the number and the size of the values read.
+_PARTS_PER_READ = 512
+
+# Parts of long values (see DuckDBStore._join_parts), the first ``?`` of each of several, or a
+# range of one. Ids grow in write order, so DuckDB skips the row groups whose min/max rule them
+# out (EXPLAIN ANALYZE: 1 of 977).
+_FIRST_PARTS = "SELECT id, part, text FROM value_parts WHERE id = ANY(?) AND part < ?"
+_MORE_PARTS = "SELECT part, text FROM value_parts WHERE id = ? AND part >= ? AND part < ?"
 
 # A ResponseSummary's fields, which are columns of responses of the same names.
 _SUMMARY_FIELDS = tuple(ResponseSummary.__dataclass_fields__)
@@ -335,13 +350,50 @@ class DuckDBStore(Store):
         """Rows of ``sql``, whose last two columns are a JSON column and its parts id, with those
         two replaced by the value: decoded, and joined from its ``value_parts`` rows if long.
 
-        Both reads run under one hold of the lock, so a row and its parts are of one moment.
+        The reads run under one hold of the lock, so a row and its parts are of one moment.
+        ``sql`` should not sort its rows (sort them here): DuckDB sorts in memory, and the rows
+        carry their JSON (20,000 rows of 8 KB values, 150 MB, failed under 128MB); a plain scan
+        streams. Long values are read :data:`_PARTS_PER_READ` parts at a time (:meth:`_join_parts`).
         """
         with self._locked() as conn:
             rows = conn.execute(sql, params).fetchall()
-            ids = [row[-1] for row in rows if row[-1] is not None]
-            joined = dict(conn.execute(_JOIN_PARTS, [ids]).fetchall()) if ids else {}
-        return [(*row[:-2], json.loads(row[-2] if row[-1] is None else joined[row[-1]])) for row in rows]
+            joined = self._join_parts(conn, [row[-1] for row in rows if row[-1] is not None])
+        # Each long text is let go once decoded: the page is not held twice.
+        return [(*row[:-2], json.loads(row[-2] if row[-1] is None else joined.pop(row[-1]))) for row in rows]
+
+    @staticmethod
+    def _join_parts(conn: duckdb.DuckDBPyConnection, ids: Sequence[int]) -> dict[int, str]:
+        """The long values stored as the ``value_parts`` of ``ids``, each joined from its parts (under the lock).
+
+        No read brings back more than :data:`_PARTS_PER_READ` parts, so DuckDB holds a bounded
+        number of bytes whatever the number and the size of the values: the first parts of up to
+        that many values at once (each its share of the bound), then the rest of those that have
+        more, one value and a bounded range of its parts at a time. Values of a few parts, the
+        common case, take one read for a whole page. (A ``string_agg`` of a page's parts in
+        DuckDB needed the whole page in memory: 200 MB for ten 20 MB responses.)
+
+        Raises:
+            StorageError: a value has no parts (the file is damaged).
+        """
+        joined: dict[int, str] = {}
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), _PARTS_PER_READ):
+            batch = unique[start : start + _PARTS_PER_READ]
+            share = _PARTS_PER_READ // len(batch)
+            pieces: dict[int, list[tuple[int, str]]] = {parts_id: [] for parts_id in batch}
+            for parts_id, part, text in conn.execute(_FIRST_PARTS, [batch, share]).fetchall():
+                pieces[parts_id].append((part, text))
+            for parts_id, found in pieces.items():
+                if not found:
+                    raise StorageError(f"the parts of long value {parts_id} are missing from value_parts")
+                first = share
+                while len(found) == first:  # maybe more: the rest, a bounded range at a time
+                    found += conn.execute(_MORE_PARTS, [parts_id, first, first + _PARTS_PER_READ]).fetchall()
+                    first += _PARTS_PER_READ
+                # Joined once whole: past the first read, one value's parts are held at a time.
+                joined[parts_id] = "".join(text for _, text in sorted(found))
+                found.clear()
+        return joined
 
     def _stored(self, text: str, parts: list[tuple[int, int, str]]) -> tuple[str, int | None]:
         """``(JSON text, parts id)`` as a row holds ``text``: itself and None; or, when it is longer
@@ -432,21 +484,39 @@ class DuckDBStore(Store):
             del cache[next(iter(cache))]
 
     def _paged(
-        self, sql: str, params: list[Any], keys: tuple[str, ...], anchor: Sequence[Any] | None, limit: int, order: Order
+        self,
+        table: str,
+        where: str,
+        params: list[Any],
+        keys: tuple[str, ...],
+        anchor: Sequence[Any] | None,
+        limit: int,
+        order: Order,
+        value: str,
     ) -> Page:
-        """Run ``sql`` (a SELECT of a JSON column and its parts id, ending in a WHERE clause) as a page after ``anchor``.
+        """A page of the ``value`` of ``table``'s rows that match ``where`` (SQL conditions on
+        ``params``), in ``keys`` order after ``anchor`` (the cursor's values of them).
 
-        ``keys`` are the sort columns; ``anchor`` is the cursor's values of them.
+        ``value`` names a JSON column and its parts id (``"item, item_parts"``); the last of
+        ``keys`` tells rows apart. The rows are chosen and ordered on their keys alone, and only
+        the page's values are read (DuckDB does this itself for a LIMIT of at most 50 rows): a
+        sort of the rows with their values held them in memory (the newest 100 of 20,000
+        responses of 7 KB: 200 ms, and "Out of Memory" under 64MB; chosen on their keys, 4 ms).
         """
         direction = "ASC" if order == "asc" else "DESC"
         key_row = "(" + ", ".join(keys) + ")"
         if anchor is not None:
             # A row-value comparison: lexicographic over the sort columns.
-            sql += f" AND {key_row} {'>' if order == 'asc' else '<'} (" + ", ".join("?" * len(keys)) + ")"
+            where += f" AND {key_row} {'>' if order == 'asc' else '<'} (" + ", ".join("?" * len(keys)) + ")"
             params = [*params, *anchor]
         order_by = ", ".join(f"{key} {direction}" for key in keys)
-        rows = self._fetch_values(f"{sql} ORDER BY {order_by} LIMIT ?", [*params, limit + 1])
-        return Page(data=[r[0] for r in rows[:limit]], has_more=len(rows) > limit)
+        rows = self._fetch_values(
+            f"SELECT {', '.join(keys)}, {value} FROM {table} WHERE rowid IN"
+            f" (SELECT rowid FROM {table} WHERE {where} ORDER BY {order_by} LIMIT ?)",
+            [*params, limit + 1],
+        )
+        rows.sort(key=lambda row: row[:-1], reverse=order == "desc")
+        return Page(data=[row[-1] for row in rows[:limit]], has_more=len(rows) > limit)
 
     # -- responses ---------------------------------------------------------------
 
@@ -577,11 +647,12 @@ class DuckDBStore(Store):
             if row is None:
                 return Page(data=[], has_more=False)
             anchor = row
-        sql, params = "SELECT response, response_parts FROM responses WHERE tenant = ?", [tenant]
+        where, params = "tenant = ?", [tenant]
         if model is not None:
-            sql, params = sql + " AND model = ?", [*params, model]
+            where, params = where + " AND model = ?", [*params, model]
         # seq breaks ties between equal created_at (whole seconds on the wire).
-        return self._paged(sql, params, ("created_at", "seq"), anchor, limit, order)
+        keys = ("created_at", "seq")
+        return self._paged("responses", where, params, keys, anchor, limit, order, "response, response_parts")
 
     def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
         """See :meth:`Store.find_responses`."""
@@ -643,12 +714,14 @@ class DuckDBStore(Store):
         summaries = [ResponseSummary(**dict(zip(_SUMMARY_FIELDS, row, strict=True))) for row in rows]
         if not summaries:
             return []
-        items: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for response_id, role, _, item in self._fetch_values(
+        rows = self._fetch_values(  # sorted here, not by DuckDB (see _fetch_values)
             "SELECT response_id, role, position, item, item_parts FROM response_items"
-            " WHERE tenant = ? AND response_id = ANY(?) ORDER BY response_id, role, position",
+            " WHERE tenant = ? AND response_id = ANY(?)",
             [tenant, [s.id for s in summaries]],
-        ):
+        )
+        rows.sort(key=lambda row: row[:3])
+        items: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for response_id, role, _, item in rows:
             items.setdefault((response_id, role), []).append(item)
         return [
             Turn(summary=s, input_items=items.get((s.id, "input"), []), output_items=items.get((s.id, "output"), []))
@@ -662,18 +735,22 @@ class DuckDBStore(Store):
         _check_page_args(limit, order)
         if self._fetchone("SELECT 1 FROM responses WHERE tenant = ? AND id = ?", [tenant, response_id]) is None:
             return None
-        where = "FROM response_items WHERE tenant = ? AND response_id = ? AND role = 'input'"
-        return self._item_page(where, [tenant, response_id], "position", after, limit, order)
+        where = "tenant = ? AND response_id = ? AND role = 'input'"
+        return self._item_page("response_items", where, [tenant, response_id], "position", after, limit, order)
 
-    def _item_page(self, where: str, params: list[Any], key: str, after: str | None, limit: int, order: Order) -> Page:
+    def _item_page(
+        self, table: str, where: str, params: list[Any], key: str, after: str | None, limit: int, order: Order
+    ) -> Page:
         anchor = None
         if after is not None:
             # With duplicate ids the cursor is the first one in iteration order.
             pick = "min" if order == "asc" else "max"
-            anchor = self._fetchone(f"SELECT {pick}({key}) {where} AND item_id = ?", [*params, after])
+            anchor = self._fetchone(
+                f"SELECT {pick}({key}) FROM {table} WHERE {where} AND item_id = ?", [*params, after]
+            )
             if anchor[0] is None:
                 return Page(data=[], has_more=False)
-        return self._paged(f"SELECT item, item_parts {where}", params, (key,), anchor, limit, order)
+        return self._paged(table, where, params, (key,), anchor, limit, order, "item, item_parts")
 
     def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Store.chain_items`.
@@ -761,7 +838,7 @@ class DuckDBStore(Store):
 
     def unfinished_runs(self) -> list[RunRecord]:
         """See :meth:`Store.unfinished_runs`."""
-        return self._runs("ORDER BY created_at", [])
+        return sorted(self._runs("", []), key=lambda run: run.created_at)  # not by DuckDB (see _fetch_values)
 
     def _runs(self, where: str, params: Sequence[Any]) -> list[RunRecord]:
         sql = (
@@ -783,11 +860,9 @@ class DuckDBStore(Store):
 
     def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
         """See :meth:`Store.run_steps`."""
-        sql = "SELECT seq, step, step_parts FROM run_steps WHERE tenant = ? AND response_id = ? ORDER BY seq"
-        return [
-            RunStep(tenant=tenant, response_id=response_id, seq=seq, data=data)
-            for seq, data in self._fetch_values(sql, [tenant, response_id])
-        ]
+        sql = "SELECT seq, step, step_parts FROM run_steps WHERE tenant = ? AND response_id = ?"
+        rows = sorted(self._fetch_values(sql, [tenant, response_id]), key=lambda row: row[0])  # see _fetch_values
+        return [RunStep(tenant=tenant, response_id=response_id, seq=seq, data=data) for seq, data in rows]
 
     def prune_event_logs(self, ended_before: float) -> int:
         """See :meth:`Store.prune_event_logs`."""
@@ -911,8 +986,8 @@ class DuckDBStore(Store):
         _check_page_args(limit, order)
         if not self._conversation_exists(tenant, conversation_id):
             return None
-        where = "FROM conversation_items WHERE tenant = ? AND conversation_id = ?"
-        return self._item_page(where, [tenant, conversation_id], "seq", after, limit, order)
+        where = "tenant = ? AND conversation_id = ?"
+        return self._item_page("conversation_items", where, [tenant, conversation_id], "seq", after, limit, order)
 
     def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         """See :meth:`Store.get_conversation_item`. With duplicate ids, the earliest item."""
@@ -940,10 +1015,11 @@ class DuckDBStore(Store):
         if not self._conversation_exists(tenant, conversation_id):
             return None
         rows = self._fetch_values(
-            "SELECT item, item_parts FROM conversation_items WHERE tenant = ? AND conversation_id = ? ORDER BY seq",
+            "SELECT seq, item, item_parts FROM conversation_items WHERE tenant = ? AND conversation_id = ?",
             [tenant, conversation_id],
         )
-        return [r[0] for r in rows]
+        rows.sort(key=lambda row: row[0])  # here, not by DuckDB (see _fetch_values)
+        return [item for _, item in rows]
 
     # -- prompts ---------------------------------------------------------------------
 
