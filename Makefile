@@ -39,9 +39,19 @@ chromium:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is missing and cannot be installed here (not root, or no apt-get): the browser test will skip"; fi
 
+# The unit tests (no Ray) run on every core with pytest-xdist; the Ray tests then share one
+# Ray session in one process. Both run whatever the first gives; either failing fails the target.
+# PYTEST_ARGS runs just what it names, in one process.
 test: $(STAMP) chromium
 	$(BIN)/ruff check troupe tests benchmarks
+ifdef PYTEST_ARGS
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+else
+	status=0; \
+	$(BIN)/python -m pytest tests/unit -n auto || status=$$?; \
+	$(BIN)/python -m pytest tests/integration tests/e2e || status=$$?; \
+	exit $$status
+endif
 
 # The latency benchmarks (about six minutes; results in benchmarks/results/).
 bench: $(STAMP)
