@@ -103,25 +103,7 @@ def test_approval_approve_runs_once_deny_runs_nothing_unknown_is_400(client, mcp
     tool = mcp(mcp_server, require_approval="always")
     first = client.responses.create(model="sim", input='[[call add {"a": 5, "b": 5}]]', tools=[tool])
     assert first.status == "completed"
-    request = items(first, "mcp_approval_request")[0]
-    calls_before = mcp_server.stats()["methods"].get("tools/call", 0)
-    approved = client.responses.create(
-        model="sim", tools=[tool], previous_response_id=first.id,
-        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
-    )
-    assert [i.type for i in approved.output] == ["mcp_call", "message"]
-    assert approved.output[0].approval_request_id == request.id
-    assert approved.output_text == "add -> 10"
-    assert mcp_server.stats()["methods"]["tools/call"] == calls_before + 1
-
-    second = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
-    denied = client.responses.create(
-        model="sim", tools=[tool], previous_response_id=second.id,
-        input=[{"type": "mcp_approval_response", "approval_request_id": items(second, "mcp_approval_request")[0].id,
-                "approve": False}],
-    )
-    assert denied.output_text == "add -> The user denied this tool call."
-    assert mcp_server.stats()["methods"]["tools/call"] == calls_before + 1
+    _approve_then_deny(client, mcp_server, tool, first)
 
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(
@@ -280,24 +262,7 @@ def test_sse_server_approval_flow(client, sse_server):
     assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_approval_request"]
     request = first.output[-1]
     assert (request.server_label, request.name, request.arguments) == ("legacy", "add", '{"a": 5, "b": 5}')
-    calls_before = sse_server.stats()["methods"].get("tools/call", 0)
-    approved = client.responses.create(
-        model="sim", tools=[tool], previous_response_id=first.id,
-        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
-    )
-    assert [i.type for i in approved.output] == ["mcp_call", "message"]
-    assert (approved.output[0].approval_request_id, approved.output[0].output) == (request.id, "10")
-    assert approved.output_text == "add -> 10"
-    assert sse_server.stats()["methods"]["tools/call"] == calls_before + 1
-
-    second = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
-    denied = client.responses.create(
-        model="sim", tools=[tool], previous_response_id=second.id,
-        input=[{"type": "mcp_approval_response", "approval_request_id": items(second, "mcp_approval_request")[0].id,
-                "approve": False}],
-    )
-    assert denied.output_text == "add -> The user denied this tool call."
-    assert sse_server.stats()["methods"]["tools/call"] == calls_before + 1, "a denied call never runs"
+    _approve_then_deny(client, sse_server, tool, first)
 
 
 def test_sse_server_allowed_tools_filter_listing_and_calls(client, sse_server):
@@ -333,3 +298,27 @@ def test_sse_endpoint_on_another_origin_is_refused_with_424(default_client, mcp_
             assert "session_id" not in caught.value.body["message"]
         assert proxied.stats()["http"]["GET /sse"] >= 1  # it was asked for its event stream...
         assert mcp_server.stats()["http"] == before, "...and nothing was sent to the other origin"
+
+
+def _approve_then_deny(client, server: McpTestServer, tool: dict, first) -> None:
+    """``first`` asked to approve ``add(5, 5)``: approving runs it once on ``server``; a second
+    request's call, denied, runs nothing."""
+    request = items(first, "mcp_approval_request")[0]
+    calls_before = server.stats()["methods"].get("tools/call", 0)
+    approved = client.responses.create(
+        model="sim", tools=[tool], previous_response_id=first.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
+    )
+    assert [i.type for i in approved.output] == ["mcp_call", "message"]
+    assert (approved.output[0].approval_request_id, approved.output[0].output) == (request.id, "10")
+    assert approved.output_text == "add -> 10"
+    assert server.stats()["methods"]["tools/call"] == calls_before + 1
+
+    second = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 1}]]', tools=[tool])
+    denied = client.responses.create(
+        model="sim", tools=[tool], previous_response_id=second.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": items(second, "mcp_approval_request")[0].id,
+                "approve": False}],
+    )
+    assert denied.output_text == "add -> The user denied this tool call."
+    assert server.stats()["methods"]["tools/call"] == calls_before + 1, "a denied call never runs"

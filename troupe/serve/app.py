@@ -77,7 +77,7 @@ from troupe.storage.base import QueryError, QueryTimeout
 
 from .bodies import read_within
 from .config import ServerSettings
-from .limits import Admission, AdmissionMiddleware, TenantLimits
+from .limits import Admission, AdmissionMiddleware, RetryLater, TenantLimits
 from .openapi import install_openapi
 from .prompt_routes import install_prompt_routes
 from .rag_routes import install_rag_routes
@@ -101,9 +101,8 @@ def error_response(error: ProtocolError) -> JSONResponse:
     """The JSON answer for ``error``: ``x-should-retry: false`` unless it is 429/503, and
     ``Retry-After`` when what refused it (a limit, a replica stopping) says when to come back."""
     headers = {} if error.status in _RETRYABLE else {"x-should-retry": "false"}
-    retry_after = getattr(error, "retry_after_header", None)  # RateLimited, ShuttingDown
-    if retry_after is not None:
-        headers["retry-after"] = retry_after
+    if isinstance(error, RetryLater):  # RateLimited, ShuttingDown
+        headers["retry-after"] = error.retry_after_header
     return JSONResponse(error.to_body(), status_code=error.status, headers=headers)
 
 

@@ -35,15 +35,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from troupe.protocol import ProtocolError
 
-__all__ = ["RateLimited", "Admission", "AdmissionMiddleware", "TenantLimits"]
+__all__ = ["RetryLater", "RateLimited", "Admission", "AdmissionMiddleware", "TenantLimits"]
 
 
-class RateLimited(ProtocolError):
-    """429 ``rate_limit_exceeded``; ``retry_after_s`` becomes the ``Retry-After`` header."""
-
-    default_status = 429
-    default_type = "rate_limit_error"
-    default_code = "rate_limit_exceeded"
+class RetryLater(ProtocolError):
+    """A refusal that says when to come back: ``retry_after_s`` becomes the ``Retry-After`` header."""
 
     def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
@@ -53,6 +49,14 @@ class RateLimited(ProtocolError):
     @property
     def retry_after_header(self) -> str:
         return str(max(1, math.ceil(self.retry_after_s)))
+
+
+class RateLimited(RetryLater):
+    """429 ``rate_limit_exceeded``."""
+
+    default_status = 429
+    default_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
 
 
 class Admission:

@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -30,27 +29,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from troupe.protocol import ProtocolError
 
+from .limits import RetryLater
+
 __all__ = ["ShuttingDown", "Stopping", "StoppingMiddleware"]
 
 _TICKET = "troupe.stopping"
 """The scope key under which a counted request keeps its ticket (for :meth:`Stopping.release`)."""
 
 
-class ShuttingDown(ProtocolError):
+class ShuttingDown(RetryLater):
     """503 ``server_shutting_down``: the replica is stopping; ``Retry-After`` says when to come back."""
 
     default_status = 503
     default_type = "server_error"
     default_code = "server_shutting_down"
-
-    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-        """Seconds the client should wait before retrying (rounded up on the wire)."""
-
-    @property
-    def retry_after_header(self) -> str:
-        return str(max(1, math.ceil(self.retry_after_s)))
 
 
 class _Ticket:
