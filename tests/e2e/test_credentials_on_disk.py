@@ -104,7 +104,7 @@ def test_no_credential_is_on_disk_after_every_kind_of_mcp_request_and_a_resumed_
         '[mcp]\nallowed_urls = ["http://127.0.0.1:*"]\n'
     )
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(ray_tmpdir),
-           "TROUPE_CREDENTIALS_KEYS": new_key()}  # fmt: skip
+           "TROUPE_CREDENTIALS_KEYS": (key := new_key())}  # fmt: skip
     for name in [n for n in env if n.startswith("RAY_SERVE_")]:  # the test session's, not this server's
         del env[name]
     log = tmp_path / "serve.log"
@@ -154,6 +154,6 @@ def test_no_credential_is_on_disk_after_every_kind_of_mcp_request_and_a_resumed_
     found, read = _files_holding(roots, LABEL.encode())
     assert read > 50 and any(p.startswith(str(ray_tmpdir)) for p in _files_holding([ray_tmpdir], b"raylet")[0])
     assert any(p.startswith(str(data)) for p in found), "the search finds what is stored in plain text"
-    for secret in (TOKEN, HEADER):
+    for secret in (TOKEN, HEADER, key):  # the sealing key is a secret too
         holding, _ = _files_holding(roots, secret.encode())
         assert holding == [], f"a credential is on disk in {holding}"
