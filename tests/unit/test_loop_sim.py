@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.loop_harness import both, history_of
+from tests.fakes import RecordingModel
+from tests.loop_harness import both, history_of, run
 from troupe.sim.model import SimModel
 from troupe.agentloop.tools import LocalFunctionExecutor
 
@@ -181,3 +182,12 @@ async def test_max_output_tokens():
     out, _ = await both({"model": "sim", "input": "[[tokens 50]]", "max_output_tokens": 16}, SimModel)
     assert out.response["status"] == "incomplete"
     assert len(out.text.split()) == 16
+
+
+async def test_reasoning_effort_and_verbosity_go_upstream_only_when_set():
+    model = RecordingModel(SimModel())
+    await run({"model": "sim", "input": "hi", "reasoning": {"effort": "low"}, "text": {"verbosity": "high"}}, model)
+    await run({"model": "sim", "input": "hi"}, model)
+    sent, plain = (call.to_payload() for call in model.calls)
+    assert (sent["reasoning_effort"], sent["verbosity"]) == ("low", "high")
+    assert "reasoning_effort" not in plain and "verbosity" not in plain
