@@ -14,33 +14,13 @@ the whole runtime.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-__all__ = [
-    "ConversationHost",
-    "TurnJob",
-    "HostFailed",
-    "Runtime",
-    "RuntimeSettings",
-    "ModelSpec",
-    "ToolSpec",
-    "DEFAULT_TOOLS",
-]
+from troupe._lazy import lazy_exports
 
 _HOMES = {
-    "ConversationHost": ".host",
-    "TurnJob": ".host",
-    "HostFailed": ".placement",
-    "Runtime": ".runtime",
-    "RuntimeSettings": ".settings",
-    "ModelSpec": ".settings",
-    "ToolSpec": ".settings",
-    "DEFAULT_TOOLS": ".settings",
+    ".host": ["ConversationHost", "TurnJob"],
+    ".placement": ["HostFailed"],
+    ".runtime": ["Runtime"],
+    ".settings": ["RuntimeSettings", "ModelSpec", "ToolSpec", "DEFAULT_TOOLS"],
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name], __name__), name)
+__all__ = [name for names in _HOMES.values() for name in names]
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

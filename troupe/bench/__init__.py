@@ -16,49 +16,16 @@ Names are imported on first use, so ``troupe --help`` does not pay for httpx or 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-__all__ = [
-    "RequestResult",
-    "send_request",
-    "LoadSpec",
-    "LoadRun",
-    "run_load",
-    "Summary",
-    "summarize",
-    "percentile",
-    "summarize_run",
-    "build_report",
-    "render_markdown",
-    "write_report",
-    "write_plots",
-    "machine_info",
-    "BenchSpec",
-    "run_bench",
-]
+from troupe._lazy import lazy_exports
 
 _HOMES = {
-    "RequestResult": ".client",
-    "send_request": ".client",
-    "LoadSpec": ".loadgen",
-    "LoadRun": ".loadgen",
-    "run_load": ".loadgen",
-    "Summary": ".stats",
-    "summarize": ".stats",
-    "percentile": ".stats",
-    "summarize_run": ".report",
-    "build_report": ".report",
-    "render_markdown": ".report",
-    "write_report": ".report",
-    "write_plots": ".plots",
-    "machine_info": ".machine",
-    "BenchSpec": ".runner",
-    "run_bench": ".runner",
+    ".client": ["RequestResult", "send_request"],
+    ".loadgen": ["LoadSpec", "LoadRun", "run_load"],
+    ".stats": ["Summary", "summarize", "percentile"],
+    ".report": ["summarize_run", "build_report", "render_markdown", "write_report"],
+    ".plots": ["write_plots"],
+    ".machine": ["machine_info"],
+    ".runner": ["BenchSpec", "run_bench"],
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name], __name__), name)
+__all__ = [name for names in _HOMES.values() for name in names]
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

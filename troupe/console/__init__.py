@@ -10,22 +10,11 @@ importing FastAPI and the runtime. README "Observing Troupe" shows the console.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-__all__ = ["Bar", "Viewer", "critical_path", "install_console", "timeline", "traces_from_json"]
+from troupe._lazy import lazy_exports
 
 _HOMES = {
-    "Bar": ".timeline",
-    "critical_path": ".timeline",
-    "timeline": ".timeline",
-    "traces_from_json": ".timeline",
-    "Viewer": ".api",
-    "install_console": ".api",
+    ".timeline": ["Bar", "critical_path", "timeline", "traces_from_json"],
+    ".api": ["Viewer", "install_console"],
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name], __name__), name)
+__all__ = [name for names in _HOMES.values() for name in names]
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

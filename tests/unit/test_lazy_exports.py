@@ -1,0 +1,40 @@
+"""The packages whose names are imported on first use (troupe._lazy): importing the package
+imports none of its modules; each name, once read, is the object its module defines.
+
+Each check runs in a fresh interpreter: what another test imported must not decide it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+LAZY_PACKAGES = ["troupe.actors", "troupe.bench", "troupe.console"]
+
+CHECK = """
+import importlib, sys
+package = importlib.import_module(PACKAGE)
+assert not [m for m in package._HOMES if PACKAGE + m in sys.modules], "a module was imported with the package"
+assert len(package.__all__) == len(set(package.__all__)) == sum(map(len, package._HOMES.values()))
+for home, names in package._HOMES.items():
+    for name in names:
+        assert name in dir(package), name
+        value = getattr(package, name)
+        assert value is getattr(importlib.import_module(home, PACKAGE), name), name
+try:
+    package.no_such_name
+except AttributeError as exc:
+    assert "has no attribute 'no_such_name'" in str(exc)
+else:
+    raise AssertionError("an unknown name was found")
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_the_package_imports_its_modules_on_first_use_and_exports_their_objects(package: str) -> None:
+    code = f"PACKAGE = {package!r}\n{CHECK}"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "ok"
