@@ -17,8 +17,8 @@ from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
     ModelError,
-    ReasoningDelta,
-    TextDelta,
+    ReasoningChunk,
+    TextChunk,
     TokenUsage,
     ToolCall,
     ToolCallArgumentsDelta,
@@ -31,8 +31,8 @@ Turn = Sequence[ModelChunk] | Exception
 
 def text_turn(text: str, *, reasoning: str = "", finish_reason: str = "stop", input_tokens: int = 10) -> list[ModelChunk]:
     """A turn that answers ``text`` word by word."""
-    chunks: list[ModelChunk] = [ReasoningDelta(text=w) for w in _pieces(reasoning)]
-    chunks += [TextDelta(text=w) for w in _pieces(text)]
+    chunks: list[ModelChunk] = [ReasoningChunk(text=w) for w in _pieces(reasoning)]
+    chunks += [TextChunk(text=w) for w in _pieces(text)]
     usage = TokenUsage(input_tokens=input_tokens, output_tokens=len(text.split()) + len(reasoning.split()))
     chunks.append(TurnEnd(text=text, reasoning=reasoning, finish_reason=finish_reason, usage=usage))
     return chunks
@@ -40,7 +40,7 @@ def text_turn(text: str, *, reasoning: str = "", finish_reason: str = "stop", in
 
 def tool_turn(*calls: tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str], text: str = "", input_tokens: int = 10) -> list[ModelChunk]:
     """A turn that calls tools: each call is ``(name, arguments)`` or ``(name, arguments, call_id)``."""
-    chunks: list[ModelChunk] = [TextDelta(text=w) for w in _pieces(text)]
+    chunks: list[ModelChunk] = [TextChunk(text=w) for w in _pieces(text)]
     assembled = []
     for index, spec in enumerate(calls):
         name, args = spec[0], spec[1]

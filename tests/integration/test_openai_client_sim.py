@@ -21,7 +21,7 @@ from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
     ModelError,
-    TextDelta,
+    TextChunk,
     ToolCallArgumentsDelta,
     ToolCallStart,
     TurnEnd,
@@ -83,7 +83,7 @@ def _nonce() -> str:
 
 async def test_streams_text_in_several_deltas(sim: SimClient) -> None:
     chunks = await sim.run("[[say hello big world]]")
-    deltas = [c for c in chunks if isinstance(c, TextDelta)]
+    deltas = [c for c in chunks if isinstance(c, TextChunk)]
     end = chunks[-1]
     assert isinstance(end, TurnEnd)
     assert end.text == "hello big world" == "".join(d.text for d in deltas)

@@ -26,8 +26,8 @@ from troupe.agentloop.model import (
     ModelChunk,
     ModelClient,
     ModelError,
-    ReasoningDelta,
-    TextDelta,
+    ReasoningChunk,
+    TextChunk,
     TokenUsage,
     ToolCallArgumentsDelta,
     ToolCallStart,
@@ -245,10 +245,10 @@ async def test_text_reasoning_and_usage_with_crlf_framing(serve: Serve) -> None:
     upstream = await serve(sse_reply(body))
     chunks = await collect(upstream.client())
     assert chunks[:4] == [
-        ReasoningDelta(text="think "),
-        ReasoningDelta(text="harder"),
-        TextDelta(text="hello "),
-        TextDelta(text="world"),
+        ReasoningChunk(text="think "),
+        ReasoningChunk(text="harder"),
+        TextChunk(text="hello "),
+        TextChunk(text="world"),
     ]
     assert chunks[4:] == [
         TurnEnd(
@@ -265,7 +265,7 @@ async def test_cr_framing_and_events_written_piece_by_piece(serve: Serve) -> Non
     # Written in 7-byte pieces; the client may get them joined, split, or cut inside a line.
     script = Script(*(body[i : i + 7] for i in range(0, len(body), 7)))
     chunks = await collect((await serve(script)).client())
-    assert chunks == [TextDelta(text="a"), TextDelta(text="b"), TurnEnd(text="ab")]
+    assert chunks == [TextChunk(text="a"), TextChunk(text="b"), TurnEnd(text="ab")]
 
 
 @pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
@@ -284,7 +284,7 @@ async def test_multi_line_data_is_joined_with_newlines(serve: Serve) -> None:
     body = "".join(f"data: {line}\n" for line in obj.splitlines()) + "\ndata: [DONE]\n\n"
     assert obj.count("\n") > 3
     chunks = await collect((await serve(sse_reply(body.encode()))).client())
-    assert chunks == [TextDelta(text="x"), TurnEnd(text="x")]
+    assert chunks == [TextChunk(text="x"), TurnEnd(text="x")]
 
 
 async def test_request_shape_and_auth_header(serve: Serve) -> None:
@@ -469,7 +469,7 @@ async def test_error_object_inside_the_stream(serve: Serve) -> None:
     error = {"error": {"message": "engine died", "code": "server_error"}}
     body = sse([chunk({"content": "par"}), error])
     gen = (await serve(sse_reply(body))).client().stream(REQUEST)
-    assert await anext(gen) == TextDelta(text="par")
+    assert await anext(gen) == TextChunk(text="par")
     with pytest.raises(ModelError) as info:
         await anext(gen)
     assert (info.value.status, info.value.message) == (502, "engine died")
@@ -535,7 +535,7 @@ async def test_an_exhausted_pool_maps_to_504_and_is_retried(serve: Serve, monkey
     client = upstream.client(max_retries=1, timeout=aiohttp.ClientTimeout(connect=0.2))
     delays = recorded_sleeps(client)
     holder = client.stream(REQUEST)
-    assert await anext(holder) == TextDelta(text="a")  # holds the only connection
+    assert await anext(holder) == TextChunk(text="a")  # holds the only connection
     with pytest.raises(ModelError) as info:
         await collect(client)
     await holder.aclose()
@@ -632,7 +632,7 @@ async def test_failure_after_the_first_chunk_is_not_retried(serve: Serve) -> Non
     with pytest.raises(ModelError) as info:
         async for c in upstream.client(max_retries=5).stream(REQUEST):
             seen.append(c)
-    assert seen == [TextDelta(text="partial")]
+    assert seen == [TextChunk(text="partial")]
     assert (info.value.status, info.value.code) == (502, "connection_error")
     assert len(upstream.requests) == 1
 
@@ -653,7 +653,7 @@ async def test_read_timeout_while_streaming_maps_to_504(serve: Serve) -> None:
 async def test_closing_the_iterator_closes_the_response(serve: Serve) -> None:
     script = Script(sse([chunk({"content": "a"})], done=False), then="hold")
     gen = (await serve(script)).client().stream(REQUEST)
-    assert await anext(gen) == TextDelta(text="a")
+    assert await anext(gen) == TextChunk(text="a")
     assert not script.gone.is_set()
     await gen.aclose()
     await asyncio.wait_for(script.gone.wait(), timeout=5)

@@ -14,8 +14,8 @@ from troupe.agentloop.model import (
     ChatRequest,
     ModelClient,
     ModelError,
-    ReasoningDelta,
-    TextDelta,
+    ReasoningChunk,
+    TextChunk,
     ToolCallArgumentsDelta,
     ToolCallStart,
     TurnEnd,
@@ -336,7 +336,7 @@ async def test_stream_order_and_assembly() -> None:
     assert isinstance(model, ModelClient)
     chunks = await collect(model, request(user('[[think hmm ok]] [[call f {"a": 1}]] [[call g]]')))
     kinds = [type(c).__name__ for c in chunks]
-    assert kinds[:2] == ["ReasoningDelta", "ReasoningDelta"]
+    assert kinds[:2] == ["ReasoningChunk", "ReasoningChunk"]
     assert kinds[-1] == "TurnEnd" and kinds.count("TurnEnd") == 1
     starts = [c for c in chunks if isinstance(c, ToolCallStart)]
     end = chunks[-1]
@@ -351,10 +351,10 @@ async def test_stream_order_and_assembly() -> None:
 
 async def test_text_deltas_reassemble_text() -> None:
     chunks = await collect(SimModel(), request(user("[[say line one\nline  two]]")))
-    text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
+    text = "".join(c.text for c in chunks if isinstance(c, TextChunk))
     end = chunks[-1]
     assert isinstance(end, TurnEnd) and text == end.text == "line one\nline  two"
-    assert not any(isinstance(c, ReasoningDelta) for c in chunks)
+    assert not any(isinstance(c, ReasoningChunk) for c in chunks)
 
 
 async def test_latency_paces_stream_with_injected_sleep() -> None:

@@ -38,12 +38,12 @@ from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, res
 from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
-from .model import ChatRequest, ModelClient, TokenUsage, ToolCall, TurnEnd
-from .model import ReasoningDelta as ModelReasoningDelta
-from .model import TextDelta as ModelTextDelta
 from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
 from .mcp import McpClient, McpError, McpServer, McpToolset
-from .model import ToolCallArgumentsDelta, ToolCallStart
+from .model import (
+    ChatRequest, ModelClient, ReasoningChunk, TextChunk, TokenUsage, ToolCall, ToolCallArgumentsDelta, ToolCallStart,
+    TurnEnd,
+)  # fmt: skip
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
 
@@ -504,13 +504,13 @@ class _Run:
                 async for chunk in chunks:
                     first_at = first_at or self.clock()
                     match chunk:
-                        case ModelReasoningDelta(text=delta):
+                        case ReasoningChunk(text=delta):
                             if reasoning_id is None:
                                 reasoning_id = new_id("rs")
                                 yield ev.ReasoningStarted(item_id=reasoning_id)
                             reasoning += delta
                             yield ev.ReasoningDelta(item_id=reasoning_id, delta=delta)
-                        case ModelTextDelta(text=delta):
+                        case TextChunk(text=delta):
                             if message_id is None:
                                 message_id = new_id("msg")
                                 yield ev.MessageStarted(item_id=message_id)

@@ -15,7 +15,7 @@ Example::
 
     async for chunk in client.stream(ChatRequest(model="sim", messages=[...])):
         match chunk:
-            case TextDelta(text=t): print(t, end="")
+            case TextChunk(text=t): print(t, end="")
             case TurnEnd() as end: print(end.finish_reason)
 """
 
@@ -27,8 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "ChatRequest",
-    "TextDelta",
-    "ReasoningDelta",
+    "TextChunk",
+    "ReasoningChunk",
     "ToolCallStart",
     "ToolCallArgumentsDelta",
     "ToolCall",
@@ -106,15 +106,15 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TextDelta:
-    """A piece of the answer text."""
+class TextChunk:
+    """A piece of the answer text (the loop streams it on as an ``events.MessageDelta``)."""
 
     text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReasoningDelta:
-    """A piece of reasoning text (``reasoning_content`` upstream)."""
+class ReasoningChunk:
+    """A piece of reasoning text, ``reasoning_content`` upstream (streamed on as an ``events.ReasoningDelta``)."""
 
     text: str
 
@@ -180,7 +180,7 @@ class TurnEnd:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
-ModelChunk = TextDelta | ReasoningDelta | ToolCallStart | ToolCallArgumentsDelta | TurnEnd
+ModelChunk = TextChunk | ReasoningChunk | ToolCallStart | ToolCallArgumentsDelta | TurnEnd
 
 
 @runtime_checkable

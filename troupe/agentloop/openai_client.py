@@ -2,7 +2,7 @@
 
 :class:`OpenAIChatClient` POSTs a streaming ``/chat/completions`` request with aiohttp,
 parses the Server-Sent Events and turns each upstream chunk into Troupe's small chunk
-values (``TextDelta``, ``ReasoningDelta``, ``ToolCallStart``, ``ToolCallArgumentsDelta``),
+values (``TextChunk``, ``ReasoningChunk``, ``ToolCallStart``, ``ToolCallArgumentsDelta``),
 ending with exactly one ``TurnEnd`` that carries the assembled turn. (aiohttp rather than
 httpx: a 64-token streamed reply costs ~1.7 ms of client CPU with it, ~5.5 ms with httpx.)
 
@@ -57,8 +57,8 @@ from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
     ModelError,
-    ReasoningDelta,
-    TextDelta,
+    ReasoningChunk,
+    TextChunk,
     TokenUsage,
     ToolCall,
     ToolCallArgumentsDelta,
@@ -281,10 +281,10 @@ class _TurnAssembler:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 self.reasoning.append(reasoning)
-                out.append(ReasoningDelta(text=reasoning))
+                out.append(ReasoningChunk(text=reasoning))
             if isinstance(content := delta.get("content"), str) and content:
                 self.text.append(content)
-                out.append(TextDelta(text=content))
+                out.append(TextChunk(text=content))
             for fragment in delta.get("tool_calls") or ():
                 out.extend(self._tool_fragment(fragment))
             if choice.get("finish_reason"):

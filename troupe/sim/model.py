@@ -60,7 +60,7 @@ Example::
     model = SimModel()
     request = ChatRequest(model="sim", messages=[{"role": "user", "content": "[[say hi]]"}])
     async for chunk in model.stream(request):
-        ...  # TextDelta(text="hi"), TurnEnd(text="hi", finish_reason="stop", ...)
+        ...  # TextChunk(text="hi"), TurnEnd(text="hi", finish_reason="stop", ...)
 
 One long module because every directive of the sim model behaves here, where the tests and benchmarks look them up.
 """
@@ -87,8 +87,8 @@ from troupe.agentloop.model import (
     ChatRequest,
     ModelChunk,
     ModelError,
-    ReasoningDelta,
-    TextDelta,
+    ReasoningChunk,
+    TextChunk,
     TokenUsage,
     ToolCall,
     ToolCallArgumentsDelta,
@@ -411,9 +411,9 @@ def _input_tokens(messages: list[dict[str, Any]]) -> int:
 
 def _chunks(reply: SimReply) -> Iterator[ModelChunk]:
     for token in split_tokens(reply.reasoning):
-        yield ReasoningDelta(text=token)
+        yield ReasoningChunk(text=token)
     for token in split_tokens(reply.text):
-        yield TextDelta(text=token)
+        yield TextChunk(text=token)
     for index, call in enumerate(reply.tool_calls):
         yield ToolCallStart(index=index, call_id=call.call_id, name=call.name)
         for piece in split_arguments(call.arguments):

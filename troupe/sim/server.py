@@ -34,8 +34,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from troupe.agentloop.model import (
     ChatRequest,
-    ReasoningDelta,
-    TextDelta,
+    ReasoningChunk,
+    TextChunk,
     TokenUsage,
     ToolCallArgumentsDelta,
     ToolCallStart,
@@ -174,9 +174,9 @@ async def _sse(reply: SimReply, *, head: dict[str, Any], include_usage: bool) ->
             started = True
             yield chunk({"role": "assistant", "content": ""})
         match item:
-            case ReasoningDelta(text=text):
+            case ReasoningChunk(text=text):
                 yield chunk({"reasoning_content": text})
-            case TextDelta(text=text):
+            case TextChunk(text=text):
                 yield chunk({"content": text})
             case ToolCallStart(index=index, call_id=call_id, name=name):
                 call = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
