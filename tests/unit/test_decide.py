@@ -119,8 +119,8 @@ def test_usage_is_summed_over_turns():
 
 
 def test_approved_calls_run_before_the_first_model_turn():
-    state = LoopState(resume_calls=(ADD,))
+    state = LoopState(approved_calls=(ADD,))
     assert decide(state) == ExecuteTools(calls=(ADD,))
-    resumed = state.after_tools()
-    assert resumed.resumed and resumed.tool_calls_used == 1
-    assert decide(resumed) == CallModel(use_request_tool_choice=True)
+    ran = state.after_tools()
+    assert ran.approved_ran and ran.tool_calls_used == 1
+    assert decide(ran) == CallModel(use_request_tool_choice=True)

@@ -110,9 +110,11 @@ class LoopState:
     usage: TokenUsage = field(default_factory=TokenUsage)
     cancelled: bool = False
     error: dict[str, Any] | None = None
-    resume_calls: tuple[ToolCall, ...] = ()
-    """Calls the client approved in this request's input: run before the first model turn."""
-    resumed: bool = False
+    approved_calls: tuple[ToolCall, ...] = ()
+    """MCP calls the client approved in this request's input: run before the first model turn
+    (not to be confused with resuming a durable run, module :mod:`.checkpoint`)."""
+    approved_ran: bool = False
+    """The approved calls' tool step is done."""
 
     def after_model(self, turn: TurnEnd, plan: TurnPlan, *, had_tools: bool) -> LoopState:
         """Fold in a finished model turn and its plan."""
@@ -140,7 +142,7 @@ class LoopState:
     def after_tools(self) -> LoopState:
         """Fold in the finished tool work of the last turn (or of the approved calls)."""
         if self.last_turn is None:
-            return replace(self, resumed=True, tool_calls_used=self.tool_calls_used + len(self.resume_calls))
+            return replace(self, approved_ran=True, tool_calls_used=self.tool_calls_used + len(self.approved_calls))
         assert self.plan is not None
         return replace(
             self,
@@ -156,8 +158,8 @@ def decide(state: LoopState) -> NextAction:
         return Finish(status="cancelled")
     if state.error is not None:
         return Finish(status="failed", error=state.error)
-    if state.resume_calls and not state.resumed:
-        return ExecuteTools(calls=state.resume_calls)
+    if state.approved_calls and not state.approved_ran:
+        return ExecuteTools(calls=state.approved_calls)
     turn, plan = state.last_turn, state.plan
     if turn is None or plan is None:
         return CallModel(use_request_tool_choice=True)

@@ -246,16 +246,17 @@ class _Run:
         self.settled: dict[str, _ToolOutcome] = {}
         self.in_flight: frozenset[str] = frozenset()
         self.approved_opened = False
-        resume = tuple(
+        # MCP calls the client approved in this request's input: they run first, without a model turn.
+        approved = tuple(
             ToolCall(call_id=r["id"], name=r["name"], arguments=r.get("arguments") or "{}")
             for r in prepared.transcript.approved
         )
-        self.resume_labels = {r["id"]: r["server_label"] for r in prepared.transcript.approved}
+        self.approved_labels = {r["id"]: r["server_label"] for r in prepared.transcript.approved}
         self.state = LoopState(
             max_infer_iters=self.req.max_infer_iters,
             client_tool_status=settings.client_tool_status,
             output_tokens_left=self.req.max_output_tokens,
-            resume_calls=resume,
+            approved_calls=approved,
         )
 
     async def run(self) -> AsyncIterator[ev.LoopEvent]:
@@ -449,22 +450,22 @@ class _Run:
         )
 
     def _open_call(
-        self, index: int, call_id: str, name: str, mcp_items: dict[int, str], call_items: dict[int, str]
+        self, index: int, call_id: str, name: str, mcp_item_at: dict[int, str], function_item_at: dict[int, str]
     ) -> ev.LoopEvent | None:
-        """Open the item a model's tool call streams as, and remember it by the call's index: an
-        ``mcp_call``, a ``function_call``, or nothing for an MCP call that waits for approval
-        (it becomes an approval request once the turn ends)."""
+        """Open the item a model's tool call streams as, and remember it by the call's index (in
+        ``mcp_item_at`` or ``function_item_at``): an ``mcp_call``, a ``function_call``, or nothing
+        for an MCP call that waits for approval (it becomes an approval request once the turn ends)."""
         label = self._mcp_streams(name)
         if label is not None:
-            mcp_items[index] = self.mcp_items[call_id] = new_id("mcp")
-            return ev.McpCallStarted(item_id=mcp_items[index], server_label=label, name=name)
+            mcp_item_at[index] = self.mcp_items[call_id] = new_id("mcp")
+            return ev.McpCallStarted(item_id=mcp_item_at[index], server_label=label, name=name)
         if self.mcp is not None and self.mcp.label_of(name) is not None:
             return None
         if self.fs is not None and name == FILE_SEARCH:
             self.fs_items[call_id] = new_id("fs")
             return ev.FileSearchCallStarted(item_id=self.fs_items[call_id])
-        call_items[index] = new_id("fc")
-        return ev.FunctionCallStarted(item_id=call_items[index], call_id=call_id, name=name)
+        function_item_at[index] = new_id("fc")
+        return ev.FunctionCallStarted(item_id=function_item_at[index], call_id=call_id, name=name)
 
     def _mcp_streams(self, name: str) -> str | None:
         """The server label when a call to ``name`` streams as an ``mcp_call`` item now.
@@ -493,8 +494,8 @@ class _Run:
         yield ev.StepStarted(kind="model", name=self.upstream_model, started_at=started)
         message_id = reasoning_id = None
         text = reasoning = ""
-        call_items: dict[int, str] = {}  # tool-call index -> function_call item id
-        mcp_items: dict[int, str] = {}  # tool-call index -> mcp_call item id
+        function_item_at: dict[int, str] = {}  # tool-call index -> function_call item id
+        mcp_item_at: dict[int, str] = {}  # tool-call index -> mcp_call item id (self.mcp_items: by call id)
         starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
@@ -520,14 +521,14 @@ class _Run:
                             starts[index] = chunk
                             # A call over max_tool_calls is ignored, as OpenAI does: no item ever opens.
                             if not self._over_budget(starts, index):
-                                opened = self._open_call(index, call_id, name, mcp_items, call_items)
+                                opened = self._open_call(index, call_id, name, mcp_item_at, function_item_at)
                                 if opened is not None:
                                     yield opened
                         case ToolCallArgumentsDelta(index=index, delta=delta):
-                            if index in mcp_items:
-                                yield ev.McpCallArgumentsDelta(item_id=mcp_items[index], delta=delta)
-                            elif index in call_items:
-                                yield ev.FunctionCallArgumentsDelta(item_id=call_items[index], delta=delta)
+                            if index in mcp_item_at:
+                                yield ev.McpCallArgumentsDelta(item_id=mcp_item_at[index], delta=delta)
+                            elif index in function_item_at:
+                                yield ev.FunctionCallArgumentsDelta(item_id=function_item_at[index], delta=delta)
                         case TurnEnd():
                             turn = chunk
                     if self.cancel.is_set():
@@ -548,15 +549,15 @@ class _Run:
         ignored = {call.call_id for call in plan.ignored}
         for index, call in enumerate(calls):
             if index not in starts and call.call_id not in ignored:  # a model that did not announce the call
-                opened = self._open_call(index, call.call_id, call.name, mcp_items, call_items)
+                opened = self._open_call(index, call.call_id, call.name, mcp_item_at, function_item_at)
                 if opened is not None:
                     yield opened
-            if index in mcp_items:
-                yield ev.McpCallArgumentsDone(item_id=mcp_items[index], arguments=call.arguments)
-            elif index in call_items:
-                yield ev.FunctionCallDone(item_id=call_items[index], arguments=call.arguments, status=item_status)
-        for index in sorted(set(call_items) - set(range(len(calls)))):
-            yield ev.FunctionCallDone(item_id=call_items[index], arguments="", status="incomplete")
+            if index in mcp_item_at:
+                yield ev.McpCallArgumentsDone(item_id=mcp_item_at[index], arguments=call.arguments)
+            elif index in function_item_at:
+                yield ev.FunctionCallDone(item_id=function_item_at[index], arguments=call.arguments, status=item_status)
+        for index in sorted(set(function_item_at) - set(range(len(calls)))):
+            yield ev.FunctionCallDone(item_id=function_item_at[index], arguments="", status="incomplete")
         usage = turn.usage if turn is not None else None
         yield ev.StepTraced(
             kind="model", name=self.upstream_model, started_at=started, ended_at=ended,
@@ -607,7 +608,7 @@ class _Run:
                 case "approved":
                     self.mcp_items.update(step["mcp_items"])
                     self.approved_opened = True
-                    for call in self.state.resume_calls:
+                    for call in self.state.approved_calls:
                         self.p.transcript.add_call(call)
                 case "tool":
                     self.settled[step["call_id"]] = _ToolOutcome(
@@ -635,14 +636,14 @@ class _Run:
     # -- tools -------------------------------------------------------------------
 
     async def _execute(self, action: ExecuteTools) -> AsyncIterator[ev.LoopEvent]:
-        resuming = self.state.last_turn is None  # approved calls, before any model turn
-        order = action.calls if resuming else self.state.last_turn.tool_calls  # type: ignore[union-attr]
-        if resuming and not self.approved_opened:
+        approved_step = self.state.last_turn is None  # the approved calls, before any model turn
+        order = action.calls if approved_step else self.state.last_turn.tool_calls  # type: ignore[union-attr]
+        if approved_step and not self.approved_opened:
             # Approved calls run now, without a model turn: their mcp_call items open here.
             for call in action.calls:
                 item_id = self.mcp_items[call.call_id] = new_id("mcp")
                 yield ev.McpCallStarted(
-                    item_id=item_id, server_label=self.resume_labels[call.call_id], name=call.name,
+                    item_id=item_id, server_label=self.approved_labels[call.call_id], name=call.name,
                     approval_request_id=call.call_id,
                 )
                 yield ev.McpCallArgumentsDone(item_id=item_id, arguments=call.arguments)
@@ -762,22 +763,22 @@ class _Run:
 
     def _server_of(self, call: ToolCall) -> str | None:
         """The label of the MCP server a call goes to; None for any other tool."""
-        label = self.resume_labels.get(call.call_id)
+        label = self.approved_labels.get(call.call_id)
         if label is None and self.mcp is not None:
             label = self.mcp.label_of(call.name)
         return label
 
     def _executor_of(self, call: ToolCall) -> ToolExecutor | None:
-        if call.call_id in self.resume_labels:
+        if call.call_id in self.approved_labels:
             return self.mcp
         return find_executor(call, self.executors)
 
     async def _run_tool(self, call: ToolCall) -> _ToolOutcome:
         started = self.clock()
         try:
-            if call.call_id in self.resume_labels:  # an approved MCP call: its server is known
+            if call.call_id in self.approved_labels:  # an approved MCP call: its server is known
                 assert self.mcp is not None
-                output = await self.mcp.call(self.resume_labels[call.call_id], call.name, call.arguments)
+                output = await self.mcp.call(self.approved_labels[call.call_id], call.name, call.arguments)
                 return _ToolOutcome(output, started, self.clock())
             executor = find_executor(call, self.executors)
             assert executor is not None, "plan_turn only sends calls that have an executor"
