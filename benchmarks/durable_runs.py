@@ -150,7 +150,7 @@ async def step_payloads(text: str) -> list[dict[str, Any]]:
         if isinstance(event, StepTraced):
             traces.append(_trace(response_id, len(traces), event))
         elif isinstance(event, Checkpoint):
-            steps.append({**event.data, "events": events[logged:],
+            steps.append({**event.step.to_data(), "events": events[logged:],
                           "traces": [dataclasses.asdict(t) for t in traces[traced:]], "ttft_s": ttft_s})  # fmt: skip
             logged, traced = len(events), len(traces)
         else:

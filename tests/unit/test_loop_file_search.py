@@ -146,7 +146,7 @@ async def test_a_run_resumed_after_its_search_was_called_searches_and_cites_as_i
     writer, events, steps = fresh_writer(), [], []
     async for event in run_loop(prepare(request, [], file_searcher=searcher), model=SimModel(), checkpoints=True):
         if isinstance(event, Checkpoint):
-            steps.append(event.data)
+            steps.append(event.step.to_data())  # as a host stores it
             break
         if not isinstance(event, StepTraced):
             events.extend(writer.write(event))
@@ -154,7 +154,7 @@ async def test_a_run_resumed_after_its_search_was_called_searches_and_cites_as_i
     # The next host: the same steps, the same log.
     resumed = fresh_writer()
     resumed.restore(events)
-    point = ResumePoint(steps=tuple(steps), output=tuple(resumed.output))
+    point = ResumePoint.from_stored(steps, output=resumed.output)
     prepared = prepare(request, [], file_searcher=searcher)
     async for event in run_loop(prepared, model=SimModel(), checkpoints=True, resume=point):
         if not isinstance(event, StepTraced | Checkpoint):

@@ -259,7 +259,8 @@ class ConversationHost:
         run.steps = len(steps)
         run.traces = [StepTrace(**trace) for step in steps for trace in step.data["traces"]]
         run.traced = len(run.traces)
-        run.resume = ResumePoint(steps=tuple(step.data for step in steps), output=tuple(run.writer.output))
+        run.stored_steps = tuple(step.data for step in steps)
+        run.resume = ResumePoint.from_stored(run.stored_steps, output=run.writer.output)
         return await self._drive(run, refusals_answered=False)
 
     async def _drive(self, run: LiveRun, *, refusals_answered: bool) -> dict[str, Any]:
@@ -375,7 +376,7 @@ class ConversationHost:
             log.exception("background response %s: its failure could not be stored", run.job.response_id)
 
     async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
-        resumed = run.resume.steps if run.resume is not None else ()
+        resumed = run.stored_steps
         started = run.started_at = resumed[0]["started_at"] if resumed else time.time()
         job, writer = run.job, run.writer
         request = job.request
@@ -457,7 +458,7 @@ class ConversationHost:
         assert run.events is not None
         start = None if run.durable else _run_record(run.job, self.credential_keys)
         data = {
-            **checkpoint.data,
+            **checkpoint.step.to_data(),
             "events": run.events[run.logged :],
             "traces": [dataclasses.asdict(t) for t in run.traces[run.traced :]],
             "ttft_s": ttft_s,

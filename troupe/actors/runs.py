@@ -89,6 +89,8 @@ class LiveRun:
     """Set once the run is stored (or ended without being stored)."""
     resume: ResumePoint | None = None
     """For a run resumed after its host died: its stored steps (the loop goes on from them)."""
+    stored_steps: tuple[dict[str, Any], ...] = ()
+    """For a resumed run: its steps as stored (with the host's own fields: ``started_at``, ``ttft_s``)."""
     steps: int = 0
     """Steps checkpointed so far (a durable run's next step is number ``steps``)."""
     logged: int = 0

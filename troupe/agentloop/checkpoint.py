@@ -5,20 +5,26 @@ asked (``run_loop(..., checkpoints=True)``); a durable run (a background respons
 stored foreground one) stores each one, with the wire events and step traces since the
 previous one, before it takes the loop's next event. The steps, in order:
 
-==========  ===========================================  ==========================================
-kind        when                                         data
-==========  ===========================================  ==========================================
-model       a model call ended with a turn that has      the turn (:func:`turn_data`), whether tools
-            more to do (not the response's last turn:    were callable, the ``mcp_call`` items it
-            its response is stored next)                 opened (call id → item id)
-approved    approved MCP calls' items were opened        those items (call id → item id)
-tool        one server-side tool call ended              its call id, output and error, and times
-tools       the turn's tool outputs were emitted         nothing more
-compaction  the loop compacted the thread before a       the summary the model wrote, and the
-            model call (``context_management``)          usage of the call that wrote it
-==========  ===========================================  ==========================================
+=========================  ==========  ====================================  ===================================
+class                      ``kind``    when                                  holds
+=========================  ==========  ====================================  ===================================
+:class:`TurnStep`          model       a model call ended with a turn that   the turn, whether tools were
+                                       has more to do (not the response's    callable, the ``mcp_call`` and
+                                       last turn: its response is stored     ``file_search_call`` items it
+                                       next)                                 opened (call id → item id)
+:class:`ApprovedCallsStep` approved    approved MCP calls' items were opened those items (call id → item id)
+:class:`ToolResultStep`    tool        one server-side tool call ended       its call id, output and error, and
+                                                                             times
+:class:`ToolOutputsStep`   tools       the turn's tool outputs were emitted  nothing more
+:class:`CompactionStep`    compaction  the loop compacted the thread before  the summary the model wrote, and
+                                       a model call (``context_management``) the usage of the call that wrote it
+=========================  ==========  ====================================  ===================================
 
-A loop resumed from them (``run_loop(..., resume=ResumePoint(...))``) folds the steps into
+They are stored as JSON: :meth:`to_data` gives each one's dict (``{"kind": …, …}``, the shape
+durable runs have always been stored in, so runs stored by an earlier Troupe still resume) and
+:func:`step_from_data` reads one back; tests/unit/test_checkpoint.py pins the shapes.
+
+A loop resumed from them (``run_loop(..., resume=ResumePoint.from_stored(...))``) folds the steps into
 its state the way it folded them live, and goes on from the last one. What that means for
 tools:
 
@@ -40,12 +46,28 @@ summary is being written leaves no step: the resumed loop, at the same point, co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from .model import TokenUsage, ToolCall, TurnEnd
 
-__all__ = ["ResumePoint", "INTERRUPTED", "turn_data", "turn_from_data", "usage_data", "usage_from_data", "is_idempotent"]
+__all__ = [
+    "TurnStep",
+    "ApprovedCallsStep",
+    "ToolResultStep",
+    "ToolOutputsStep",
+    "CompactionStep",
+    "StoredStep",
+    "step_from_data",
+    "ResumePoint",
+    "INTERRUPTED",
+    "turn_data",
+    "turn_from_data",
+    "usage_data",
+    "usage_from_data",
+    "is_idempotent",
+]
 
 INTERRUPTED = (
     "Error: this call was interrupted: the server running it stopped before it returned. It was not "
@@ -54,14 +76,137 @@ INTERRUPTED = (
 """The output the model is shown for a non-idempotent call a host died during."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStep:
+    """A model turn with more to do: its tools run next (``kind`` ``model``)."""
+
+    kind: ClassVar[str] = "model"
+    turn: TurnEnd
+    had_tools: bool
+    """Whether the call could call tools (``CallModel.tools_enabled``)."""
+    mcp_items: dict[str, str] = field(default_factory=dict)
+    """The ``mcp_call`` items the turn opened: call id → item id."""
+    fs_items: dict[str, str] = field(default_factory=dict)
+    """The ``file_search_call`` items the turn opened: call id → item id (absent from steps
+    stored before file_search existed)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": "model", "turn": turn_data(self.turn), "had_tools": self.had_tools,
+                "mcp_items": self.mcp_items, "fs_items": self.fs_items}  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> TurnStep:
+        return cls(turn=turn_from_data(data["turn"]), had_tools=data["had_tools"], mcp_items=dict(data["mcp_items"]),
+                   fs_items=dict(data.get("fs_items") or {}))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovedCallsStep:
+    """The items of the MCP calls the client approved were opened; the calls run next
+    (``kind`` ``approved``)."""
+
+    kind: ClassVar[str] = "approved"
+    mcp_items: dict[str, str]
+    """call id → ``mcp_call`` item id."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": "approved", "mcp_items": self.mcp_items}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> ApprovedCallsStep:
+        return cls(mcp_items=dict(data["mcp_items"]))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultStep:
+    """One server-side tool call ended; it is never run again (``kind`` ``tool``)."""
+
+    kind: ClassVar[str] = "tool"
+    call_id: str
+    output: str
+    """What the model is shown."""
+    error: str | None
+    """The failure, described; None when the call succeeded."""
+    started: float
+    ended: float
+    """Seconds on the loop's clock."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": "tool", "call_id": self.call_id, "output": self.output, "error": self.error,
+                "started": self.started, "ended": self.ended}  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> ToolResultStep:
+        return cls(call_id=data["call_id"], output=data["output"], error=data["error"], started=data["started"],
+                   ended=data["ended"])  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutputsStep:
+    """The tool step's outputs were emitted, in the model's call order (``kind`` ``tools``)."""
+
+    kind: ClassVar[str] = "tools"
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": "tools"}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> ToolOutputsStep:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionStep:
+    """The thread was compacted before a model call (``kind`` ``compaction``)."""
+
+    kind: ClassVar[str] = "compaction"
+    summary: str
+    """The summary the model wrote."""
+    usage: TokenUsage
+    """The usage of the call that wrote it."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"kind": "compaction", "summary": self.summary, "usage": usage_data(self.usage)}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> CompactionStep:
+        return cls(summary=data["summary"], usage=usage_from_data(data["usage"]))
+
+
+StoredStep = TurnStep | ApprovedCallsStep | ToolResultStep | ToolOutputsStep | CompactionStep
+"""What a :class:`~troupe.agentloop.events.Checkpoint` carries, and a :class:`ResumePoint` holds."""
+
+_BY_KIND: dict[str, type[StoredStep]] = {
+    cls.kind: cls for cls in (TurnStep, ApprovedCallsStep, ToolResultStep, ToolOutputsStep, CompactionStep)
+}
+
+
+def step_from_data(data: Mapping[str, Any]) -> StoredStep:
+    """A step from its stored JSON (:meth:`to_data`'s dict); keys the caller stored beside the
+    step's own (a host's events and traces) are ignored.
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
+    cls = _BY_KIND.get(data.get("kind"))  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"not a stored loop step: kind {data.get('kind')!r}")
+    return cls.from_data(data)
+
+
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
     """Where a resumed loop starts: the run's stored steps and its output so far."""
 
-    steps: tuple[dict[str, Any], ...]
-    """The steps' data, oldest first (the table in the module docstring)."""
+    steps: tuple[StoredStep, ...]
+    """The steps, oldest first (the table in the module docstring)."""
     output: tuple[dict[str, Any], ...]
     """The response's output items as the steps' wire events built them."""
+
+    @classmethod
+    def from_stored(cls, steps: Iterable[Mapping[str, Any]], output: Iterable[dict[str, Any]]) -> ResumePoint:
+        """The resume point of steps stored as JSON (:func:`step_from_data`)."""
+        return cls(steps=tuple(step_from_data(data) for data in steps), output=tuple(output))
 
 
 def turn_data(turn: TurnEnd) -> dict[str, Any]:

@@ -33,7 +33,10 @@ from typing import Any, Literal, assert_never
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
 from . import events as ev
-from .checkpoint import INTERRUPTED, ResumePoint, is_idempotent, turn_data, turn_from_data, usage_data, usage_from_data
+from .checkpoint import (
+    INTERRUPTED, ApprovedCallsStep, CompactionStep, ResumePoint, ToolOutputsStep, ToolResultStep, TurnStep,
+    is_idempotent,
+)  # fmt: skip
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
 from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
@@ -296,7 +299,7 @@ class _Run:
                     if not self.state.cancelled:
                         self.state = self.state.after_tools()
                         if self.checkpoints:
-                            yield ev.Checkpoint(data={"kind": "tools"})
+                            yield _OUTPUTS_EMITTED
                 case InterruptForApproval(pending=pending):
                     for call in pending:
                         executor = find_executor(call, self.executors)
@@ -420,7 +423,7 @@ class _Run:
             return
         self._fold_compaction(summary, usage)
         if self.checkpoints:
-            yield ev.Checkpoint(data={"kind": "compaction", "summary": summary, "usage": usage_data(usage)})
+            yield ev.Checkpoint(step=CompactionStep(summary=summary, usage=usage))
 
     def _fold_compaction(self, summary: str, usage: TokenUsage) -> None:
         """Compact the transcript with ``summary`` and count its call (live, or resuming)."""
@@ -573,10 +576,9 @@ class _Run:
         if self.checkpoints and not isinstance(decide(self.state), Finish):  # the last turn: the end is stored next
             opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
             searches = {call.call_id: self.fs_items[call.call_id] for call in calls if call.call_id in self.fs_items}
-            yield ev.Checkpoint(data={
-                "kind": "model", "turn": turn_data(turn), "had_tools": action.tools_enabled, "mcp_items": opened,
-                "fs_items": searches,
-            })  # fmt: skip
+            yield ev.Checkpoint(
+                step=TurnStep(turn=turn, had_tools=action.tools_enabled, mcp_items=opened, fs_items=searches)
+            )
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
         return plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
@@ -599,25 +601,23 @@ class _Run:
         if self.mcp is not None:
             self.mcp.learn(point.output)  # the listings the run showed
         for step in point.steps:
-            match step["kind"]:
-                case "model":
-                    self.mcp_items.update(step["mcp_items"])
-                    self.fs_items.update(step.get("fs_items") or {})
-                    turn = turn_from_data(step["turn"])
-                    self._fold_turn(turn, self._plan(turn.tool_calls), had_tools=step["had_tools"])
-                case "approved":
-                    self.mcp_items.update(step["mcp_items"])
+            match step:
+                case TurnStep(turn=turn):
+                    self.mcp_items.update(step.mcp_items)
+                    self.fs_items.update(step.fs_items)
+                    self._fold_turn(turn, self._plan(turn.tool_calls), had_tools=step.had_tools)
+                case ApprovedCallsStep():
+                    self.mcp_items.update(step.mcp_items)
                     self.approved_opened = True
                     for call in self.state.approved_calls:
                         self.p.transcript.add_call(call)
-                case "tool":
-                    self.settled[step["call_id"]] = _ToolOutcome(
-                        step["output"], step["started"], step["ended"],
-                        None if step["error"] is None else McpError(step["error"]), step["error"],
-                    )  # fmt: skip
-                case "compaction":
-                    self._fold_compaction(step["summary"], usage_from_data(step["usage"]))
-                case "tools":
+                case ToolResultStep(error=error):
+                    self.settled[step.call_id] = _ToolOutcome(
+                        step.output, step.started, step.ended, None if error is None else McpError(error), error
+                    )
+                case CompactionStep():
+                    self._fold_compaction(step.summary, step.usage)
+                case ToolOutputsStep():
                     action = decide(self.state)
                     assert isinstance(action, ExecuteTools), "a stored tool step follows its turn"
                     for call, output, _ in self._answers(action, self.settled):
@@ -650,7 +650,7 @@ class _Run:
                 self.p.transcript.add_call(call)
             if self.checkpoints:
                 opened = {call.call_id: self.mcp_items[call.call_id] for call in action.calls}
-                yield ev.Checkpoint(data={"kind": "approved", "mcp_items": opened})
+                yield ev.Checkpoint(step=ApprovedCallsStep(mcp_items=opened))
         results = {c.call_id: self.settled[c.call_id] for c in action.calls if c.call_id in self.settled}
         for call in action.calls:
             if call.call_id in self.in_flight and not is_idempotent(self._executor_of(call), call):
@@ -789,10 +789,14 @@ class _Run:
 
 
 def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome) -> ev.Checkpoint:
-    return ev.Checkpoint(data={
-        "kind": "tool", "call_id": call.call_id, "output": outcome.output, "error": outcome.error_text,
-        "started": outcome.started, "ended": outcome.ended,
-    })  # fmt: skip
+    return ev.Checkpoint(step=ToolResultStep(
+        call_id=call.call_id, output=outcome.output, error=outcome.error_text, started=outcome.started,
+        ended=outcome.ended,
+    ))  # fmt: skip
+
+
+_OUTPUTS_EMITTED = ev.Checkpoint(step=ToolOutputsStep())
+"""The checkpoint after every tool step's outputs (it holds nothing: one value serves all)."""
 
 
 def _output_item(call: ToolCall, output: str) -> dict[str, Any]:
@@ -832,8 +836,9 @@ def run_loop(
             :mod:`.context`); None: not checked. It also sets the ``compact_threshold`` of a
             ``context_management`` compaction entry that gives none (module :mod:`.compaction`).
         clock: wall clock for step traces.
-        resume: go on from a durable run's stored steps (module :mod:`.checkpoint`) instead
-            of starting; the caller's writer must be restored to the steps' wire events.
+        resume: go on from a durable run's stored steps (module :mod:`.checkpoint`;
+            :meth:`ResumePoint.from_stored` reads them) instead of starting; the caller's
+            writer must be restored to the steps' wire events.
         checkpoints: yield a ``Checkpoint`` at every step boundary (a durable run), for the
             caller to store before it takes the next event.
 

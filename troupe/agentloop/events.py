@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .checkpoint import StoredStep
 from .model import TokenUsage
 
 __all__ = [
@@ -256,8 +257,8 @@ class Checkpoint:
     wire event. A durable run stores it, with the wire events since the previous one, before
     it takes the loop's next event: so the loop starts no tool whose call is not stored."""
 
-    data: dict[str, Any]
-    """JSON: ``{"kind": "model" | "approved" | "tool" | "tools", …}``."""
+    step: StoredStep
+    """The step; ``step.to_data()`` is what to store (JSON)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
