@@ -5,12 +5,16 @@ Each check runs in a fresh interpreter: what another test imported must not deci
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-LAZY_PACKAGES = ["troupe.actors", "troupe.bench", "troupe.console"]
+import troupe.agentloop
+
+LAZY_PACKAGES = ["troupe.actors", "troupe.agentloop", "troupe.bench", "troupe.console"]
 
 CHECK = """
 import importlib, sys
@@ -38,3 +42,13 @@ def test_the_package_imports_its_modules_on_first_use_and_exports_their_objects(
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "ok"
+
+
+def test_agentloops_all_and_imports_for_type_checkers_are_its_exports() -> None:
+    # Its __init__ repeats the exports as imports under TYPE_CHECKING, for editors: the same names, from the same modules.
+    tree = ast.parse(Path(troupe.agentloop.__file__).read_text())
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    imported = {("." + node.module, alias.name) for node in guarded.body for alias in node.names}  # type: ignore[attr-defined]
+    exported = {(home, name) for home, names in troupe.agentloop._HOMES.items() for name in names}
+    assert imported == exported
+    assert sorted(troupe.agentloop.__all__) == sorted(name for _, name in exported)

@@ -1,6 +1,8 @@
 """Responses ↔ Chat Completions: what a Responses request becomes upstream, and what an
 upstream failure becomes in ``Response.error``.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 The loop speaks Responses to the client and Chat Completions to the model server. The
 messages come from the transcript (:meth:`~troupe.agentloop.transcript.Transcript.to_chat_messages`);
 this module translates the rest of a request (tools, ``tool_choice``, ``text.format``) and,

@@ -1,5 +1,7 @@
 """Checkpoints: what a durable run keeps at each step boundary, and what a resumed loop reads.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 The driver yields a :class:`~troupe.agentloop.events.Checkpoint` at every step boundary when
 asked (``run_loop(..., checkpoints=True)``); a durable run (a background response, or a
 stored foreground one) stores each one, with the wire events and step traces since the

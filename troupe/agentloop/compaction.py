@@ -1,6 +1,8 @@
 """Compaction: a thread's context as a summary the model wrote, made on request
 (``POST /v1/responses/compact``) or automatically (``context_management`` on ``POST /v1/responses``).
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 OpenAI's contract for the compact endpoint: the answer's ``output`` is every user message of
 the thread, followed by one ``compaction`` item; a later request sends those items (plus what
 comes next) as its input instead of the whole thread. OpenAI's ``encrypted_content`` is

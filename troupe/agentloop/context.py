@@ -1,5 +1,7 @@
 """The model's context window: how much of a thread fits, and ``truncation: "auto"``.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 Troupe has no tokenizer for an arbitrary upstream model, so it *estimates* tokens, about
 four characters each (:func:`estimate_tokens`, the rule of thumb for English text with
 OpenAI's tokenizers), plus a few per message. A model's window is configured

@@ -1,5 +1,7 @@
 """The loop's brain: ``decide(state) -> NextAction``, a pure function.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 The driver owns all I/O; after every step it folds what happened into a new,
 frozen :class:`LoopState` and asks :func:`decide` what to do next. Every
 stopping rule lives here, so each can be tested with plain values:

@@ -1,5 +1,7 @@
 """The ``file_search`` tool: the loop searches the request's vector stores for the model.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 A request that offers ``{"type": "file_search", "vector_store_ids": [...], ...}`` shows the
 model one function tool, ``file_search(query)``. A call of it is run on the server (by
 :class:`FileSearchTool`, an executor like the others) and streams as a ``file_search_call``

@@ -1,5 +1,7 @@
 """The MCP seam: what the loop needs from MCP servers, and nothing about how it connects.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 A request's ``{"type": "mcp", ...}`` tools become :class:`McpServer` values. The
 loop lists a server's tools once per thread (an ``mcp_list_tools`` item), shows
 them to the model as function tools, and runs the model's calls through an

@@ -1,5 +1,7 @@
 """The canonical loop transcript, built in one place, and the upstream payload built from it.
 
+Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s public surface.
+
 Three representations, kept apart (see docs/architecture.md):
 
 * the **client transcript**: Responses wire items as the client sent and
