@@ -18,6 +18,9 @@ Example::
     writer = WireWriter(request, response_id=new_id("resp"), created_at=int(time.time()))
     response = await collect_response(run_loop(prepared, model=SimModel()), writer)
 
+:func:`troupe.agentloop.create_response` and :func:`~troupe.agentloop.stream_response` (module
+:mod:`.respond`) are these steps in one call.
+
 One long module because the loop's state lives in one object (_Run) whose steps share it; the translation to Chat Completions is already apart (chat.py).
 """
 
@@ -626,6 +629,8 @@ class _Run:
                         self.fs_items.pop(call.call_id, None)
                     self.settled = {}
                     self.state = self.state.after_tools()
+                case _:
+                    assert_never(step)
         pending = decide(self.state)
         if isinstance(pending, ExecuteTools):  # the host died during this tool step
             self.in_flight = frozenset(c.call_id for c in pending.calls) - set(self.settled)
