@@ -147,7 +147,8 @@ def _resolve(host: str) -> list[str] | None:
     if hit is not None and hit[0] > now:
         return hit[1]
     try:
-        addresses = sorted({info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
+        # An IPv4 or IPv6 sockaddr's host is a str (typeshed also allows the int of other families).
+        addresses = sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)})
     except (OSError, UnicodeError):
         addresses = None
     if len(_dns_cache) > 1024:
@@ -194,8 +195,8 @@ def _embedded_v4(ip: _IP) -> tuple[ipaddress.IPv4Address, str] | None:
         return ip.ipv4_mapped, "IPv4-mapped"
     if any(ip in net for net in _NAT64):
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF), "NAT64"
-    if ip in _6TO4:
-        return ip.sixtofour, "6to4"  # type: ignore[return-value] - not None inside 2002::/16
+    if ip in _6TO4 and ip.sixtofour is not None:  # always set inside 2002::/16
+        return ip.sixtofour, "6to4"
     return None
 
 

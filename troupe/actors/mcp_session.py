@@ -444,7 +444,7 @@ class McpSession:
         from mcp.client.streamable_http import streamable_http_client
 
         http = await stack.enter_async_context(self._http_client(live, sse=False))
-        return await stack.enter_async_context(self._client(streamable_http_client(self.server.url, http_client=http)))
+        return await stack.enter_async_context(self._client(streamable_http_client(self.server.url or "", http_client=http)))
 
     async def _connect_sse(self, stack: AsyncExitStack, live: _Live) -> Any:
         """The HTTP+SSE transport (:mod:`~troupe.actors.mcp_sse`), on the same pinned httpx client:

@@ -113,10 +113,11 @@ class RayToolExecutor:
 
         spec = self._specs[call.name]
         arguments = parse_arguments(call.arguments)
-        in_runner = spec.num_cpus is None and self._runner_factory is not None
-        if in_runner:
+        factory = self._runner_factory if spec.num_cpus is None else None
+        in_runner = factory is not None
+        if factory is not None:
             if self._runner is None:
-                self._runner = self._runner_factory()
+                self._runner = factory()
             ref = self._runner.run.options(name=f"tool:{call.name}").remote(spec.target, arguments)
         else:
             num_cpus = self._num_cpus if spec.num_cpus is None else spec.num_cpus

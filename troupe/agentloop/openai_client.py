@@ -44,7 +44,7 @@ import ssl
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -74,7 +74,7 @@ DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=70.0, sock_connect=1
 (``sock_read``; a slow prefill is still "between bytes"). No limit on the whole call.
 aiohttp has no write timeout: the read timeout starts once the request body is sent."""
 
-DEFAULT_LIMITS = MappingProxyType({"limit": 1000, "limit_per_host": 0, "keepalive_timeout": 5.0})
+DEFAULT_LIMITS: MappingProxyType[str, Any] = MappingProxyType({"limit": 1000, "limit_per_host": 0, "keepalive_timeout": 5.0})
 """The connection pool (``aiohttp.TCPConnector`` arguments). Each streaming turn holds a
 connection for its whole length, so allow many; an idle one is kept 5 s."""
 
@@ -340,7 +340,7 @@ class _TurnAssembler:
         )
 
 
-async def _read_turn(response: aiohttp.ClientResponse) -> AsyncIterator[ModelChunk]:
+async def _read_turn(response: aiohttp.ClientResponse) -> AsyncGenerator[ModelChunk, None]:
     """Yield the turn's chunks from a 2xx reply, translating mid-stream failures."""
     turn = _TurnAssembler()
     try:
@@ -385,12 +385,13 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
         pass
 
 
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+async def _sse_events(response: aiohttp.ClientResponse) -> AsyncGenerator[tuple[str, str], None]:
     """Yield ``(event, data)`` per SSE event; comments and other fields are skipped."""
     encoding = _encoding(response)
     lines = _LineSplitter()
     content = response.content
-    event, data = "", []
+    event = ""
+    data: list[str] = []
     while True:
         block = await content.readany()  # b"" at the end of the reply
         for raw in lines.feed(block):

@@ -60,8 +60,8 @@ def summarize_run(run: LoadRun, *, label: str | None = None) -> dict[str, Any]:
     stream = any(r.stream for r in results)
 
     def mean_usage(key: str) -> float | None:
-        values = [(r.usage or {}).get(key) for r in ok]
-        values = [v for v in values if isinstance(v, int | float)]
+        raw = [(r.usage or {}).get(key) for r in ok]
+        values = [v for v in raw if isinstance(v, int | float)]
         return round(sum(values) / len(values), 2) if values else None
 
     wall = run.wall_s

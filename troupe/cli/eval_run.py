@@ -42,7 +42,7 @@ def init_ray(address: str | None, namespace: str) -> None:
 
     import ray
 
-    quiet = {"namespace": namespace, "log_to_driver": False, "logging_level": logging.WARNING}
+    quiet: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "logging_level": logging.WARNING}
     if address:
         ray.init(address=address, **quiet)
     else:

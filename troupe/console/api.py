@@ -60,7 +60,10 @@ _INPUT_ITEMS_SHOWN = 100
 
 # Module-level: string annotations (PEP 563) are resolved against the module's globals.
 TenantParam = Annotated[str | None, Query(description="One tenant (an admin key's choice; others: their own).")]
-StatusParam = Literal[("",) + RESPONSE_STATUSES + EXTENSION_STATUSES]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    StatusParam = str  # mypy cannot follow a Literal built at run time; FastAPI checks the real one
+else:
+    StatusParam = Literal[("",) + RESPONSE_STATUSES + EXTENSION_STATUSES]
 """A response status, or ``""``: any (the page's "any status")."""
 TimeParam = Annotated[float | None, NUMBER, Query(description="Unix seconds.")]
 

@@ -50,7 +50,7 @@ class Bar:
     output_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 def critical_path(traces: Sequence[StepTrace]) -> set[int]:

@@ -142,7 +142,8 @@ class JsonSchemaSpec(_Spec):
         import jsonschema
 
         try:
-            jsonschema.validators.validator_for(value).check_schema(value)
+            # The stubs' Validator protocol takes a dict only; check_schema takes a boolean schema too.
+            jsonschema.validators.validator_for(value).check_schema(value)  # type: ignore[arg-type]
         except jsonschema.SchemaError as exc:
             raise ValueError(f"invalid JSON schema: {exc.message}") from None
         return value
@@ -268,7 +269,7 @@ def explain(exc: ValidationError, *, prefix: tuple[str | int, ...] = (), fields:
         prefix: where the validated value sits in its row (``("expected",)``).
         fields: the fields of the validated model, to list after an unknown one.
     """
-    errors = [{**e, "loc": prefix + tuple(e["loc"])} for e in exc.errors(include_url=False)]
+    errors: list[dict[str, Any]] = [{**e, "loc": prefix + tuple(e["loc"])} for e in exc.errors(include_url=False)]
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
     if unknown:
         parent = unknown[0]["loc"][:-1]

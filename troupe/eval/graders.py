@@ -141,7 +141,7 @@ def outcome_from_response(
     """The graders' view of a final Response: its text (as the SDK's ``output_text``) and tool calls."""
     texts: list[str] = []
     calls: list[tuple[str | None, str, str]] = []
-    outputs: dict[str, str] = {}
+    outputs: dict[str | None, str] = {}  # by call_id, as the items carry it
     mcp: list[ToolCallRecord] = []
     for item in response.get("output") or []:
         kind = item.get("type")

@@ -50,22 +50,39 @@ __all__ = [
 
 
 class ResultLike(Protocol):
-    """What the metrics read of a result (``troupe.storage.EvalResultRecord`` has it all)."""
+    """What the metrics read of a result (``troupe.storage.EvalResultRecord`` has it all).
 
-    case_id: str
-    sample: int
-    passed: bool
-    tags: list[str]
-    grades: list[dict[str, Any]]
-    ttft_s: float | None
-    e2e_s: float | None
-    input_tokens: int | None
-    output_tokens: int | None
-    total_tokens: int | None
-    tool_calls: int
-    node_id: str | None
-    error_kind: str | None
-    error_message: str | None
+    Read-only members (properties), so that a frozen record satisfies it.
+    """
+
+    @property
+    def case_id(self) -> str: ...
+    @property
+    def sample(self) -> int: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def tags(self) -> list[str]: ...
+    @property
+    def grades(self) -> list[dict[str, Any]]: ...
+    @property
+    def ttft_s(self) -> float | None: ...
+    @property
+    def e2e_s(self) -> float | None: ...
+    @property
+    def input_tokens(self) -> int | None: ...
+    @property
+    def output_tokens(self) -> int | None: ...
+    @property
+    def total_tokens(self) -> int | None: ...
+    @property
+    def tool_calls(self) -> int: ...
+    @property
+    def node_id(self) -> str | None: ...
+    @property
+    def error_kind(self) -> str | None: ...
+    @property
+    def error_message(self) -> str | None: ...
 
 
 def _check(n: int, c: int, k: int) -> None:
@@ -245,10 +262,12 @@ def summarize(results: Sequence[ResultLike], ks: Sequence[int] | None = None) ->
             hat = sum(pass_hat_k(n, c, k) for n, c in eligible) / len(eligible)
             pass_k.append(PassK(k, len(eligible), at, hat))
 
-    kinds = Counter(r.error_kind for r in errors)
-    examples = {}
+    kinds: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     for r in errors:
-        examples.setdefault(r.error_kind, r.error_message or "")
+        if r.error_kind:  # always, by the filter above (mypy does not carry it over)
+            kinds[r.error_kind] += 1
+            examples.setdefault(r.error_kind, r.error_message or "")
     grader_counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in results:
         for g in r.grades or []:

@@ -151,9 +151,9 @@ class Registry:
         self.token = secrets.token_hex(8)
         """Tells this registry from the one a restarted process has (see :class:`ScrapeView`)."""
         self._metrics: dict[str, Counter | Gauge | Histogram] = {}
+        kinds: dict[str, type[Counter | Gauge | Histogram]] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
         for spec in CATALOGUE:
-            kind = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}[spec.kind]
-            self._metrics[spec.name] = kind(spec)
+            self._metrics[spec.name] = kinds[spec.kind](spec)
 
     def counter(self, name: str) -> Counter:
         metric = self._metrics[name]
@@ -261,11 +261,12 @@ class ScrapeView:
 
 def render(values: dict[str, dict[Labels, Any]] | Snapshot) -> str:
     """Prometheus' text exposition format (0.0.4) of merged values (or of one snapshot)."""
-    if "token" in values:
-        values = values["values"]  # type: ignore[assignment]
+    merged: dict[str, Any] = values  # by metric name, either shape
+    if "token" in merged:  # one snapshot
+        merged = merged["values"]
     lines: list[str] = []
     for spec in CATALOGUE:
-        series = values.get(spec.name, {})  # type: ignore[union-attr]
+        series = merged.get(spec.name, {})
         lines.append(f"# HELP {spec.name} {_escape_help(spec.help)}")
         lines.append(f"# TYPE {spec.name} {spec.kind}")
         for labels in sorted(series):

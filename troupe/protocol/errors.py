@@ -324,13 +324,13 @@ def _choose_branch(branches: dict[str, list[dict]], depth: int) -> list[dict]:
     literal = [e for e in errs if e["type"] in _VALUE_ERRORS]
     if literal and isinstance(literal[0]["input"], str):
         return strip(literal[:1])
-    expected: list[str] = []
+    descs: list[str] = []
     for e in errs:
         desc = _EXPECTED.get(e["type"], "a valid value")
-        if desc not in expected:
-            expected.append(desc)
+        if desc not in descs:
+            descs.append(desc)
     loc = errs[0]["loc"][:depth]
-    return [{"type": "union_type", "loc": loc, "input": errs[0]["input"], "ctx": {"expected": expected}}]
+    return [{"type": "union_type", "loc": loc, "input": errs[0]["input"], "ctx": {"expected": descs}}]
 
 
 def _prune(errors: list[dict], depth: int = 0) -> list[dict]:
@@ -393,7 +393,7 @@ def invalid_request_from_errors(errors: Sequence[Any], *, prefix: Loc = ()) -> I
     """
     found = _prune([{**e, "loc": tuple(prefix) + tuple(e["loc"])} for e in errors])
     found.sort(key=lambda e: e["type"] != "extra_forbidden")  # stable: keeps order otherwise
-    first = found[0] if found else {"type": "value_error", "loc": tuple(prefix), "input": None}
+    first: dict[str, Any] = found[0] if found else {"type": "value_error", "loc": tuple(prefix), "input": None}
     message, code = _render(first)
     return InvalidRequest(message, param=format_param(first["loc"]), code=code)
 

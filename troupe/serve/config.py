@@ -89,9 +89,9 @@ class ServerOptions(BaseModel):
 
     model_config = SETTINGS_CONFIG
 
-    host: str = Field("127.0.0.1", min_length=1)
+    host: str = Field(default="127.0.0.1", min_length=1)
     """The interface the API binds; ``0.0.0.0`` for all."""
-    port: int = Field(8000, gt=0, le=65535)
+    port: int = Field(default=8000, gt=0, le=65535)
     """The API's port (with several direct-ingress replicas: ``port``, ``port + 1``, …)."""
     ray_address: str | None = None
     """An existing Ray cluster (``ray://…`` or ``host:port``); None starts a local Ray instance."""
@@ -159,7 +159,7 @@ class ServerSettings(ServerOptions, Limits):
 
     api_keys: Mapping[str, str] = Field(default_factory=dict)
     """API key → tenant name. Empty: authentication is off and every caller is tenant ``""``."""
-    admin_keys: tuple[str, ...] = Field((), repr=False)
+    admin_keys: tuple[str, ...] = Field(default=(), repr=False)
     """Keys of the operator endpoints (``POST /v1/troupe/sql``, refused while there is none) and
     of the console's view over every tenant, apart from ``api_keys``."""
 
@@ -384,9 +384,10 @@ def load_config(
 def _drop(doc: dict[str, Any], keys: list[str]) -> None:
     table = doc
     for key in keys[:-1]:
-        table = table.get(key)
-        if not isinstance(table, dict):
+        nested = table.get(key)
+        if not isinstance(nested, dict):
             return
+        table = nested
     table.pop(keys[-1], None)
 
 

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray import serve
@@ -66,7 +66,8 @@ logger = logging.getLogger(__name__)
 class TroupeIngress:
     """One Serve replica of the HTTP API; owns one :class:`Runtime` (closed on shutdown)."""
 
-    async def __init__(self, server: ServerSettings, runtime: RuntimeSettings) -> None:
+    # Serve awaits an async constructor; mypy requires __init__ to return None, not a coroutine.
+    async def __init__(self, server: ServerSettings, runtime: RuntimeSettings) -> None:  # type: ignore[misc]
         # Before Serve starts this replica's HTTP server (after this constructor): its socket
         # must outlive a crash's TIME-WAIT connections (see _reuse_addr).
         patch_direct_ingress_bind()
@@ -137,7 +138,8 @@ def build_app(server: ServerSettings, runtime: RuntimeSettings) -> serve.Applica
 
         serve.run(build_app(ServerSettings(), RuntimeSettings()), name="troupe", route_prefix="/")
     """
-    deployment = TroupeIngress.options(
+    # mypy keeps a decorated class's own type: @serve.deployment made TroupeIngress a Deployment.
+    deployment = cast(serve.Deployment, TroupeIngress).options(
         num_replicas=server.num_replicas,
         max_ongoing_requests=server.max_ongoing_requests,
         health_check_period_s=HEALTH_CHECK_PERIOD_S,
@@ -267,7 +269,7 @@ def run_server(server: ServerSettings, runtime: RuntimeSettings, *, blocking: bo
                 os.environ.setdefault(name, value)
         # "local" forces a fresh instance: plain ray.init() would silently join any Ray
         # cluster already running on this machine, and tearing down would then hit it.
-        extra = {"include_dashboard": server.dashboard} if local else {}
+        extra: dict[str, Any] = {"include_dashboard": server.dashboard} if local else {}
         with _sigint_held_from_children() if local else contextlib.nullcontext():
             ray.init(address=server.ray_address or "local", namespace=runtime.namespace, **extra)
         started_ray = True
@@ -352,7 +354,8 @@ def _ingress_replicas(app_name: str) -> list[Any]:
     from ray.serve._private.common import DeploymentID, ReplicaID
     from ray.serve._private.constants import SERVE_NAMESPACE
 
-    prefix = ReplicaID(unique_id="", deployment_id=DeploymentID(name=TroupeIngress.name, app_name=app_name))
+    name = cast(serve.Deployment, TroupeIngress).name  # a Deployment (see build_app)
+    prefix = ReplicaID(unique_id="", deployment_id=DeploymentID(name=name, app_name=app_name))
     found = []
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["namespace"] == SERVE_NAMESPACE and actor["name"].startswith(prefix.to_full_id_str()):

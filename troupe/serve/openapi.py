@@ -333,8 +333,8 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     inputs += [(("nested", name), "validation", adapter) for name, adapter in _request.NESTED_ADAPTERS.items()]
     inputs += [(("item", kind), "validation", adapter) for kind, adapter in item_adapters.items()]
     inputs += [(("part", kind), "validation", adapter) for kind, adapter in _items.PART_ADAPTERS.items()]
-    top, defs = TypeAdapter.json_schemas(inputs, ref_template=_REF)
-    top = {key: value for (key, _mode), value in top.items()}
+    by_mode, defs = TypeAdapter.json_schemas(inputs, ref_template=_REF)
+    top: dict[tuple[str, str], Any] = {key: value for (key, _mode), value in by_mode.items()}
     schemas: dict[str, Any] = dict(defs.get("$defs", {}))
 
     def name_of(key: tuple[str, str]) -> str:

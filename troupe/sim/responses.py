@@ -56,7 +56,7 @@ IGNORED_EXTENSIONS = frozenset({"top_k", "min_p", "repetition_penalty", "priorit
 server accepts them, and so does the sim (they change nothing in a deterministic model)."""
 
 
-class _EveryName(frozenset):  # type: ignore[type-arg]
+class _EveryName(frozenset[str]):
     """A ``declared`` set that contains every name: all calls are the client's."""
 
     def __contains__(self, name: object) -> bool:

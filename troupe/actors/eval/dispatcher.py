@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,7 +264,7 @@ class _Dispatcher:
         for case, sample in queue:
             self.results.put_nowait(await self._run_one(case, sample))
 
-    async def _feed(self, feeders: list[asyncio.Future[None]]) -> None:
+    async def _feed(self, feeders: Sequence[asyncio.Future[None]]) -> None:
         try:
             await asyncio.gather(*feeders)
         finally:
