@@ -12,7 +12,7 @@ and DuckDB's larger tags. ``--row-group-rows`` overrides ``ROW_GROUP_ROWS`` to c
 
 Measured on the 2-core machine (two runs side by side, 128MB limit), RSS − DuckDB from 50,000
 to 300,000 responses: 107 → 139 MiB with 2,048 rows per group, 104 → 122 with 16,384,
-102 → 115 with 32,768, 112 → 127 with 122,880 (README, "Load, overload and soak").
+102 → 115 with 32,768, 112 → 127 with 122,880 (docs/performance.md, "Load, overload and soak").
 ``--reopen-every N`` closes and reopens the store every N responses: with 16,384 rows per
 group, reopening at 100,000 and 200,000 gave back DuckDB's counted cache (71 → 9 MiB) but
 none of the memory it does not count (about 100 MiB before and after), so reopening the

@@ -2,7 +2,7 @@
 
 No Ray runs here: Serve's ``start_asgi_http_server`` is called as the replica calls it, on a
 loopback port. These tests fail loudly when a Ray upgrade changes that function, or when
-Serve starts setting the flag itself (then the workaround and its README note can go).
+Serve starts setting the flag itself (then the workaround and its note in docs/behaviour.md can go).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_serve_starts_the_replica_server_through_the_function_the_patch_replaces
 async def test_serve_binds_without_so_reuseaddr_and_the_patched_function_with_it() -> None:
     reuse_addr, reuse_port, answer = await _serve_once(http_util.start_asgi_http_server)
     assert answer == "hello"
-    assert not reuse_addr, "Serve sets SO_REUSEADDR itself now: drop troupe/serve/_reuse_addr.py and its README note"
+    assert not reuse_addr, "Serve sets SO_REUSEADDR itself now: drop troupe/serve/_reuse_addr.py and its note in docs/behaviour.md"
     reuse_addr, reuse_port, answer = await _serve_once(with_reuse_addr(http_util.start_asgi_http_server))
     assert (bool(reuse_addr), bool(reuse_port), answer) == (True, False, "hello")
 

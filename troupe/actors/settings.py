@@ -201,7 +201,7 @@ class McpSettings(BaseModel):
 
 class TelemetrySettings(BaseModel):
     """What Troupe tells about itself: Prometheus metrics, OpenTelemetry traces, and the hooks
-    that code subscribes to loop events with (the ``[telemetry]`` table; README "Observing Troupe")."""
+    that code subscribes to loop events with (the ``[telemetry]`` table; docs/observing.md)."""
 
     model_config = SETTINGS_CONFIG
 

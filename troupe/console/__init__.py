@@ -5,7 +5,7 @@
 - ``static/`` — the page itself: HTML, vanilla JavaScript and CSS, drawn with SVG; no build step
 
 Names are imported on first use, so that ``troupe trace`` reads a timeline without
-importing FastAPI and the runtime. README "Observing Troupe" shows the console.
+importing FastAPI and the runtime. docs/observing.md shows the console.
 """
 
 from __future__ import annotations

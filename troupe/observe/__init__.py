@@ -6,8 +6,8 @@
 - :mod:`.hooks` — subscribing code to loop events (:func:`add_hook`)
 - :mod:`.tracing` — a response's spans (imported only with traces on)
 
-Configured by ``[telemetry]`` (:class:`~troupe.actors.settings.TelemetrySettings`); README
-"Observing Troupe" says how to use each.
+Configured by ``[telemetry]`` (:class:`~troupe.actors.settings.TelemetrySettings`);
+docs/observing.md says how to use each.
 """
 
 from .catalogue import CATALOGUE, MetricSpec

@@ -1,6 +1,6 @@
 """Every metric Troupe defines: name, kind, labels, buckets and what it measures.
 
-One table, read by the registry (:mod:`.metrics`), the Ray export, the README's metrics list
+One table, read by the registry (:mod:`.metrics`), the Ray export, the metrics list in docs/observing.md
 and the test that checks the Grafana dashboard (``docs/grafana/troupe.json``) names only
 metrics that exist. Names follow Prometheus' conventions: ``troupe_`` first, the unit last
 (``_seconds``), ``_total`` for counters. Labels are bounded: a model is a configured model, a

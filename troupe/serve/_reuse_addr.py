@@ -7,7 +7,7 @@ connections that socket accepted stay in TIME-WAIT for a minute after the replic
 dies (``kill -9`` of ``troupe serve`` under load, or a replica Serve restarts after a crash),
 and they carry the listener's missing flag: Linux refuses every new bind of the port until
 they are gone, even a bind that sets ``SO_REUSEADDR`` itself. uvicorn and Serve's own proxy
-set the flag; Serve has no option that sets it for the replica (README, "Limits").
+set the flag; Serve has no option that sets it for the replica (docs/behaviour.md, "Limits").
 
 :func:`patch_direct_ingress_bind`, called in the replica's process before Serve starts the
 replica's server (from ``TroupeIngress.__init__``), replaces ``start_asgi_http_server`` in

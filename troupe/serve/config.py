@@ -105,8 +105,8 @@ class ServerOptions(BaseModel):
     port, ``port`` for the first, ``port + 1`` for the next, with no Serve proxy in the path
     (Serve's direct ingress). ``"proxy"``: Serve's HTTP proxy listens on ``port`` and forwards
     every request to a replica over Ray, one more hop per streamed batch. A cluster Troupe joins
-    (``ray_address``) decides for itself, through its own environment (README "Running on a
-    Ray cluster")."""
+    (``ray_address``) decides for itself, through its own environment
+    (docs/cluster.md)."""
     dashboard: bool = False
     """Start Ray's dashboard with a local Ray instance (it costs about 0.2 cores at rest)."""
     shutdown_grace_s: NonNegativeFloat = 2.0
@@ -118,7 +118,7 @@ class ServerOptions(BaseModel):
 
 class Limits(BaseModel):
     """What one request may be, and how much load a replica admits (the ``[limits]`` table;
-    README "Limits")."""
+    docs/behaviour.md, "Limits")."""
 
     model_config = SETTINGS_CONFIG
 
@@ -131,7 +131,7 @@ class Limits(BaseModel):
     max_active_responses: PositiveInt = 64
     """Writes (``POST /v1/…``: responses, streams included; conversations) running at once in one
     ingress replica. The default is what a 2-core machine serves before latency collapses
-    (README "Limits"); raise it with the cores."""
+    (docs/behaviour.md, "Limits"); raise it with the cores."""
     max_waiting_responses: NonNegativeInt = 256
     """Requests that may wait for a running slot; beyond this, 429 at once."""
     max_wait_s: PositiveFloat = 2.0

@@ -199,9 +199,9 @@ LOCAL_RAY_ENV = {
 }
 """The environment of the local Ray instance ``troupe serve`` starts: a quiet server at rest
 (measured on 2 cores: 0.16 idle cores before; after, 0.12 with pooled hosts and 0.08 with
-the replica placement; README "Performance") and a fast one under load. A variable already
+the replica placement; docs/performance.md) and a fast one under load. A variable already
 set in the environment wins. A cluster Troupe joins keeps its own: set the same variables
-on every ``ray start`` (README, "On a cluster")."""
+on every ``ray start`` (docs/cluster.md)."""
 
 
 def direct_ingress_env(first_port: int, num_ports: int) -> dict[str, str]:

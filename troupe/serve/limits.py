@@ -14,7 +14,7 @@ Three limits, each answered with OpenAI's ``rate_limit_exceeded`` error body and
 * **Concurrent streams per tenant** (:class:`TenantLimits`, off by default).
 
 All three count per ingress replica: with ``num_replicas = N`` a tenant may get up to N
-times its limit. The defaults and how they were measured are in the README's "Limits".
+times its limit. The defaults and how they were measured are in docs/behaviour.md, "Limits".
 
 Example::
 
