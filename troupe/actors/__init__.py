@@ -30,7 +30,7 @@ __all__ = [
 
 _HOMES = {
     "ConversationHost": ".host",
-    "TurnJob": ".host",
+    "TurnJob": "troupe.protocol.job",
     "HostFailed": ".placement",
     "Runtime": ".runtime",
     "RuntimeSettings": ".settings",
