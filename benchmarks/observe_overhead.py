@@ -112,8 +112,8 @@ def layer_cost(n: int = 20_000) -> dict[str, float]:
     """The observation layer's own CPU per response, in microseconds, metrics on (no Ray export
     thread, no traces, no hooks), for the events of a plain answer and of a two-tool loop: what
     the host calls, with real events, in a tight loop. Precise where the runs above are not."""
-    from troupe.actors.host import TurnJob
-    from troupe.actors.settings import TelemetrySettings
+    from troupe.protocol.job import TurnJob
+    from troupe.observe.settings import TelemetrySettings
     from troupe.agentloop.events import StepStarted, StepTraced
     from troupe.observe import Observer
     from troupe.protocol import parse_create_request

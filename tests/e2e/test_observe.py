@@ -20,7 +20,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.servers import served_local, wait_for
-from troupe.actors.settings import TelemetrySettings
+from troupe.observe.settings import TelemetrySettings
 from troupe.observe import hooks as h
 from troupe.serve.config import ServerSettings
 

@@ -9,7 +9,8 @@ import pytest
 
 from troupe.actors import RuntimeSettings
 from troupe.actors.batching import coalesce
-from troupe.actors.host import ConversationHost, TurnJob
+from troupe.actors.host import ConversationHost
+from troupe.protocol.job import TurnJob
 from troupe.actors.store_client import AsyncStore
 from troupe.protocol import parse_create_request
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from troupe._lazy import lazy_exports
 
 _HOMES = {
-    ".host": ["ConversationHost", "TurnJob"],
+    ".host": ["ConversationHost"],
+    "troupe.protocol.job": ["TurnJob"],
     ".placement": ["HostFailed"],
     ".runtime": ["Runtime"],
     ".settings": ["RuntimeSettings", "ModelSpec", "ToolSpec", "DEFAULT_TOOLS"],

@@ -41,6 +41,7 @@ from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
 from troupe.observe import Observer, TurnObserver
+from troupe.protocol.job import TurnJob
 from troupe.protocol import (
     CreateResponseRequest,
     conversation_not_found,
@@ -58,7 +59,7 @@ from .runs import LiveRun, LiveRuns, failed_record
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 
-__all__ = ["TurnJob", "ConversationHost", "HostClient", "DELTA_TYPES"]
+__all__ = ["ConversationHost", "HostClient", "DELTA_TYPES"]
 
 log = logging.getLogger(__name__)
 
@@ -70,21 +71,6 @@ DELTA_TYPES = frozenset(
 
 _NOT_WIRE = frozenset({StepStarted, StepTraced, Checkpoint})
 """Loop events the writer has nothing to say about: one type check tells them from the rest."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnJob:
-    """One response to run; picklable, it crosses the ingress → host hop."""
-
-    tenant: str
-    request: CreateResponseRequest
-    response_id: str
-    created_at: int
-    thread_id: str
-    """The conversation id, the chain's thread id, or a fresh one."""
-    traceparent: str | None = None
-    """The request's W3C ``traceparent`` header (kept only with traces on): the parent of its spans."""
-    tracestate: str | None = None
 
 
 class HostClient(Protocol):

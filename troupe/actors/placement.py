@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from troupe.protocol import ProtocolError, ServerError
 
-from .host import ConversationHost, HostClient, TurnJob
+from troupe.protocol.job import TurnJob
+
+from .host import ConversationHost, HostClient
 from .idle import exit_when_idle
 from .ray_actors import start_actor
 from .raycall import ray_result

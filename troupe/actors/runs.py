@@ -41,7 +41,7 @@ from troupe.protocol import InvalidRequest, NotFound, parse_create_request
 from troupe.storage import ResponseRecord, RunRecord, StepTrace, event_log
 
 if TYPE_CHECKING:
-    from .host import TurnJob
+    from troupe.protocol.job import TurnJob
 
 __all__ = [
     "LiveRun",

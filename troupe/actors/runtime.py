@@ -56,7 +56,9 @@ from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, Cre
 
 from .console_calls import ConsoleCalls
 from .conversations import ConversationCalls, not_found
-from .host import HostClient, TurnJob
+from troupe.protocol.job import TurnJob
+
+from .host import HostClient
 from .placement import HostFailed, LocalPlacement, Placement
 from .prompts import PromptCalls
 from .rag import VectorStores

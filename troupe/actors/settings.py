@@ -19,8 +19,11 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, SecretStr
+from pydantic import AfterValidator, BaseModel, Field, NonNegativeFloat, PositiveFloat, PositiveInt, SecretStr
 from pydantic import model_validator
+
+from troupe._settings import SETTINGS_CONFIG, import_target
+from troupe.observe.settings import TelemetrySettings
 
 __all__ = [
     "DEFAULT_TOOLS",
@@ -36,19 +39,9 @@ __all__ = [
     "ToolSpec",
 ]
 
-SETTINGS_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-"""Every settings model: immutable, unknown keys refused, each field's docstring its description."""
-
 NonEmpty = Annotated[str, Field(min_length=1)]
 
-_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 _MEMORY_SIZE = re.compile(r"\d+(\.\d+)?\s*(B|[KMGT]i?B)\Z", re.IGNORECASE)
-
-
-def _target(value: str) -> str:
-    if not _TARGET.match(value):
-        raise ValueError(f"must look like 'package.module:function', got {value!r}")
-    return value
 
 
 def _memory_size(value: str) -> str:
@@ -120,7 +113,7 @@ class ToolSpec(BaseModel):
 
     name: NonEmpty
     """The name the model calls."""
-    target: Annotated[str, AfterValidator(_target)]
+    target: Annotated[str, AfterValidator(import_target)]
     """``package.module:function``, sync or async, importable on every Ray node; called with
     the JSON arguments as keywords."""
     description: str = ""
@@ -197,41 +190,6 @@ class McpSettings(BaseModel):
     """How long a server's ``tools/list`` answer is reused."""
     servers: tuple[McpServerSpec, ...] = ()
     """Configured MCP servers (trusted; requests name them by label)."""
-
-
-class TelemetrySettings(BaseModel):
-    """What Troupe tells about itself: Prometheus metrics, OpenTelemetry traces, and the hooks
-    that code subscribes to loop events with (the ``[telemetry]`` table; docs/observing.md)."""
-
-    model_config = SETTINGS_CONFIG
-
-    metrics: bool = True
-    """Record Troupe's metrics: served at ``GET /metrics`` and exported through Ray's metrics
-    agent (``ray_troupe_…``). false: none are recorded and ``/metrics`` answers 404."""
-    tenant_label: bool = False
-    """Give the per-response metrics a ``tenant`` label (one series per tenant: keep it off
-    with many tenants)."""
-    traces: Literal["off", "otlp", "application"] = "off"
-    """OpenTelemetry spans of every response (its model calls, tool calls, MCP calls and
-    storage writes). ``"off"``: none, and the OpenTelemetry SDK is not even imported;
-    ``"otlp"``: exported over OTLP/HTTP from every process that runs turns (the endpoint below,
-    else the usual ``OTEL_EXPORTER_OTLP_*`` variables); ``"application"``: handed to the
-    tracer provider the application embedding Troupe installed
-    (``opentelemetry.trace.set_tracer_provider``)."""
-    otlp_endpoint: str | None = None
-    """For ``traces = "otlp"``: the traces URL, e.g. ``http://127.0.0.1:4318/v1/traces``. None:
-    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, or ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``,
-    or ``http://localhost:4318/v1/traces``."""
-    service_name: str | None = None
-    """The spans' ``service.name``; None: ``OTEL_SERVICE_NAME``, else ``troupe``."""
-    hooks: tuple[Annotated[str, AfterValidator(_target)], ...] = ()
-    """Functions called with every loop event (``package.module:function``, sync or async,
-    importable wherever turns run): turn started, model call started and ended, tool call
-    started and ended, approval requested, response finished (``troupe.observe.hooks``).
-    Each runs on a thread of its own, never on the loop's path."""
-    hook_queue_size: PositiveInt = 1024
-    """Events waiting for a hook; past this, new ones are dropped for it (and counted,
-    ``troupe_hook_events_dropped_total``), so a slow hook never holds a response up."""
 
 
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (

@@ -24,8 +24,9 @@ from . import hooks as h
 from .metrics import Histogram, RayExport, Registry, process_registry
 
 if TYPE_CHECKING:
-    from troupe.actors.host import TurnJob
-    from troupe.actors.settings import TelemetrySettings
+    from troupe.protocol.job import TurnJob
+
+    from .settings import TelemetrySettings
 
 __all__ = ["Observer", "TurnObserver", "OTHER_SERVER"]
 

@@ -7,6 +7,7 @@
 - :mod:`.ids` — time-ordered object ids
 - :mod:`.errors` — the error tree and the OpenAI error body
 - :mod:`.schema_refs` — local JSON Schema ``$ref`` resolution
+- :mod:`.job` — :class:`TurnJob`, a response to run as it travels inside Troupe
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
@@ -33,6 +34,7 @@ from .errors import (
     describe_type,
     show_value,
 )
+from .job import TurnJob
 from .ids import ITEM_ID_PREFIXES, new_id, new_response_id, thread_of_response
 from .items import (
     CONTENT_PART_TYPES,
@@ -77,6 +79,7 @@ from .schema_refs import dangling_refs, resolve_ref
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 
 __all__ = [
+    "TurnJob",
     # schema_refs
     "dangling_refs",
     "resolve_ref",

@@ -24,7 +24,9 @@ from troupe.eval.graders import grade, outcome_from_response, verdict
 from troupe.protocol import ProtocolError, new_id, parse_create_request
 from troupe.storage import EvalResultRecord
 
-from ..host import DELTA_TYPES, TurnJob
+from troupe.protocol.job import TurnJob
+
+from ..host import DELTA_TYPES
 from ..placement import HostActor
 from ..settings import RuntimeSettings
 
