@@ -142,6 +142,10 @@ async def test_a_restart_during_the_second_model_call_asks_the_model_again_and_r
         return "tools" in await step_kinds(first, started["id"])
 
     await wait_until(tools_done, timeout_s=30, what="the tool step stored")
+    # Written behind the loop (only a model turn holds it up), the steps still reach the store
+    # whole and in order: no gap in their numbers.
+    steps = await first.store.run_steps("", started["id"])
+    assert [(s.seq, s.data["kind"]) for s in steps] == [(0, "model"), (1, "tool"), (2, "tools")]
     await first.close()  # during the second model call (3 s to its first token)
     second = Runtime.local(settings(tmp_path))
     try:

@@ -71,6 +71,10 @@ DELTA_TYPES = frozenset(
 
 _NOT_WIRE = frozenset({StepStarted, StepTraced, Checkpoint})
 """Loop events the writer has nothing to say about: one type check tells them from the rest."""
+# The steps the loop waits for: a model turn (and approved MCP calls) is stored before any of
+# its tools starts, so that no tool runs whose call a restart would not know of. The other
+# steps (a tool's result, the end of a tool step, a compaction) are written behind the loop.
+_GATING_STEPS = frozenset({"model", "approved"})
 
 
 class HostClient(Protocol):
@@ -342,6 +346,8 @@ class ConversationHost:
                     self.last_active = time.monotonic()
         finally:
             self.runs.remove(run)
+            with contextlib.suppress(Exception):  # a failed write failed the turn already
+                await self._written(run)
             if run.durable and not run.stored and not job.request.background and run.resume is None:
                 # A foreground turn its client drove that ended unstored (the client went away, a
                 # failure) is over: only a host that dies leaves its run behind, to be resumed.
@@ -415,6 +421,7 @@ class ConversationHost:
                     if writer.finished:
                         # Durable before the client hears it is done.
                         response = writer.response
+                        await self._written(run)  # its steps before its end
                         await self._finish(
                             job, thread, history, prepared.input_items, response, started, ttft_s, traces,
                             run.events if run.durable or self.settings.event_logs == "all" else None, obs,
@@ -437,11 +444,17 @@ class ConversationHost:
     async def _checkpoint(
         self, run: LiveRun, checkpoint: Checkpoint, ttft_s: float | None, obs: TurnObserver | None = None
     ) -> None:
-        """Store a step of a durable run with the wire events and traces since its last step;
-        the loop goes on once it is stored (it starts no tool whose call is not). A foreground
-        run becomes durable here, at its first step: before it, no tool ran, and a host that
-        dies fails the request as a retry would not regret."""
+        """Store a step of a durable run with the wire events and traces since its last step.
+
+        Steps reach the store in order, each write after the one before it. The loop waits for
+        the steps that gate a tool (``_GATING_STEPS``) and for a run's first step (which makes it
+        durable); the others are written behind it, and :meth:`_written` waits for them before
+        the response is stored or the run ends. A foreground run becomes durable here, at its
+        first step: before it, no tool ran, and a host that dies fails the request as a retry
+        would not regret. A write that fails fails the run at the next step the loop waits for,
+        or at its end."""
         assert run.events is not None
+        gating = not run.durable or checkpoint.data["kind"] in _GATING_STEPS
         start = None if run.durable else _run_record(run.job, self.credential_keys)
         data = {
             **checkpoint.step.to_data(),
@@ -451,12 +464,30 @@ class ConversationHost:
             "started_at": run.started_at,
         }
         step = RunStep(tenant=run.job.tenant, response_id=run.job.response_id, seq=run.steps, data=data)
+        run.steps, run.logged, run.traced = run.steps + 1, len(run.events), len(run.traces)
+        run.writing = asyncio.ensure_future(self._write_step(run.writing, step, start, obs))
+        if gating:
+            await self._written(run)
+        run.durable = True
+
+    async def _write_step(
+        self, before: asyncio.Task[None] | None, step: RunStep, start: RunRecord | None, obs: TurnObserver | None
+    ) -> None:
+        if before is not None:
+            await before  # in order; a write that failed fails the ones after it
         begun = time.time()
         await self.store.checkpoint_run(step, start)
         if obs is not None:
             obs.wrote("checkpoint", begun, time.time())
-        run.durable = True
-        run.steps, run.logged, run.traced = run.steps + 1, len(run.events), len(run.traces)
+
+    @staticmethod
+    async def _written(run: LiveRun) -> None:
+        """Wait for the run's checkpoint writes in flight; raises the first that failed."""
+        writing = run.writing
+        if writing is not None:
+            await asyncio.shield(writing)  # a cancelled turn does not cancel its writes
+            if run.writing is writing:
+                run.writing = None
 
     def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:
         """The request's ``mcp`` tools, resolved (configured labels, secrets) and checked (URL policy).

@@ -101,6 +101,9 @@ class LiveRun:
     """How many of :attr:`traces` the checkpoints hold."""
     started_at: float = 0.0
     """When its loop first started (Unix seconds; a resumed run keeps its first start)."""
+    writing: asyncio.Task[None] | None = None
+    """The last checkpoint write in flight (each awaits the one before it: steps reach the store
+    in order); None once every write is done. See ``ConversationHost._checkpoint``."""
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
     """Followers waiting for the next events (each its own future: none misses a wake-up)."""
 
