@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from troupe.agentloop.chat import plain
-from troupe.agentloop.checkpoint import ResumePoint
+from troupe.agentloop.checkpoint import ApprovedCallsStep, ResumePoint, TurnStep
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
 from troupe.agentloop.mcp import McpClient, McpServer
@@ -74,7 +74,7 @@ _NOT_WIRE = frozenset({StepStarted, StepTraced, Checkpoint})
 # The steps the loop waits for: a model turn (and approved MCP calls) is stored before any of
 # its tools starts, so that no tool runs whose call a restart would not know of. The other
 # steps (a tool's result, the end of a tool step, a compaction) are written behind the loop.
-_GATING_STEPS = frozenset({"model", "approved"})
+_GATING_STEPS = (TurnStep, ApprovedCallsStep)
 
 
 class HostClient(Protocol):
@@ -454,7 +454,7 @@ class ConversationHost:
         would not regret. A write that fails fails the run at the next step the loop waits for,
         or at its end."""
         assert run.events is not None
-        gating = not run.durable or checkpoint.data["kind"] in _GATING_STEPS
+        gating = not run.durable or isinstance(checkpoint.step, _GATING_STEPS)
         start = None if run.durable else _run_record(run.job, self.credential_keys)
         data = {
             **checkpoint.step.to_data(),
