@@ -10,10 +10,11 @@ import ast
 import asyncio
 import datetime
 import operator
+from collections.abc import Callable
 
 __all__ = ["calculator", "sleep", "now"]
 
-_OPERATORS = {
+_OPERATORS: dict[type[ast.AST], Callable[..., float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,

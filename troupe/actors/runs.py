@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -184,7 +184,7 @@ class LiveRuns:
                 await run.ended.wait()
         return run.snapshot()
 
-    def drive(self, batches: AsyncIterator[list[dict[str, Any]]], *, on_error: Callable[[BaseException], Any]) -> None:
+    def drive(self, batches: AsyncGenerator[list[dict[str, Any]], None], *, on_error: Callable[[BaseException], Any]) -> None:
         """Consume a background run's batches in a task of this host (the run goes on after
         the request that started it has been answered)."""
 

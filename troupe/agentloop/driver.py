@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, assert_never
 
@@ -265,7 +265,7 @@ class _Run:
             approved_calls=approved,
         )
 
-    async def run(self) -> AsyncIterator[ev.LoopEvent]:
+    async def run(self) -> AsyncGenerator[ev.LoopEvent, None]:
         # Before the first event: compaction asked for without a threshold, and no window to
         # derive one from, is a 400.
         self.threshold = compact_threshold(self.req, self._budget(), self.upstream_model)
@@ -542,15 +542,17 @@ class _Run:
         except Exception as exc:  # noqa: BLE001 - any model failure ends the response as failed
             error = response_error(exc)
         ended = self.clock()
-        done = turn is not None and error is None
-        item_status = "completed" if done and turn.finish_reason != "length" else "incomplete"
+        finished = turn if error is None else None  # the turn, when the model ended it
+        item_status: Literal["completed", "incomplete"] = (
+            "completed" if finished is not None and finished.finish_reason != "length" else "incomplete"
+        )
         # Close every item this turn opened, so clients never see a dangling item.
         if reasoning_id is not None:
-            yield ev.ReasoningDone(item_id=reasoning_id, text=turn.reasoning if done else reasoning, status=item_status)
+            yield ev.ReasoningDone(item_id=reasoning_id, text=finished.reasoning if finished else reasoning, status=item_status)
         if message_id is not None:
-            final = turn.text if done else text
+            final = finished.text if finished else text
             yield ev.MessageDone(item_id=message_id, text=final, status=item_status, annotations=self._citations(final))
-        calls = turn.tool_calls if done else ()
+        calls = finished.tool_calls if finished else ()
         plan = self._plan(calls)
         ignored = {call.call_id for call in plan.ignored}
         for index, call in enumerate(calls):
@@ -571,16 +573,16 @@ class _Run:
             input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
             error=None if error is None else error["message"],
         )
-        if not done:
+        if finished is None:
             cancelled = error is None
             self.state = replace(self.state, cancelled=cancelled, error=error)
             return
-        self._fold_turn(turn, plan, had_tools=action.tools_enabled)
+        self._fold_turn(finished, plan, had_tools=action.tools_enabled)
         if self.checkpoints and not isinstance(decide(self.state), Finish):  # the last turn: the end is stored next
-            opened = {call.call_id: self.mcp_items[call.call_id] for call in calls if call.call_id in self.mcp_items}
-            searches = {call.call_id: self.fs_items[call.call_id] for call in calls if call.call_id in self.fs_items}
+            mcp_opened = {c.call_id: self.mcp_items[c.call_id] for c in calls if c.call_id in self.mcp_items}
+            searches = {c.call_id: self.fs_items[c.call_id] for c in calls if c.call_id in self.fs_items}
             yield ev.Checkpoint(
-                step=TurnStep(turn=turn, had_tools=action.tools_enabled, mcp_items=opened, fs_items=searches)
+                step=TurnStep(turn=finished, had_tools=action.tools_enabled, mcp_items=mcp_opened, fs_items=searches)
             )
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
@@ -674,7 +676,7 @@ class _Run:
                 kind="tool", name=call.name, started_at=started, call_id=call.call_id, arguments=call.arguments,
                 server=self._server_of(call),
             )
-        tasks = {asyncio.ensure_future(self._run_tool(call)): call for call in to_run}
+        tasks: dict[asyncio.Future[Any], ToolCall] = {asyncio.ensure_future(self._run_tool(call)): call for call in to_run}
         pending = dict(tasks)
         if pending:
             waiter = asyncio.ensure_future(self.cancel.wait())
@@ -826,7 +828,7 @@ def run_loop(
     context_window: int | None = None,
     resume: ResumePoint | None = None,
     checkpoints: bool = False,
-) -> AsyncIterator[ev.LoopEvent]:
+) -> AsyncGenerator[ev.LoopEvent, None]:
     """Run one response's agent loop.
 
     Args:

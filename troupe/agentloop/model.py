@@ -21,7 +21,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -187,7 +187,7 @@ ModelChunk = TextChunk | ReasoningChunk | ToolCallStart | ToolCallArgumentsDelta
 class ModelClient(Protocol):
     """Streams one chat turn. Implementations: ``SimModel``, ``OpenAIChatClient``."""
 
-    def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+    def stream(self, request: ChatRequest) -> AsyncGenerator[ModelChunk, None]:
         """Run one model call.
 
         Args:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id, parse_create_request
@@ -104,7 +104,7 @@ def _start(
     settings: LoopSettings,
     context_window: int | None,
     cancel: asyncio.Event | None = None,
-) -> tuple[WireWriter, AsyncIterator[Any]]:
+) -> tuple[WireWriter, AsyncGenerator[Any, None]]:
     request = body if isinstance(body, CreateResponseRequest) else parse_create_request(dict(body))
     for param in ("previous_response_id", "conversation"):
         if getattr(request, param) is not None:

@@ -239,7 +239,7 @@ def build_transcript(
                 {"type": "function_call", "call_id": item["call_id"], "name": item["name"], "arguments": item.get("arguments", "")}
             )
         elif kind == "function_call_output":
-            call_id = item.get("call_id")
+            call_id = item.get("call_id") or ""  # none: no call has it
             if index is not None:
                 _check_output(call_id, index, calls, settled)
             elif call_id not in calls or call_id in settled:
