@@ -28,7 +28,7 @@ vary between Python releases and miss some: ``100.64.0.0/10``, ``192.88.99.0/24`
 which is judged as IPv4. Any other IPv6 address outside global unicast (``2000::/3``) is
 refused too.
 
-One long module because it is one security boundary (the address ranges, the host rules, the pinned connection), read and reviewed as a whole.
+This module is one security boundary (the address ranges, the host rules, the pinned connection): review a change to it as a whole.
 """
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ reached the server (connection refused, or the server had forgotten the session)
 once. ``tools/list`` answers are cached for ``list_ttl_s``. SDK errors become
 :class:`~troupe.agentloop.mcp.McpError` here; headers never appear in errors, logs or reprs.
 The Ray actor body, :class:`~troupe.actors.mcp.McpConnection`, wraps one session.
-
-One long module because one MCP session's life: the two transports and the fallback between them, reconnects, and the tool-call results.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ Example::
 :func:`troupe.agentloop.create_response` and :func:`~troupe.agentloop.stream_response` (module
 :mod:`.respond`) are these steps in one call.
 
-One long module because the loop's state lives in one object (_Run) whose steps share it; the translation to Chat Completions is already apart (chat.py).
+The loop's state lives in one object (``_Run``) whose steps share it; the translation to Chat
+Completions is in :mod:`.chat`.
 """
 
 from __future__ import annotations

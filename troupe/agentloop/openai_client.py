@@ -28,8 +28,6 @@ Example::
         async for chunk in client.stream(ChatRequest(model="m", messages=msgs)):
             if isinstance(chunk, TurnEnd):
                 print(chunk.text, chunk.usage)
-
-One long module because one upstream protocol end to end: the request, the SSE stream, and what each failure becomes.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Terminal events: ``completed`` → ``response.completed``; ``incomplete`` →
 ``requires_action`` (opt-in, Antwort style) → ``response.requires_action``;
 ``cancelled`` → none (there is no such event; the stored Response says it).
 
-One long module because it is the single place that makes wire events, by design: every event type is here.
+It is the single place that makes wire events: every event type is here.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ This module is also the boundary where pydantic's ``ValidationError`` becomes an
 (``input[2].call_id``): see :func:`invalid_request_from_errors` and
 :func:`validate_as`.
 
-One long module because every error a client can see is shaped here: the tree, the
-failed-response mapping and the rendering of pydantic's errors in OpenAI's words.
+Every error a client can see is shaped here: the tree, the failed-response mapping and the
+rendering of pydantic's errors in OpenAI's words.
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ Example::
     server, runtime = load_config("troupe.toml", env={"TROUPE_PORT": "9000"})
     server.port, [m.name for m in runtime.models]   # (9000, ['sim', 'llama'])
 
-One long module because most of it is the options' own documentation (their docstrings),
-which belongs beside their declarations.
+Most of it is the options' own documentation: their docstrings, beside their declarations.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ Example::
     async for chunk in model.stream(request):
         ...  # TextChunk(text="hi"), TurnEnd(text="hi", finish_reason="stop", ...)
 
-One long module because every directive of the sim model behaves here, where the tests and benchmarks look them up.
+Every directive of the sim model behaves here, where the tests and benchmarks look them up.
 """
 
 from __future__ import annotations
