@@ -1,13 +1,14 @@
 """Placement: which conversation host runs a thread's turns.
 
-* ``pooled`` (default): K long-lived host actors; a thread goes to host
-  ``hash(thread) mod K`` (a stable hash, so every ingress replica agrees). Many
-  conversations share a host, the way a virtual-actor system hosts grains.
+* ``replica`` (default): one host inside the ingress replica itself, so that a streamed
+  event reaches the HTTP response without a Ray hop; each replica hosts the threads it is
+  sent (a deployment of one ingress replica today).
+* ``pooled``: K long-lived host actors; a thread goes to host ``hash(thread) mod K`` (a
+  stable hash, so every ingress replica agrees). Many conversations share a host, the way a
+  virtual-actor system hosts grains.
 * ``dedicated``: one named actor per conversation, created on first use; it exits
   after ``idle_timeout_s`` without a turn and is recreated later from storage. A host
   that crashes restarts in place, as pooled ones do.
-* ``replica``: one host inside the ingress replica itself, so that a streamed event
-  reaches the HTTP response without a Ray hop (a deployment of one ingress replica).
 * ``LocalPlacement``: one in-process host, no Ray (tests, development).
 
 A host that dies mid-turn surfaces as :class:`HostFailed`; the runtime turns it

@@ -5,8 +5,9 @@
 conversation host that owns the thread, and serves the read-side calls from
 storage. It is transport-agnostic: the same class runs
 
-* on Ray (:meth:`Runtime.on_ray`): conversation hosts are Ray actors (pooled or
-  dedicated placement), storage is the single ``StorageActor``, tools are Ray tasks;
+* on Ray (:meth:`Runtime.on_ray`): conversation hosts live in the ingress replica
+  (``replica``, the default) or are Ray actors (``pooled``, ``dedicated``), storage is the
+  single ``StorageActor``, tools run in each node's tool runner actor or as Ray tasks;
 * in-process (:meth:`Runtime.local`): the same host class without Ray, for
   tests of the HTTP layer and for development.
 
