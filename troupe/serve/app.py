@@ -36,26 +36,20 @@ One long module because every HTTP route of the API is here, with the error and 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Message, Receive, Scope, Send
+from fastapi.responses import JSONResponse, Response
 
 from troupe.actors.runtime import EventBatches, Runtime
 from troupe.agentloop.compaction import parse_compact_request
 from troupe.console import Viewer, install_console
 from troupe.observe.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from troupe.protocol import (
-    SSE_DONE,
-    SSE_KEEPALIVE,
     SSE_MEDIA_TYPE,
     AuthenticationFailed,
     InvalidRequest,
@@ -65,9 +59,7 @@ from troupe.protocol import (
     check_id_format,
     check_metadata,
     decode_json_body,
-    encode_sse,
     failed_response_error,
-    invalid_request_from_errors,
     parse_create_request,
     validate_input_items,
 )
@@ -76,17 +68,18 @@ from troupe.protocol.query_params import INTEGER, QueryBool, QueryInt
 from troupe.storage.base import QueryError, QueryTimeout
 
 from .bodies import read_within
+from .bounds import MAX_ITEMS
 from .config import ServerSettings
-from .limits import Admission, AdmissionMiddleware, RetryLater, TenantLimits
+from .errors import error_response, install_error_handlers
+from .limits import Admission, AdmissionMiddleware, TenantLimits
 from .openapi import install_openapi
 from .prompt_routes import install_prompt_routes
 from .rag_routes import install_rag_routes
+from .sse import EventStreamResponse
 from .stopping import Stopping, StoppingMiddleware
 
 __all__ = ["create_app", "error_response"]
 
-_MAX_ITEMS = 20
-_RETRYABLE = frozenset({429, 503})
 
 _RESPONSE_OR_EVENTS = {
     "description": "The Response as it stands; with `stream=true`, a background response's events after "
@@ -95,15 +88,6 @@ _RESPONSE_OR_EVENTS = {
 }
 LimitParam = Annotated[QueryInt, Query(ge=1, le=100, description="Page size, 1–100.")]
 OrderParam = Annotated[Literal["asc", "desc"], Query(description="`asc` or `desc` (by creation time).")]
-
-
-def error_response(error: ProtocolError) -> JSONResponse:
-    """The JSON answer for ``error``: ``x-should-retry: false`` unless it is 429/503, and
-    ``Retry-After`` when what refused it (a limit, a replica stopping) says when to come back."""
-    headers = {} if error.status in _RETRYABLE else {"x-should-retry": "false"}
-    if isinstance(error, RetryLater):  # RateLimited, ShuttingDown
-        headers["retry-after"] = error.retry_after_header
-    return JSONResponse(error.to_body(), status_code=error.status, headers=headers)
 
 
 def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> FastAPI:
@@ -131,7 +115,7 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     keys = dict(settings.api_keys)
     admin_keys = tuple(settings.admin_keys)
     created = int(time.time())
-    _install_error_handlers(app)
+    install_error_handlers(app)
     install_openapi(app)
     admission = Admission(
         max_active=settings.max_active_responses,
@@ -371,50 +355,6 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     return app
 
 
-# -- errors ------------------------------------------------------------------------
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ProtocolError)
-    async def _protocol_error(_: Request, exc: ProtocolError) -> Response:
-        return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
-        # FastAPI's 422 for a bad query/path parameter becomes OpenAI's 400 naming it;
-        # the leading "query"/"path" segment of the location is dropped.
-        errors = [{**e, "loc": tuple(e["loc"][1:]), "input": _as_number(e)} for e in exc.errors()]
-        return error_response(invalid_request_from_errors(errors))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        # Unknown routes (404) and wrong methods (405) keep OpenAI's error shape.
-        kind = "server_error" if exc.status_code >= 500 else "invalid_request_error"
-        message = "Unknown request URL or method." if exc.status_code in (404, 405) else str(exc.detail)
-        response = error_response(ProtocolError(message, type=kind, status=exc.status_code))
-        for name, value in (exc.headers or {}).items():  # e.g. Allow on a 405
-            response.headers[name] = value
-        return response
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> Response:
-        # Starlette still re-raises after answering, so the server logs the traceback.
-        return error_response(ProtocolError("The server had an error while processing your request."))
-
-
-_BOUND_ERRORS = frozenset({"greater_than_equal", "greater_than", "less_than_equal", "less_than"})
-
-
-def _as_number(error: dict[str, Any]) -> Any:
-    """The input of a query parameter out of its bounds as the number it was read as (pydantic
-    reports the query string, which the message would call a ``decimal``); other inputs as given."""
-    value = error.get("input")
-    if error["type"] in _BOUND_ERRORS and isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            return int(value) if value.lstrip("-").isdigit() else float(value)
-    return value
-
-
 # -- request helpers -------------------------------------------------------------------
 
 
@@ -569,136 +509,8 @@ def _items(body: dict[str, Any], *, required: bool) -> list[dict[str, Any]]:
         return []
     if not isinstance(items, list):
         raise InvalidRequest("Invalid type for 'items': expected an array.", param="items", code="invalid_type")
-    if len(items) > _MAX_ITEMS:
-        message = f"Invalid 'items': array too long. Expected at most {_MAX_ITEMS} items, got {len(items)}."
+    if len(items) > MAX_ITEMS:
+        message = f"Invalid 'items': array too long. Expected at most {MAX_ITEMS} items, got {len(items)}."
         raise InvalidRequest(message, param="items", code="array_above_max_length")
     validate_input_items(items, param="items")
     return items
-
-
-# -- streaming -------------------------------------------------------------------------
-
-
-class EventStreamResponse(StreamingResponse):
-    """SSE over the runtime's event batches (one write per batch, ``data: [DONE]`` last).
-
-    A stream that has sent nothing for ``keepalive_s`` (a long tool call, a slow model) sends
-    an SSE comment, ``: keepalive``, which SSE clients skip and which keeps proxies from
-    closing an idle connection.
-
-    It races a disconnect listener. When the client goes away the streaming task is
-    cancelled once, with plain asyncio (an anyio cancel scope would re-cancel the
-    runtime's clean-up awaits), and the runtime's iterator is closed, which cancels the
-    turn. Starlette alone does not close it on every path: with ASGI 2.4 servers it
-    merely stops iterating when a send fails.
-    """
-
-    def __init__(
-        self,
-        batches: EventBatches,
-        *,
-        stall_timeout_s: float | None = None,
-        keepalive_s: float | None = None,
-        on_close: Callable[[], None] | None = None,
-    ) -> None:
-        self._batches = batches
-        self._stall_timeout_s = stall_timeout_s
-        self._keepalive_s = keepalive_s
-        self._on_close = on_close
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        super().__init__(self._frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
-
-    async def _frames(self) -> AsyncIterator[bytes]:
-        async for batch in self._batches:
-            if batch:
-                yield b"".join(encode_sse(event) for event in batch)
-        yield SSE_DONE
-
-    async def _send_all(self, send: Send) -> None:
-        send = self._stall_guard(send)
-        beat: asyncio.Task[None] | None = None
-        if self._keepalive_s:
-            send, beat = self._with_keepalive(send, self._keepalive_s)
-        try:
-            await self.stream_response(send)
-        except (OSError, TimeoutError):  # the client went away (ASGI 2.4 servers raise) or stopped reading
-            pass
-        finally:
-            if beat is not None:
-                beat.cancel()
-
-    @staticmethod
-    def _with_keepalive(send: Send, interval_s: float) -> tuple[Send, asyncio.Task[None]]:
-        """``send``, and a task that sends ``: keepalive`` whenever nothing was sent for ``interval_s``.
-
-        The two take turns through a lock, so a keepalive never lands inside a frame. The
-        first one waits for the response's start; after the last body message the task is
-        cancelled (a keepalive due meanwhile sees the last send and stays quiet).
-        """
-        loop = asyncio.get_running_loop()
-        lock = asyncio.Lock()
-        started = asyncio.Event()
-        last = loop.time()
-
-        async def locked(message: Message) -> None:
-            nonlocal last
-            async with lock:
-                await send(message)
-                last = loop.time()
-            started.set()
-
-        async def beat() -> None:
-            nonlocal last
-            await started.wait()
-            while True:
-                await asyncio.sleep(last + interval_s - loop.time())
-                async with lock:
-                    if loop.time() - last < interval_s:
-                        continue  # an event went out meanwhile
-                    try:
-                        await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
-                    except (OSError, TimeoutError):
-                        return  # the stream's own next send meets the same end
-                    last = loop.time()
-
-        return locked, asyncio.ensure_future(beat())
-
-    def _stall_guard(self, send: Send) -> Send:
-        """``send``, failing with ``TimeoutError`` when one write waits longer than the stall timeout.
-
-        The server's write waits while the client's socket buffer is full, so a client that
-        stops reading holds its turn (and the events piling up for it) only this long.
-        """
-        if self._stall_timeout_s is None:
-            return send
-        timeout = self._stall_timeout_s
-
-        async def guarded(message: Message) -> None:
-            # asyncio.timeout, not wait_for: no task per write on the streaming hot path.
-            async with asyncio.timeout(timeout):
-                await send(message)
-
-        return guarded
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streamer = asyncio.ensure_future(self._send_all(send))
-        watcher = asyncio.ensure_future(self.listen_for_disconnect(receive))
-        try:
-            await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            streamer.cancel()  # no-op when it has finished
-            # Shielded: when Serve cancels this request task (client gone), clean-up still completes.
-            await asyncio.shield(self._finish(streamer, watcher))
-        if not streamer.cancelled() and streamer.exception() is not None:
-            raise streamer.exception()  # type: ignore[misc]
-
-    async def _finish(self, *tasks: asyncio.Future[None]) -> None:
-        await asyncio.gather(*tasks, return_exceptions=True)
-        # `async for` never closes what it iterates, so closing the frame generator leaves
-        # the runtime's iterator open: close both (closing a finished one is a no-op).
-        for iterator in (self.body_iterator, self._batches):
-            with contextlib.suppress(Exception):  # clean-up must reach the runtime's iterator
-                await iterator.aclose()  # type: ignore[attr-defined]
-        if self._on_close is not None:
-            self._on_close()

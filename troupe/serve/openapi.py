@@ -48,6 +48,8 @@ from troupe.protocol import request as _request
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
 
+from .bounds import MAX_ITEMS
+
 __all__ = ["install_openapi"]
 
 _REF = "#/components/schemas/{model}"
@@ -220,8 +222,6 @@ def _describe_create_success(operation: dict[str, Any]) -> None:
 
 def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """The request bodies by (method, path); their component schemas go into ``schemas``."""
-    from .app import _MAX_ITEMS  # app imports us
-
     found, nested = _sdk_schemas()
     for name in found:
         if name in schemas:
@@ -244,9 +244,9 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     }
     items = {
         "type": "array",
-        "maxItems": _MAX_ITEMS,
+        "maxItems": MAX_ITEMS,
         "items": ref("InputItem"),
-        "description": f"Up to {_MAX_ITEMS} input items, stored in order.",
+        "description": f"Up to {MAX_ITEMS} input items, stored in order.",
     }
     schemas["ConversationCreateRequest"] = {
         "type": "object",
