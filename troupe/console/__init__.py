@@ -1,7 +1,7 @@
 """The operator's console: a web page at ``/console``, its JSON API, and the step timeline.
 
 - :mod:`.timeline` — a response's steps as bars, with the critical path (pure; ``troupe trace`` draws it too)
-- :mod:`.api` — the page and ``/v1/troupe/console/...``, installed on the API's FastAPI app
+- :mod:`.api` — the page and ``/v1/troupe/console/...``, a router the API's FastAPI app includes
 - ``static/`` — the page itself: HTML, vanilla JavaScript and CSS, drawn with SVG; no build step
 
 Names are imported on first use, so that ``troupe trace`` reads a timeline without
@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Bar", "Viewer", "critical_path", "install_console", "timeline", "traces_from_json"]
+__all__ = ["Bar", "Viewer", "console_router", "critical_path", "timeline", "traces_from_json"]
 
 _HOMES = {
     "Bar": ".timeline",
@@ -21,7 +21,7 @@ _HOMES = {
     "timeline": ".timeline",
     "traces_from_json": ".timeline",
     "Viewer": ".api",
-    "install_console": ".api",
+    "console_router": ".api",
 }
 
 

@@ -1,6 +1,6 @@
 """The app's OpenAPI description: request bodies and OpenAI error answers FastAPI cannot see.
 
-The POST handlers of :mod:`.app` read the raw request (to answer OpenAI's 400s rather
+The POST handlers of :mod:`.routes` read the raw request (to answer OpenAI's 400s rather
 than FastAPI's 422s), so FastAPI describes no request body for them. :func:`install_openapi`
 wraps ``app.openapi()`` to add them, built from the validators the server itself uses:
 
@@ -8,7 +8,7 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
   free-form nested fields narrowed to the ``openai`` SDK types the request validates them
   against (input items, tools, ``tool_choice``, ``text``, ``reasoning``…);
 - the three conversation bodies (``{items?, metadata?}``, ``{metadata}``, ``{items}``),
-  with the limits :mod:`.app` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
+  with the limits :mod:`.routes.conversations` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
   values ≤ 512 characters);
 - the Prompts API's three bodies (create, update, set the default version).
 
