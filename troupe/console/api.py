@@ -25,7 +25,7 @@ window, so they cover the whole cluster and lag a response's storage by a moment
 
 Example::
 
-    app = create_app(get_runtime, settings)        # troupe.serve.app installs the console
+    app = create_app(get_runtime, settings)        # troupe.serve.routes.operator includes console_router()
     httpx.get("http://127.0.0.1:8000/v1/troupe/console/responses", params={"status": "failed"})
 """
 
@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from troupe.protocol import EXTENSION_STATUSES, RESPONSE_STATUSES, NotFound, PermissionDenied
@@ -49,7 +49,7 @@ from .timeline import timeline, traces_from_json
 if TYPE_CHECKING:
     from troupe.actors.runtime import Runtime
 
-__all__ = ["API_PREFIX", "Viewer", "install_console"]
+__all__ = ["API_PREFIX", "Viewer", "console_router"]
 
 API_PREFIX = "/v1/troupe/console"
 
@@ -97,34 +97,37 @@ class Viewer:
             raise PermissionDenied("Evaluation runs belong to no tenant: they need an admin key.")
 
 
-def install_console(
-    app: FastAPI, get_runtime: Callable[[], Runtime], viewer: Callable[[Request], Awaitable[Viewer]]
-) -> None:
-    """Add the console's routes to ``app``.
+def console_router(
+    *, viewer: Callable[[Request], Awaitable[Viewer]], runtime_of: Callable[[Request], Runtime]
+) -> APIRouter:
+    """The console's routes, for the API's app to include (its error handlers answer the
+    console's errors too). The serving layer gives the two things the console needs of it
+    (:mod:`troupe.serve.dependencies`): the console imports nothing of ``troupe.serve``.
 
     Args:
-        app: the API's app (its error handlers answer the console's errors too).
-        get_runtime: as for :func:`troupe.serve.app.create_app`.
         viewer: a dependency that authenticates a request (raising 401 as the API does).
+        runtime_of: the :class:`Runtime` that serves a request.
     """
+    router = APIRouter()
     who = Depends(viewer)
 
-    @app.get("/console", include_in_schema=False)
+    @router.get("/console", include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(_static_text("console.html"), headers={"cache-control": "no-cache"})
 
-    @app.get("/console/static/{name}", include_in_schema=False)
+    @router.get("/console/static/{name}", include_in_schema=False)
     async def static(name: str) -> Response:
         if name not in _STATIC:
             raise NotFound(f"No console file named '{name}'.")
         return Response(_static_text(name), media_type=_STATIC[name], headers={"cache-control": "no-cache"})
 
-    @app.get(f"{API_PREFIX}/me", include_in_schema=False)
+    @router.get(f"{API_PREFIX}/me", include_in_schema=False)
     async def me(v: Viewer = who) -> dict[str, Any]:
         return dataclasses.asdict(v)
 
-    @app.get(f"{API_PREFIX}/responses", include_in_schema=False)
+    @router.get(f"{API_PREFIX}/responses", include_in_schema=False)
     async def responses(
+        request: Request,
         model: str | None = None,
         status: StatusParam | None = None,
         tenant: TenantParam = None,
@@ -137,13 +140,15 @@ def install_console(
         where = ResponseFilter(
             tenant=v.scope(tenant), model=model or None, status=status or None, since=since, until=until
         )
-        found = await get_runtime().find_responses(where, after=after or None, limit=limit)
+        found = await runtime_of(request).find_responses(where, after=after or None, limit=limit)
         data = [_summary(s) for s in found.data]
         return {"data": data, "has_more": found.has_more, "last_id": data[-1]["id"] if data else None}
 
-    @app.get(f"{API_PREFIX}/responses/{{response_id}}", include_in_schema=False)
-    async def one_response(response_id: str, tenant: TenantParam = None, v: Viewer = who) -> dict[str, Any]:
-        runtime = get_runtime()
+    @router.get(f"{API_PREFIX}/responses/{{response_id}}", include_in_schema=False)
+    async def one_response(
+        request: Request, response_id: str, tenant: TenantParam = None, v: Viewer = who
+    ) -> dict[str, Any]:
+        runtime = runtime_of(request)
         owner = await _owner(runtime, v, tenant, ResponseFilter(id=response_id), "Response", response_id)
         response = await runtime.get_response(owner, response_id)  # also a live one, not stored yet
         found = await runtime.find_responses(ResponseFilter(tenant=owner, id=response_id), limit=1)
@@ -158,14 +163,15 @@ def install_console(
             "timeline": [bar.to_json() for bar in timeline(traces)],
         }
 
-    @app.get(f"{API_PREFIX}/threads/{{thread_id}}", include_in_schema=False)
+    @router.get(f"{API_PREFIX}/threads/{{thread_id}}", include_in_schema=False)
     async def thread(
+        request: Request,
         thread_id: str,
         tenant: TenantParam = None,
         limit: Annotated[QueryInt, Query(ge=1, le=500)] = 100,
         v: Viewer = who,
     ) -> dict[str, Any]:
-        runtime = get_runtime()
+        runtime = runtime_of(request)
         owner = await _owner(runtime, v, tenant, ResponseFilter(thread_id=thread_id), "Thread", thread_id)
         turns = await runtime.thread_turns(owner, thread_id, limit=limit)
         return {
@@ -177,12 +183,15 @@ def install_console(
             ],
         }
 
-    @app.get(f"{API_PREFIX}/stats", include_in_schema=False)
+    @router.get(f"{API_PREFIX}/stats", include_in_schema=False)
     async def stats(
-        window_s: Annotated[QueryNumber, Query(ge=1, le=86_400)] = 60.0, tenant: TenantParam = None, v: Viewer = who
+        request: Request,
+        window_s: Annotated[QueryNumber, Query(ge=1, le=86_400)] = 60.0,
+        tenant: TenantParam = None,
+        v: Viewer = who,
     ) -> dict[str, Any]:
         until = time.time()
-        figures = await get_runtime().response_stats(v.scope(tenant), until - window_s, until)
+        figures = await runtime_of(request).response_stats(v.scope(tenant), until - window_s, until)
         failed = figures.by_status.get("failed", 0)
         return {
             **dataclasses.asdict(figures),
@@ -193,18 +202,18 @@ def install_console(
             "source": "stored responses",
         }
 
-    @app.get(f"{API_PREFIX}/evals", include_in_schema=False)
-    async def evals(v: Viewer = who) -> dict[str, Any]:
+    @router.get(f"{API_PREFIX}/evals", include_in_schema=False)
+    async def evals(request: Request, v: Viewer = who) -> dict[str, Any]:
         v.check_evals()
-        return {"data": [dataclasses.asdict(run) for run in await get_runtime().eval_runs()]}
+        return {"data": [dataclasses.asdict(run) for run in await runtime_of(request).eval_runs()]}
 
-    @app.get(f"{API_PREFIX}/evals/compare", include_in_schema=False)
-    async def compare(a: str, b: str, v: Viewer = who) -> dict[str, Any]:
+    @router.get(f"{API_PREFIX}/evals/compare", include_in_schema=False)
+    async def compare(request: Request, a: str, b: str, v: Viewer = who) -> dict[str, Any]:
         from troupe.eval.metrics import summarize
         from troupe.eval.report import compare_runs
 
         v.check_evals()
-        runtime = get_runtime()
+        runtime = runtime_of(request)
         (run_a, results_a), (run_b, results_b) = await runtime.eval_run(a), await runtime.eval_run(b)
         summary_a, summary_b = summarize(results_a), summarize(results_b)
         rates_a = {t.tag: t for t in summary_a.by_tag}
@@ -231,13 +240,15 @@ def install_console(
             ],
         }
 
-    @app.get(f"{API_PREFIX}/evals/{{run_id}}", include_in_schema=False)
-    async def eval_run(run_id: str, v: Viewer = who) -> dict[str, Any]:
+    @router.get(f"{API_PREFIX}/evals/{{run_id}}", include_in_schema=False)
+    async def eval_run(request: Request, run_id: str, v: Viewer = who) -> dict[str, Any]:
         from troupe.eval.metrics import summarize
 
         v.check_evals()
-        run, results = await get_runtime().eval_run(run_id)
+        run, results = await runtime_of(request).eval_run(run_id)
         return {"run": dataclasses.asdict(run), "summary": summarize(results).to_dict()}
+
+    return router
 
 
 async def _owner(

@@ -1,6 +1,6 @@
 """The app's OpenAPI description: request bodies and OpenAI error answers FastAPI cannot see.
 
-The POST handlers of :mod:`.app` read the raw request (to answer OpenAI's 400s rather
+The POST handlers of :mod:`.routes` read the raw request (to answer OpenAI's 400s rather
 than FastAPI's 422s), so FastAPI describes no request body for them. :func:`install_openapi`
 wraps ``app.openapi()`` to add them, built from the validators the server itself uses:
 
@@ -8,7 +8,7 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
   free-form nested fields narrowed to the ``openai`` SDK types the request validates them
   against (input items, tools, ``tool_choice``, ``text``, ``reasoning``…);
 - the three conversation bodies (``{items?, metadata?}``, ``{metadata}``, ``{items}``),
-  with the limits :mod:`.app` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
+  with the limits :mod:`.routes.conversations` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
   values ≤ 512 characters);
 - the Prompts API's three bodies (create, update, set the default version).
 
@@ -47,6 +47,8 @@ from troupe.protocol import items as _items
 from troupe.protocol import request as _request
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
+
+from .bounds import MAX_ITEMS
 
 __all__ = ["install_openapi"]
 
@@ -220,8 +222,6 @@ def _describe_create_success(operation: dict[str, Any]) -> None:
 
 def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """The request bodies by (method, path); their component schemas go into ``schemas``."""
-    from .app import _MAX_ITEMS  # app imports us
-
     found, nested = _sdk_schemas()
     for name in found:
         if name in schemas:
@@ -244,9 +244,9 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     }
     items = {
         "type": "array",
-        "maxItems": _MAX_ITEMS,
+        "maxItems": MAX_ITEMS,
         "items": ref("InputItem"),
-        "description": f"Up to {_MAX_ITEMS} input items, stored in order.",
+        "description": f"Up to {MAX_ITEMS} input items, stored in order.",
     }
     schemas["ConversationCreateRequest"] = {
         "type": "object",

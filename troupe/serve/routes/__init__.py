@@ -1,0 +1,32 @@
+"""The HTTP routes, one ``APIRouter`` per resource; :func:`troupe.serve.app.create_app` includes them all.
+
+- :mod:`.operator` — ``/health``, ``/metrics``, ``POST /v1/troupe/sql``, the console (not in the OpenAPI description)
+- :mod:`.models` — ``/v1/models``
+- :mod:`.responses` — ``/v1/responses`` (create, stream, follow, cancel, compact, list, input items, step traces)
+- :mod:`.conversations` — ``/v1/conversations`` and their items
+- :mod:`.files` — ``/v1/files``, ``/v1/vector_stores`` and ``/v1/embeddings``
+- :mod:`.prompts` — ``/v1/prompts``
+
+Each module's routes are plain functions on its ``router``; what they share (the caller's
+tenant, the JSON body, the runtime) comes from :mod:`troupe.serve.dependencies`. A new
+endpoint goes in its resource's module (a new resource: a module here, added to
+:data:`ROUTERS`), its OpenAPI description in :mod:`troupe.serve.openapi`.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from . import conversations, files, models, operator, prompts, responses
+
+__all__ = ["ROUTERS"]
+
+ROUTERS: tuple[APIRouter, ...] = (
+    operator.router,
+    models.router,
+    responses.router,
+    conversations.router,
+    files.router,
+    prompts.router,
+)
+"""Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""
