@@ -152,7 +152,8 @@ def query_server(
                 f"no Troupe storage actor in the Ray namespace {namespace!r} at {address} "
                 "(the server's runtime.namespace: give its --config)"
             ) from exc
-        return ray_result_sync(handle.run_sql.remote(sql, max_rows=max_rows, timeout_s=timeout_s), own=StorageError)
+        ref = handle.call.remote("run_sql", (sql,), {"max_rows": max_rows, "timeout_s": timeout_s})
+        return ray_result_sync(ref, own=StorageError)
     finally:
         if joined:
             ray.shutdown()  # a driver that joined a cluster only disconnects
