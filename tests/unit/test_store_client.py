@@ -33,7 +33,8 @@ async def store():
 async def test_a_name_that_is_not_a_store_method_is_refused(store: AsyncStore) -> None:
     # DuckDB's own methods that the contract does not declare, the writes that go through
     # the group-commit writers, and nonsense: none reaches the store.
-    for name in ("no_such_method", "query", "memory", "journal_lsn", "_fetchall", "write_responses", "write_run_progress"):
+    refused = ("no_such_method", "query", "memory", "journal_lsn", "_fetchall", "write_responses", "write_run_progress")
+    for name in refused:
         with pytest.raises(NotAStoreMethod, match=repr(name)):
             getattr(store, name)
         with pytest.raises(NotAStoreMethod, match=repr(name)):

@@ -140,6 +140,11 @@ class RagStore(Files):
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._rows(sql, params)[0][0]
 
+    def _one(self, sql: str, params: Sequence[Any], build: Callable[[tuple[Any, ...]], dict[str, Any]]) -> Any:
+        """The object ``build`` makes of the first row of ``sql``; None without rows."""
+        rows = self._rows(sql, params)
+        return build(rows[0]) if rows else None
+
     def close(self) -> None:
         with self._write_lock:
             self._writer.close()
@@ -180,11 +185,11 @@ class RagStore(Files):
         return _file_object(tuple(row[1:6]) + (row[7],))
 
     def get_file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
+        return self._one(
             "SELECT id, created_at, filename, purpose, bytes, expires_at FROM files WHERE tenant = ? AND id = ?",
             [tenant, file_id],
+            _file_object,
         )
-        return _file_object(rows[0]) if rows else None
 
     def list_files(
         self, tenant: str, *, purpose: str | None = None, after: str | None = None, limit: int = 10_000,
@@ -231,12 +236,12 @@ class RagStore(Files):
             )  # fmt: skip
 
     def get_vector_store(self, tenant: str, vector_store_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
+        return self._one(
             f"SELECT {_STORE_COLUMNS}, {_COUNTS} FROM vector_stores s LEFT JOIN vector_store_files f"
             " ON f.tenant = s.tenant AND f.vector_store_id = s.id WHERE s.tenant = ? AND s.id = ? GROUP BY ALL",
             [tenant, vector_store_id],
+            _store_object,
         )
-        return _store_object(rows[0]) if rows else None
 
     def list_vector_stores(
         self, tenant: str, *, after: str | None = None, before: str | None = None, limit: int = 20,
@@ -362,12 +367,12 @@ class RagStore(Files):
         return tickets
 
     def get_store_file(self, tenant: str, vector_store_id: str, file_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
+        return self._one(
             f"SELECT {_STORE_FILE_COLUMNS} FROM vector_store_files WHERE tenant = ? AND vector_store_id = ?"
             " AND file_id = ?",
             [tenant, vector_store_id, file_id],
+            _store_file_object,
         )
-        return _store_file_object(rows[0]) if rows else None
 
     def list_store_files(
         self, tenant: str, vector_store_id: str, *, batch_id: str | None = None, status: str | None = None,
@@ -421,7 +426,7 @@ class RagStore(Files):
         return [r[0] for r in rows]
 
     def get_batch(self, tenant: str, vector_store_id: str, batch_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
+        return self._one(
             "SELECT b.id, b.vector_store_id, b.created_at, b.cancelled, count(f.file_id) FILTER (WHERE f.status ="
             " 'in_progress'), count(f.file_id) FILTER (WHERE f.status = 'completed'), count(f.file_id) FILTER"
             " (WHERE f.status = 'failed'), count(f.file_id) FILTER (WHERE f.status = 'cancelled')"
@@ -429,8 +434,8 @@ class RagStore(Files):
             " AND f.vector_store_id = b.vector_store_id AND f.batch_id = b.id"
             " WHERE b.tenant = ? AND b.vector_store_id = ? AND b.id = ? GROUP BY ALL",
             [tenant, vector_store_id, batch_id],
+            _batch_object,
         )
-        return _batch_object(rows[0]) if rows else None
 
     def cancel_batch(self, tenant: str, vector_store_id: str, batch_id: str) -> dict[str, Any] | None:
         with self._tx() as conn:

@@ -328,6 +328,24 @@ class Connection:
         if ids:
             conn.execute("DELETE FROM value_parts WHERE id = ANY(?)", [ids])
 
+    def _delete_with_children(
+        self, conn: duckdb.DuckDBPyConnection, table: str, children: str, parent: str, parts: str, key: list[str]
+    ) -> bool:
+        """Delete the row ``(tenant, id) = key`` of ``table`` and the rows of ``children`` whose
+        ``(tenant, <parent>)`` is ``key``, with their long values (column ``parts``), inside a
+        transaction; whether the row was there."""
+        found = conn.execute(f"DELETE FROM {table} WHERE tenant = ? AND id = ? RETURNING id", key).fetchall()
+        sql = f"DELETE FROM {children} WHERE tenant = ? AND {parent} = ? RETURNING {parts}"
+        self._delete_returning_parts(conn, sql, key)
+        return bool(found)
+
+    def _delete_returning_parts(self, conn: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> int:
+        """Run ``sql``, a ``DELETE … RETURNING <parts id column>``, and delete the ``value_parts`` of
+        the rows it deleted (inside a transaction); how many rows it deleted."""
+        deleted = conn.execute(sql, params).fetchall()
+        self._delete_parts(conn, deleted)
+        return len(deleted)
+
     @staticmethod
     def _insert(
         conn: duckdb.DuckDBPyConnection,

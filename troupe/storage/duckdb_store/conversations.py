@@ -62,14 +62,13 @@ class ConversationTables(Connection, Conversations):
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         """See :meth:`Conversations.delete_conversation`."""
+        key = [tenant, conversation_id]
         with self._transaction() as conn:
-            found = conn.execute(
-                "DELETE FROM conversations WHERE tenant = ? AND id = ? RETURNING id", [tenant, conversation_id]
-            ).fetchall()
-            sql = "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? RETURNING item_parts"
-            self._delete_parts(conn, conn.execute(sql, [tenant, conversation_id]).fetchall())
+            found = self._delete_with_children(
+                conn, "conversations", "conversation_items", "conversation_id", "item_parts", key
+            )
             self._conversation_seqs.pop((tenant, conversation_id), None)
-        return bool(found)
+        return found
 
     def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
         """See :meth:`Conversations.add_conversation_items`."""
@@ -127,14 +126,13 @@ class ConversationTables(Connection, Conversations):
 
     def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
         """See :meth:`Conversations.delete_conversation_item`. With duplicate ids, removes them all."""
+        sql = (
+            "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?"
+            " RETURNING item_parts"
+        )
         with self._transaction() as conn:
-            found = conn.execute(
-                "DELETE FROM conversation_items WHERE tenant = ? AND conversation_id = ? AND item_id = ?"
-                " RETURNING item_parts",
-                [tenant, conversation_id, item_id],
-            ).fetchall()
-            self._delete_parts(conn, found)
-        return bool(found)
+            deleted = self._delete_returning_parts(conn, sql, [tenant, conversation_id, item_id])
+        return deleted > 0
 
     def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Conversations.conversation_items`."""

@@ -119,12 +119,8 @@ class PromptTables(Connection, Prompts):
     def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
         """See :meth:`Prompts.delete_prompt`."""
         with self._transaction() as conn:
-            found = conn.execute(
-                "DELETE FROM prompts WHERE tenant = ? AND id = ? RETURNING id", [tenant, prompt_id]
-            ).fetchall()
-            sql = "DELETE FROM prompt_versions WHERE tenant = ? AND prompt_id = ? RETURNING content_parts"
-            self._delete_parts(conn, conn.execute(sql, [tenant, prompt_id]).fetchall())
-        return bool(found)
+            return self._delete_with_children(conn, "prompts", "prompt_versions", "prompt_id", "content_parts",
+                                              [tenant, prompt_id])  # fmt: skip
 
     def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Prompts.list_prompt_versions`."""

@@ -109,21 +109,15 @@ class ResponseTables(Connection, Responses):
 
     def delete_response(self, tenant: str, response_id: str) -> bool:
         """See :meth:`Responses.delete_response`."""
+        key = [tenant, response_id]
         with self._transaction() as conn:
-            found = conn.execute(
-                "DELETE FROM responses WHERE tenant = ? AND id = ? RETURNING response_parts", [tenant, response_id]
-            ).fetchall()
-            items = conn.execute(
-                "DELETE FROM response_items WHERE tenant = ? AND response_id = ? RETURNING item_parts",
-                [tenant, response_id],
-            ).fetchall()
-            conn.execute("DELETE FROM step_traces WHERE tenant = ? AND response_id = ?", [tenant, response_id])
-            logs = conn.execute(
-                "DELETE FROM response_events WHERE tenant = ? AND response_id = ? RETURNING events_parts",
-                [tenant, response_id],
-            ).fetchall()
-            self._delete_parts(conn, [*found, *items, *logs])
-        return bool(found)
+            sql = "DELETE FROM responses WHERE tenant = ? AND id = ? RETURNING response_parts"
+            found = self._delete_returning_parts(conn, sql, key)
+            for table, parts in (("response_items", "item_parts"), ("response_events", "events_parts")):
+                sql = f"DELETE FROM {table} WHERE tenant = ? AND response_id = ? RETURNING {parts}"
+                self._delete_returning_parts(conn, sql, key)
+            conn.execute("DELETE FROM step_traces WHERE tenant = ? AND response_id = ?", key)
+        return found > 0
 
     def list_responses(
         self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
@@ -186,12 +180,9 @@ class ResponseTables(Connection, Responses):
 
     def prune_event_logs(self, ended_before: float) -> int:
         """See :meth:`Responses.prune_event_logs`."""
+        sql = "DELETE FROM response_events WHERE ended_at < ? RETURNING events_parts"
         with self._transaction() as conn:
-            dropped = conn.execute(
-                "DELETE FROM response_events WHERE ended_at < ? RETURNING events_parts", [ended_before]
-            ).fetchall()
-            self._delete_parts(conn, dropped)
-        return len(dropped)
+            return self._delete_returning_parts(conn, sql, [ended_before])
 
     def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
         """See :meth:`Responses.response_events`."""
@@ -250,15 +241,13 @@ class ResponseTables(Connection, Responses):
     def end_run(self, tenant: str, response_id: str) -> None:
         """See :meth:`Responses.end_run`."""
         on_commit: list[Callable[[], None]] = []
+        key = [tenant, response_id]
         with self._transaction(on_commit) as conn:
-            ended = conn.execute(
-                "DELETE FROM runs WHERE tenant = ? AND response_id = ? RETURNING request_parts", [tenant, response_id]
-            ).fetchall()
-            steps = conn.execute(
-                "DELETE FROM run_steps WHERE tenant = ? AND response_id = ? RETURNING step_parts", [tenant, response_id]
-            ).fetchall()
-            self._delete_parts(conn, ended + steps)
-            on_commit.append(lambda: self._advance(self._next_response_seq, {}, len(ended)))
+            sql = "DELETE FROM runs WHERE tenant = ? AND response_id = ? RETURNING request_parts"
+            ended = self._delete_returning_parts(conn, sql, key)
+            sql = "DELETE FROM run_steps WHERE tenant = ? AND response_id = ? RETURNING step_parts"
+            self._delete_returning_parts(conn, sql, key)
+            on_commit.append(lambda: self._advance(self._next_response_seq, {}, ended))
 
     def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
         """See :meth:`Responses.get_run`."""
@@ -279,12 +268,9 @@ class ResponseTables(Connection, Responses):
 
     def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
         """See :meth:`Responses.claim_run`."""
+        sql = "UPDATE runs SET attempt = attempt + 1 WHERE tenant = ? AND response_id = ? AND attempt = ? RETURNING 1"
         with self._transaction() as conn:
-            claimed = conn.execute(
-                "UPDATE runs SET attempt = attempt + 1 WHERE tenant = ? AND response_id = ? AND attempt = ?"
-                " RETURNING response_id",
-                [tenant, response_id, attempt],
-            ).fetchall()
+            claimed = conn.execute(sql, [tenant, response_id, attempt]).fetchall()
         return self.get_run(tenant, response_id) if claimed else None
 
     def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
