@@ -234,7 +234,7 @@ def test_a_background_run_keeps_its_mcp_credentials_in_memory_through_its_hosts_
             model="sim", input=_call("hold", db=db, key="h", path=str(gate)), tools=[tool], background=True
         )
         wait_for(lambda: executions(db, "h") == 1, what="the MCP call running")
-        row = ray.get(_host_namespace_storage(started.id).get_run.remote("", started.id))
+        row = ray.get(_host_namespace_storage(started.id).call.remote("get_run", ("", started.id), {}))
         assert token not in json.dumps(row.request) and row.credentials == "in-memory"
         for host in _running_hosts():
             _kill_9(host)

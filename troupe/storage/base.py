@@ -280,7 +280,9 @@ class ResponseFilter:
     tenant: str | None = None
     """One tenant's responses; None: every tenant's (an operator's view)."""
     model: str | None = None
+    """The model the Response names."""
     status: str | None = None
+    """The Response's final status (``completed``, ``failed``, …)."""
     since: float | None = None
     """Created at or after (Unix seconds)."""
     until: float | None = None

@@ -65,6 +65,11 @@ _COUNTS = (
     " count(f.file_id) FILTER (WHERE f.status = 'failed'), count(f.file_id) FILTER (WHERE f.status = 'cancelled'),"
     " coalesce(sum(f.usage_bytes), 0)"
 )
+_FILE_BY_ID = "SELECT id, created_at, filename, purpose, bytes, expires_at FROM files WHERE tenant = ? AND id = ?"
+_STORE_BY_ID = (
+    f"SELECT {_STORE_COLUMNS}, {_COUNTS} FROM vector_stores s LEFT JOIN vector_store_files f"
+    " ON f.tenant = s.tenant AND f.vector_store_id = s.id WHERE s.tenant = ? AND s.id = ? GROUP BY ALL"
+)
 _STORE_FILE_COLUMNS = "file_id, vector_store_id, created_at, status, last_error, attributes, chunking, usage_bytes"
 
 
@@ -185,11 +190,7 @@ class RagStore(Files):
         return _file_object(tuple(row[1:6]) + (row[7],))
 
     def get_file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
-        return self._one(
-            "SELECT id, created_at, filename, purpose, bytes, expires_at FROM files WHERE tenant = ? AND id = ?",
-            [tenant, file_id],
-            _file_object,
-        )
+        return self._one(_FILE_BY_ID, [tenant, file_id], _file_object)
 
     def list_files(
         self, tenant: str, *, purpose: str | None = None, after: str | None = None, limit: int = 10_000,
@@ -236,12 +237,7 @@ class RagStore(Files):
             )  # fmt: skip
 
     def get_vector_store(self, tenant: str, vector_store_id: str) -> dict[str, Any] | None:
-        return self._one(
-            f"SELECT {_STORE_COLUMNS}, {_COUNTS} FROM vector_stores s LEFT JOIN vector_store_files f"
-            " ON f.tenant = s.tenant AND f.vector_store_id = s.id WHERE s.tenant = ? AND s.id = ? GROUP BY ALL",
-            [tenant, vector_store_id],
-            _store_object,
-        )
+        return self._one(_STORE_BY_ID, [tenant, vector_store_id], _store_object)
 
     def list_vector_stores(
         self, tenant: str, *, after: str | None = None, before: str | None = None, limit: int = 20,
