@@ -43,7 +43,7 @@ _LOCK_HOLDER = re.compile(r"\(PID (\d+)\)")
 # characters, at most 16 MB of UTF-8, whatever the number and the size of the values read.
 _PARTS_PER_READ = 512
 
-# Parts of long values (see DuckDBStore._join_parts), the first ``?`` of each of several, or a
+# Parts of long values (see Connection._join_parts), the first ``?`` of each of several, or a
 # range of one. Ids grow in write order, so DuckDB skips the row groups whose min/max rule them
 # out (EXPLAIN ANALYZE: 1 of 977).
 _FIRST_PARTS = "SELECT id, part, text FROM value_parts WHERE id = ANY(?) AND part < ?"
