@@ -208,7 +208,6 @@ class AsyncStore(Forwarding):
         """The store runs in this process: its metrics are this process's."""
         return None
 
-
     async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """``method`` of the store contract, on the thread of its area; what it returned or raised.
         The storage actor's one ``call`` (``StorageService``) is this."""
