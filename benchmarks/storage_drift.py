@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 
 from troupe.storage import duckdb_store
+from troupe.storage.duckdb_store import connection
 from troupe.storage.base import ResponseRecord, StepTrace
 
 SCRATCH = Path(__file__).resolve().parent / "scratch"
@@ -63,7 +64,7 @@ def main() -> None:
                         help="close and reopen the store every this many responses (0: never)")
     args = parser.parse_args()
 
-    duckdb_store.ROW_GROUP_ROWS = args.row_group_rows  # read when the file is attached
+    connection.ROW_GROUP_ROWS = args.row_group_rows  # read (there) when the file is attached
     SCRATCH.mkdir(exist_ok=True)
     path = SCRATCH / f"storage-drift-{args.row_group_rows}.duckdb"
     for leftover in (path, Path(f"{path}.wal")):

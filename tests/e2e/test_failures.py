@@ -109,7 +109,7 @@ def test_a_background_run_survives_kill_9_of_its_host_twice(actor_root, tmp_path
     storage = _host_namespace_storage(started.id)
 
     def steps() -> list[str]:
-        return [s.data["kind"] for s in ray.get(storage.run_steps.remote("", started.id))]
+        return [s.data["kind"] for s in ray.get(storage.call.remote("run_steps", ("", started.id), {}))]
 
     # 1. During the tool step: record's result is stored, gate_again waits for its gate.
     wait_for(lambda: "tool" in steps() and executions(db, "g") == 1, what="record stored, gate_again running")
@@ -202,7 +202,7 @@ def _host_namespace_storage(response_id: str):
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["name"] == STORAGE_ACTOR_NAME and actor["namespace"].startswith("e2e-"):
             storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=actor["namespace"])
-            if ray.get(storage.get_run.remote("", response_id)) is not None:
+            if ray.get(storage.call.remote("get_run", ("", response_id), {})) is not None:
                 return storage
     raise LookupError(f"no storage actor knows the run {response_id}")
 
@@ -234,7 +234,7 @@ def test_a_background_run_keeps_its_mcp_credentials_in_memory_through_its_hosts_
             model="sim", input=_call("hold", db=db, key="h", path=str(gate)), tools=[tool], background=True
         )
         wait_for(lambda: executions(db, "h") == 1, what="the MCP call running")
-        row = ray.get(_host_namespace_storage(started.id).get_run.remote("", started.id))
+        row = ray.get(_host_namespace_storage(started.id).call.remote("get_run", ("", started.id), {}))
         assert token not in json.dumps(row.request) and row.credentials == "in-memory"
         for host in _running_hosts():
             _kill_9(host)

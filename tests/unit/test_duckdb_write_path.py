@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from troupe.storage import DuckDBStore, GroupCommitWriter, ResponseRecord, StepTrace, StorageError
-from troupe.storage import duckdb_store
+from troupe.storage.duckdb_store import connection
 
 from .test_store_contract import T0, conversation, make_record, message
 
@@ -162,7 +162,7 @@ def test_conversation_positions_follow_every_write_path(path) -> None:
 
 
 def test_conversations_dropped_from_the_position_cache_are_read_again(path, monkeypatch) -> None:
-    monkeypatch.setattr(duckdb_store, "_CONVERSATION_SEQ_CACHE", 2)
+    monkeypatch.setattr(connection, "_CONVERSATION_SEQ_CACHE", 2)
     store = DuckDBStore(path)
     try:
         for cid in ("conv_1", "conv_2", "conv_3"):

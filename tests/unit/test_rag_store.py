@@ -135,16 +135,16 @@ async def test_a_late_report_of_a_cancelled_or_re_added_file_is_ignored(runtime:
     rag = runtime.store
     entry = {"file_id": ids["router.md"], "attributes": None, "chunking": wire.chunking_strategy(None)}
     # The storage calls an ingestion task makes, by hand: a batch cancelled before its task reports.
-    [ticket] = await rag.rag("add_files", "", store_id, [entry], batch={"id": "vsfb_1", "created_at": 1.0})
-    assert (await rag.rag("cancel_batch", "", store_id, "vsfb_1"))["status"] == "cancelled"
-    assert not await rag.rag("fail_ingest", ticket, "server_error", "late", **RAN)
+    [ticket] = await rag.add_files("", store_id, [entry], batch={"id": "vsfb_1", "created_at": 1.0})
+    assert (await rag.cancel_batch("", store_id, "vsfb_1"))["status"] == "cancelled"
+    assert not await rag.fail_ingest(ticket, "server_error", "late", **RAN)
     cancelled = await runtime.vector_stores.get_store_file("", store_id, ids["router.md"])
     assert cancelled["status"] == "cancelled" and cancelled["last_error"] is None
     # Re-added: the first ticket is stale, the second one's report counts.
-    [first] = await rag.rag("add_files", "", store_id, [entry])
-    [second] = await rag.rag("add_files", "", store_id, [entry])
-    assert not await rag.rag("fail_ingest", first, "server_error", "stale", **RAN)
-    assert await rag.rag("fail_ingest", second, "invalid_file", "current", **RAN)
+    [first] = await rag.add_files("", store_id, [entry])
+    [second] = await rag.add_files("", store_id, [entry])
+    assert not await rag.fail_ingest(first, "server_error", "stale", **RAN)
+    assert await rag.fail_ingest(second, "invalid_file", "current", **RAN)
     assert (await runtime.vector_stores.get_store_file("", store_id, ids["router.md"]))["last_error"]["message"] == "current"
 
 
@@ -204,7 +204,7 @@ async def test_a_file_whose_ingestion_died_with_the_server_is_ingested_at_the_ne
     store = await stores.create_vector_store("", name="docs")
     # Attached, and the server stops before the file's ingestion task ran.
     entry = {"file_id": fid, "attributes": None, "chunking": wire.chunking_strategy(None)}
-    [old] = await stores._rag("add_files", "", store["id"], [entry])
+    [old] = await stores.store.add_files("", store["id"], [entry])
     await first.close()
     second = Runtime.local(settings)
     try:
@@ -213,7 +213,7 @@ async def test_a_file_whose_ingestion_died_with_the_server_is_ingested_at_the_ne
         assert (await _settled(second, "", store["id"]))["file_counts"]["completed"] == 1
         [hit] = await second.vector_stores.search("", [store["id"]], "reset the router", max_num_results=1)
         assert hit["file_id"] == fid
-        assert await second.vector_stores._rag("unfinished_ingests") == [], "nothing is left to take over"
+        assert await second.store.unfinished_ingests() == [], "nothing is left to take over"
         [trace] = await second.vector_stores.ingest_trace("", store["id"])
         assert trace["ended_at"] is not None
     finally:

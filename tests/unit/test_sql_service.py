@@ -17,7 +17,7 @@ import pytest
 from troupe.actors.live_sql import Owner, owner_path, read_owner, write_owner
 from troupe.actors.store_client import AsyncStore
 from troupe.cli import main
-from troupe.storage import DuckDBStore, InMemoryStore, QueryError, QueryResult, QueryTimeout, StoreLocked
+from troupe.storage import DuckDBStore, QueryError, QueryResult, QueryTimeout, StoreLocked
 from troupe.storage.sql import write_result
 
 from .test_store_contract import make_record
@@ -73,11 +73,6 @@ def test_sql_the_database_rejects_is_the_querys_fault(store) -> None:
         store.run_sql("SELECT no_such_column FROM responses")
     store.write_responses([make_record("resp_3")])  # the store is usable after it
     assert store.run_sql("SELECT count(*) FROM responses").rows == [(3,)]
-
-
-def test_the_in_memory_store_runs_no_sql() -> None:
-    with pytest.raises(QueryError, match="DuckDB store"):
-        InMemoryStore().run_sql("SELECT 1")
 
 
 @pytest.mark.parametrize(("options", "message"), [({"max_rows": 0}, "max_rows"), ({"timeout_s": 0}, "timeout_s")])

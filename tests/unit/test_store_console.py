@@ -9,13 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 from tests.unit.test_store_contract import T0, conversation, make_record, message
-from troupe.storage import DuckDBStore, InMemoryStore, ResponseFilter, Store
+from troupe.storage import DuckDBStore, ResponseFilter, Store
 from troupe.storage.base import ResponseRecord, quantile
 
 
-@pytest.fixture(params=["memory", "duckdb"])
+@pytest.fixture(params=["memory", "file"])
 def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
-    s: Store = InMemoryStore() if request.param == "memory" else DuckDBStore(tmp_path / "t.duckdb")
+    """DuckDB in memory (what ``storage_path = ":memory:"`` opens) and on a file."""
+    s: Store = DuckDBStore() if request.param == "memory" else DuckDBStore(tmp_path / "t.duckdb")
     yield s
     s.close()
 

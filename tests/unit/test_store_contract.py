@@ -1,4 +1,4 @@
-"""The Store contract: one conformance suite, run against every implementation.
+"""The store contract (troupe.storage.contract): one conformance suite, run on DuckDB in memory and on a file.
 
 The builders at the top (:func:`make_record` and friends) are shared with the
 DuckDB and group-commit tests.
@@ -19,7 +19,6 @@ from troupe.storage import (
     EvalResultRecord,
     EvalRunRecord,
     GroupCommitWriter,
-    InMemoryStore,
     Page,
     PromptConflict,
     ResponseRecord,
@@ -132,9 +131,10 @@ def conversation(cid: str) -> dict[str, Any]:
     return {"id": cid, "object": "conversation", "created_at": T0, "metadata": {"topic": "weather"}}
 
 
-@pytest.fixture(params=["memory", "duckdb"])
+@pytest.fixture(params=["memory", "file"])
 def store(request: pytest.FixtureRequest, tmp_path) -> Iterator[Store]:
-    s: Store = InMemoryStore() if request.param == "memory" else DuckDBStore(tmp_path / "t.duckdb")
+    """DuckDB in memory (what ``storage_path = ":memory:"`` opens) and on a file."""
+    s: Store = DuckDBStore() if request.param == "memory" else DuckDBStore(tmp_path / "t.duckdb")
     yield s
     s.close()
 

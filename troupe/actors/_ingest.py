@@ -2,8 +2,8 @@
 
 Kept light (no runtime, no Ray at import) because it is what a Ray worker imports to run an
 ingestion task, as ``_tool_runner`` is for tool tasks. :func:`ingest` reaches storage
-through ``call(method, *args)``, a blocking call of a :class:`~troupe.storage.rag.RagStore`
-method: through the storage actor in a Ray task (:func:`ingest_on_ray`), through the
+through ``call(method, *args)``, a blocking call of a :class:`~troupe.storage.contract.Files`
+method (the store client's ``call``): through the storage actor in a Ray task (:func:`ingest_on_ray`), through the
 in-process store from a thread in ``Runtime.local``. So the same function runs in both.
 
 A file fails alone: whatever goes wrong with it (a corrupt PDF, an embedder that is down) is
@@ -104,7 +104,7 @@ def ingest_on_ray(ticket: IngestTicket, spec: ModelSpec | None, storage: Any) ->
     from .raycall import ray_result_sync
 
     def call(method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray_result_sync(storage.rag.remote(method, *args, **kwargs))
+        return ray_result_sync(storage.call.remote(method, args, kwargs))
 
     node = ray.get_runtime_context().get_node_id()[:8]
     return ingest(ticket, spec, call, worker=f"{node}:{os.getpid()}")

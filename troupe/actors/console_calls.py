@@ -21,7 +21,7 @@ class ConsoleCalls:
     store: StoreClient
 
     async def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
-        """See :meth:`troupe.storage.Store.find_responses` (``where.tenant`` None: every tenant)."""
+        """See :meth:`troupe.storage.contract.Console.find_responses` (``where.tenant`` None: every tenant)."""
         return await self.store.find_responses(where, after=after, limit=limit)
 
     async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:

@@ -118,13 +118,13 @@ def query_server(
     Args:
         address: the cluster's GCS address (``host:port``), or ``auto``, or ``ray://…``.
         namespace: the Ray namespace of the server (its ``runtime.namespace``).
-        sql, max_rows, timeout_s: as :meth:`~troupe.storage.base.Store.run_sql` takes them.
+        sql, max_rows, timeout_s: as :meth:`~troupe.storage.contract.Console.run_sql` takes them.
         auth_mode: the cluster's ``RAY_AUTH_MODE`` (:attr:`Owner.auth_mode`), for joining it
             unless this process's environment says otherwise (or it has loaded Ray already).
 
     Raises:
         NoServer: nothing answers at ``address``, or no storage actor is in ``namespace``.
-        QueryError, QueryTimeout, StorageError: as :meth:`~troupe.storage.base.Store.run_sql`.
+        QueryError, QueryTimeout, StorageError: as :meth:`~troupe.storage.contract.Console.run_sql`.
     """
     # A dead address fails the same whether or not this process is connected to Ray already.
     _check_listening(address)
@@ -152,7 +152,8 @@ def query_server(
                 f"no Troupe storage actor in the Ray namespace {namespace!r} at {address} "
                 "(the server's runtime.namespace: give its --config)"
             ) from exc
-        return ray_result_sync(handle.run_sql.remote(sql, max_rows=max_rows, timeout_s=timeout_s), own=StorageError)
+        ref = handle.call.remote("run_sql", (sql,), {"max_rows": max_rows, "timeout_s": timeout_s})
+        return ray_result_sync(ref, own=StorageError)
     finally:
         if joined:
             ray.shutdown()  # a driver that joined a cluster only disconnects

@@ -1,8 +1,8 @@
 """Files, vector stores and their search, for the runtime and the conversation hosts.
 
-:class:`VectorStores` is the typed face of the store's files and vector stores
-(``StoreClient.rag``, :class:`troupe.storage.rag.RagStore` behind it), plus the two things
-that are not storage: ingestion and the query side of search.
+:class:`VectorStores` is the API's face of the store's files and vector stores (the
+:class:`~troupe.storage.contract.Files` area of the store client, :class:`troupe.storage.rag.RagStore`
+behind it): ids, 404s, plus the two things that are not storage: ingestion and the query side of search.
 
 * **Ingestion** of each attached file is a task of its own (:mod:`._ingest`): on Ray, a Ray
   task reserving ``ingest_num_cpus``, so files are parsed, chunked and embedded in parallel
@@ -80,9 +80,6 @@ class VectorStores:
         self._store_models: dict[tuple[str, str], str] = {}
         """(tenant, store id) → its embedder, as searches learned it."""
 
-    async def _rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.store.rag(method, *args, **kwargs)
-
     # -- files -------------------------------------------------------------------------
 
     async def create_file(
@@ -92,25 +89,25 @@ class VectorStores:
         now = time.time()
         file = {"id": file_id(), "created_at": now, "filename": filename, "purpose": purpose,
                 "expires_at": None if expires_in_s is None else int(now) + expires_in_s}  # fmt: skip
-        return await self._rag("create_file", tenant, file, data)
+        return await self.store.create_file(tenant, file, data)
 
     async def get_file(self, tenant: str, file_id_: str) -> dict[str, Any]:
-        return _found(await self._rag("get_file", tenant, file_id_), "file", file_id_, "file_id")
+        return _found(await self.store.get_file(tenant, file_id_), "file", file_id_, "file_id")
 
     async def list_files(
         self, tenant: str, *, purpose: str | None, after: str | None, limit: int, order: Order
     ) -> Page:
-        return await self._rag("list_files", tenant, purpose=purpose, after=after, limit=limit, order=order)
+        return await self.store.list_files(tenant, purpose=purpose, after=after, limit=limit, order=order)
 
     async def delete_file(self, tenant: str, file_id_: str) -> dict[str, Any]:
         """Delete a file (and take it out of every vector store); OpenAI's ``FileDeleted``."""
-        if not await self._rag("delete_file", tenant, file_id_):
+        if not await self.store.delete_file(tenant, file_id_):
             raise not_found("file", file_id_, "file_id")
         return {"id": file_id_, "object": "file", "deleted": True}
 
     async def file_content(self, tenant: str, file_id_: str) -> tuple[str, bytes]:
         """``(filename, bytes)`` of a file."""
-        return _found(await self._rag("file_content", tenant, file_id_), "file", file_id_, "file_id")
+        return _found(await self.store.file_content(tenant, file_id_), "file", file_id_, "file_id")
 
     # -- vector stores -------------------------------------------------------------------
 
@@ -131,30 +128,30 @@ class VectorStores:
                                  code="model_not_found")  # fmt: skip
         store = {"id": vector_store_id(), "created_at": time.time(), "name": name, "description": description,
                  "metadata": metadata, "expires_after": expires_after}  # fmt: skip
-        await self._rag("create_vector_store", tenant, store, embedding_model=model)
+        await self.store.create_vector_store(tenant, store, embedding_model=model)
         if file_ids:
             entries = [{"file_id": f, "chunking": chunking or wire.chunking_strategy(None)} for f in file_ids]
             try:
-                self._start(await self._rag("add_files", tenant, store["id"], entries))
+                self._start(await self.store.add_files(tenant, store["id"], entries))
             except BaseException:
-                await self._rag("delete_vector_store", tenant, store["id"])
+                await self.store.delete_vector_store(tenant, store["id"])
                 raise
         return await self.get_vector_store(tenant, store["id"])
 
     async def get_vector_store(self, tenant: str, store_id: str) -> dict[str, Any]:
-        return _found(await self._rag("get_vector_store", tenant, store_id), "vector store", store_id, "vector_store_id")
+        return _found(await self.store.get_vector_store(tenant, store_id), "vector store", store_id, "vector_store_id")
 
     async def list_vector_stores(
         self, tenant: str, *, after: str | None, before: str | None, limit: int, order: Order
     ) -> Page:
-        return await self._rag("list_vector_stores", tenant, after=after, before=before, limit=limit, order=order)
+        return await self.store.list_vector_stores(tenant, after=after, before=before, limit=limit, order=order)
 
     async def update_vector_store(self, tenant: str, store_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        found = await self._rag("update_vector_store", tenant, store_id, changes)
+        found = await self.store.update_vector_store(tenant, store_id, changes)
         return _found(found, "vector store", store_id, "vector_store_id")
 
     async def delete_vector_store(self, tenant: str, store_id: str) -> dict[str, Any]:
-        if not await self._rag("delete_vector_store", tenant, store_id):
+        if not await self.store.delete_vector_store(tenant, store_id):
             raise not_found("vector store", store_id, "vector_store_id")
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
@@ -165,18 +162,18 @@ class VectorStores:
     ) -> dict[str, Any]:
         """Attach a file (``in_progress``) and start its ingestion; its ``VectorStoreFile``."""
         entry = {"file_id": file_id_, "attributes": attributes, "chunking": chunking}
-        self._start(await self._rag("add_files", tenant, store_id, [entry]))
+        self._start(await self.store.add_files(tenant, store_id, [entry]))
         return await self.get_store_file(tenant, store_id, file_id_)
 
     async def get_store_file(self, tenant: str, store_id: str, file_id_: str) -> dict[str, Any]:
-        found = await self._rag("get_store_file", tenant, store_id, file_id_)
+        found = await self.store.get_store_file(tenant, store_id, file_id_)
         return _found(found, "file", file_id_, "file_id")
 
     async def list_store_files(
         self, tenant: str, store_id: str, *, batch: str | None = None, status: str | None, after: str | None,
         before: str | None, limit: int, order: Order,
     ) -> Page:  # fmt: skip
-        page = await self._rag("list_store_files", tenant, store_id, batch_id=batch, status=status, after=after,
+        page = await self.store.list_store_files(tenant, store_id, batch_id=batch, status=status, after=after,
                                before=before, limit=limit, order=order)  # fmt: skip
         if page is None:
             raise not_found("vector store", store_id, "vector_store_id") if batch is None else \
@@ -186,40 +183,40 @@ class VectorStores:
     async def update_store_file(
         self, tenant: str, store_id: str, file_id_: str, attributes: dict[str, Any] | None
     ) -> dict[str, Any]:
-        found = await self._rag("update_store_file", tenant, store_id, file_id_, attributes)
+        found = await self.store.update_store_file(tenant, store_id, file_id_, attributes)
         return _found(found, "file", file_id_, "file_id")
 
     async def delete_store_file(self, tenant: str, store_id: str, file_id_: str) -> dict[str, Any]:
-        if not await self._rag("delete_store_file", tenant, store_id, file_id_):
+        if not await self.store.delete_store_file(tenant, store_id, file_id_):
             raise not_found("file", file_id_, "file_id")
         return {"id": file_id_, "object": "vector_store.file.deleted", "deleted": True}
 
     async def store_file_chunks(self, tenant: str, store_id: str, file_id_: str) -> list[str]:
-        found = await self._rag("store_file_chunks", tenant, store_id, file_id_)
+        found = await self.store.store_file_chunks(tenant, store_id, file_id_)
         return _found(found, "file", file_id_, "file_id")
 
     async def create_batch(self, tenant: str, store_id: str, entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Attach files as one batch and start their ingestion; the ``VectorStoreFileBatch``."""
         batch = {"id": batch_id(), "created_at": time.time()}
-        self._start(await self._rag("add_files", tenant, store_id, list(entries), batch=batch))
+        self._start(await self.store.add_files(tenant, store_id, list(entries), batch=batch))
         return await self.get_batch(tenant, store_id, batch["id"])
 
     async def get_batch(self, tenant: str, store_id: str, batch: str) -> dict[str, Any]:
-        return _found(await self._rag("get_batch", tenant, store_id, batch), "file batch", batch, "batch_id")
+        return _found(await self.store.get_batch(tenant, store_id, batch), "file batch", batch, "batch_id")
 
     async def cancel_batch(self, tenant: str, store_id: str, batch: str) -> dict[str, Any]:
-        return _found(await self._rag("cancel_batch", tenant, store_id, batch), "file batch", batch, "batch_id")
+        return _found(await self.store.cancel_batch(tenant, store_id, batch), "file batch", batch, "batch_id")
 
     async def resume_ingestion(self) -> int:
         """After a start: ingest again every file left ``in_progress`` (its task died with the
         server that ran it); how many."""
-        tickets = await self._rag("unfinished_ingests")
+        tickets = await self.store.unfinished_ingests()
         self._start(tickets)
         return len(tickets)
 
     async def ingest_trace(self, tenant: str, store_id: str) -> list[dict[str, Any]]:
         """When each file's ingestion task started and ended, and where it ran (RagStore.ingest_trace)."""
-        return await self._rag("ingest_trace", tenant, store_id)
+        return await self.store.ingest_trace(tenant, store_id)
 
     # -- search ----------------------------------------------------------------------------
 
@@ -265,7 +262,7 @@ class VectorStores:
             for model in set(models.values()):
                 vectors[model] = list(await self._embed_queries(model, queries))
         hashes = [[term_hash(t) for t in terms(q)] for q in queries]
-        return await self._rag("search", tenant, ids, term_hashes=hashes, vectors=vectors, filters=checked,
+        return await self.store.search(tenant, ids, term_hashes=hashes, vectors=vectors, filters=checked,
                                options=options, max_num_results=limit)  # fmt: skip
 
     def searcher(self, tenant: str) -> TenantSearch:
@@ -282,7 +279,7 @@ class VectorStores:
         for i, tool in enumerate(tools):
             ids = tool.get("vector_store_ids") if tool.get("type") == "file_search" else None
             for store_id in ids if isinstance(ids, list) else ():
-                if isinstance(store_id, str) and await self._rag("get_vector_store", tenant, store_id) is None:
+                if isinstance(store_id, str) and await self.store.get_vector_store(tenant, store_id) is None:
                     raise not_found("vector store", store_id, f"tools[{i}].vector_store_ids")
 
     async def _models(self, tenant: str, ids: list[str]) -> dict[str, str]:
@@ -291,7 +288,7 @@ class VectorStores:
         store deleted since, and answers 404)."""
         missing = [i for i in ids if (tenant, i) not in self._store_models]
         if missing:
-            found = await self._rag("search_models", tenant, missing)
+            found = await self.store.search_models(tenant, missing)
             if len(self._store_models) > 10_000:
                 self._store_models.clear()
             self._store_models.update({(tenant, i): m for i, m in found.items()})
@@ -369,7 +366,7 @@ class VectorStores:
             self._threads = concurrent.futures.ThreadPoolExecutor(_LOCAL_INGEST_THREADS, thread_name_prefix="troupe-ingest")
 
         def call(method: str, *args: Any, **kwargs: Any) -> Any:
-            return asyncio.run_coroutine_threadsafe(self.store.rag(method, *args, **kwargs), loop).result(timeout=300)
+            return asyncio.run_coroutine_threadsafe(self.store.call(method, args, kwargs), loop).result(timeout=300)
 
         return loop.run_in_executor(self._threads, lambda: ingest(ticket, spec, call, worker=local_worker()))
 
@@ -379,7 +376,7 @@ class VectorStores:
             if isinstance(outcome, BaseException):
                 log.warning("ingestion of %s into %s died: %r", ticket.file_id, ticket.vector_store_id, outcome)
                 try:
-                    await self._rag("fail_ingest", ticket, "server_error", f"The ingestion task died: {outcome!r}",
+                    await self.store.fail_ingest(ticket, "server_error", f"The ingestion task died: {outcome!r}",
                                     started_at=None, ended_at=time.time(), worker=None)  # fmt: skip
                 except Exception:
                     log.exception("could not record the failure of %s", ticket.file_id)

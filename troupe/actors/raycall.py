@@ -17,7 +17,7 @@ async def ray_result(ref: Any, *, own: type[BaseException] | tuple[type[BaseExce
 
     Example::
 
-        row = await ray_result(storage.get_response.remote(tenant, rid), own=StorageError)
+        row = await ray_result(storage.call.remote("get_response", (tenant, rid), {}), own=StorageError)
     """
     from ray.exceptions import RayTaskError  # here: importing this module must not import Ray
 

@@ -722,7 +722,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
 
     async def run_sql(self, sql: str, *, max_rows: int, timeout_s: float) -> QueryResult:
         """One read-only SQL statement over every tenant's history (an operator's; see
-        :meth:`troupe.storage.base.Store.run_sql`)."""
+        :meth:`troupe.storage.contract.Console.run_sql`)."""
         return await self.store.run_sql(sql, max_rows=max_rows, timeout_s=timeout_s)
 
 

@@ -2,8 +2,8 @@
 
 DuckDB allows one writing process, so exactly one named actor opens the file,
 pinned to the head node; the runtime, the hosts and evaluation reach it through
-:class:`RayStoreClient`, which has the same typed methods as the actor (the
-:class:`~troupe.actors.store_client.StoreClient` interface). A finished response is
+:class:`RayStoreClient` (the :class:`~troupe.actors.store_client.StoreClient` interface), which
+sends every store contract call to the actor's one ``call(method, args, kwargs)``. A finished response is
 durable once it is in the response journal beside the file (``troupe.storage.journal``);
 DuckDB gets it behind, many per transaction. Reads run on the store's thread once what was
 written before them is in DuckDB.
@@ -35,22 +35,7 @@ import psutil
 import ray
 from ray.exceptions import RayActorError
 
-from troupe.storage import (
-    EvalResultRecord,
-    EvalRunRecord,
-    Order,
-    Page,
-    ResponseFilter,
-    ResponseList,
-    ResponseRecord,
-    ResponseStats,
-    RunRecord,
-    RunStep,
-    StepTrace,
-    StorageError,
-    Turn,
-)
-from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
+from troupe.storage import ResponseRecord, RunRecord, RunStep, StorageError
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
@@ -59,7 +44,7 @@ from .live_sql import Owner, owner_path, write_owner
 from .ray_actors import start_actor
 from .raycall import ray_result, ray_result_sync
 from .settings import RuntimeSettings
-from .store_client import AsyncStore, journal_of, open_store
+from .store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 
 __all__ = ["StorageService", "RayStoreClient", "JournalingStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 
@@ -176,19 +161,20 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
     )
 
 
-class RayStoreClient:
+class RayStoreClient(Forwarding):
     """The :class:`~troupe.actors.store_client.StoreClient` interface, through the storage actor.
 
-    Each method calls the actor's method of the same name; the store's own errors
-    (StorageError) arrive as themselves.
+    Every contract method goes through the actor's one ``call`` (:meth:`AsyncStore.call`):
+    one Ray call per store call; a name the contract does not declare is refused here, before
+    anything is sent. The store's own errors (StorageError, NotFound) arrive as themselves.
     """
 
     def __init__(self, handle: ray.actor.ActorHandle) -> None:
         self.handle = handle
 
-    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, method: Any, *args: Any) -> Any:
         """``method`` of the actor (``self.handle.<name>``), called with these arguments."""
-        return await ray_result(method.remote(*args, **kwargs))
+        return await ray_result(method.remote(*args))
 
     @classmethod
     async def connect(cls, settings: RuntimeSettings) -> RayStoreClient:
@@ -202,161 +188,22 @@ class RayStoreClient:
         """From inside another actor: the running storage actor (created by the runtime)."""
         return cls(ray.get_actor(STORAGE_ACTOR_NAME, namespace=settings.namespace))
 
+    async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        if method not in ROUTES:
+            raise NotAStoreMethod(method)
+        return await self._call(self.handle.call, method, args, kwargs)
+
     async def write_response(self, record: ResponseRecord) -> None:
         await self._call(self.handle.write_response, record)
-
-    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
-        return await self._call(self.handle.get_response, tenant, response_id)
-
-    async def get_thread_id(self, tenant: str, response_id: str) -> str | None:
-        return await self._call(self.handle.get_thread_id, tenant, response_id)
-
-    async def delete_response(self, tenant: str, response_id: str) -> bool:
-        return await self._call(self.handle.delete_response, tenant, response_id)
-
-    async def list_responses(
-        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        return await self._call(self.handle.list_responses, tenant, model=model, after=after, limit=limit, order=order)
-
-    async def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
-        return await self._call(self.handle.find_responses, where, after=after, limit=limit)
-
-    async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
-        return await self._call(self.handle.response_stats, tenant, since, until)
-
-    async def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
-        return await self._call(self.handle.thread_turns, tenant, thread_id, limit=limit)
-
-    async def list_input_items(
-        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None:
-        return await self._call(
-            self.handle.list_input_items, tenant, response_id, after=after, limit=limit, order=order
-        )
-
-    async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        return await self._call(self.handle.chain_items, tenant, response_id)
-
-    async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        return await self._call(self.handle.response_events, tenant, response_id)
-
-    async def prune_event_logs(self, ended_before: float) -> int:
-        return await self._call(self.handle.prune_event_logs, ended_before)
 
     async def start_run(self, run: RunRecord) -> None:
         await self._call(self.handle.start_run, run)
 
-    async def end_run(self, tenant: str, response_id: str) -> None:
-        await self._call(self.handle.end_run, tenant, response_id)
-
-    async def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
-        return await self._call(self.handle.get_run, tenant, response_id)
-
-    async def unfinished_runs(self) -> list[RunRecord]:
-        return await self._call(self.handle.unfinished_runs)
-
-    async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
-        return await self._call(self.handle.claim_run, tenant, response_id, attempt)
-
     async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
         await self._call(self.handle.checkpoint_run, step, start)
 
-    async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
-        return await self._call(self.handle.run_steps, tenant, response_id)
-
-    async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
-        return await self._call(self.handle.step_traces, tenant, response_id)
-
-    async def create_conversation(
-        self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
-    ) -> None:
-        await self._call(self.handle.create_conversation, tenant, conversation, items)
-
-    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
-        return await self._call(self.handle.get_conversation, tenant, conversation_id)
-
-    async def update_conversation(
-        self, tenant: str, conversation_id: str, metadata: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        return await self._call(self.handle.update_conversation, tenant, conversation_id, metadata)
-
-    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
-        return await self._call(self.handle.delete_conversation, tenant, conversation_id)
-
-    async def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
-        return await self._call(self.handle.add_conversation_items, tenant, conversation_id, items)
-
-    async def list_conversation_items(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None:
-        return await self._call(
-            self.handle.list_conversation_items, tenant, conversation_id, after=after, limit=limit, order=order
-        )
-
-    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-        return await self._call(self.handle.get_conversation_item, tenant, conversation_id, item_id)
-
-    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
-        return await self._call(self.handle.delete_conversation_item, tenant, conversation_id, item_id)
-
-    async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
-        return await self._call(self.handle.conversation_items, tenant, conversation_id)
-
-    async def create_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float
-    ) -> dict[str, Any]:
-        return await self._call(self.handle.create_prompt, tenant, prompt_id, content, created_at)
-
-    async def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
-        return await self._call(self.handle.get_prompt, tenant, prompt_id, version)
-
-    async def list_prompts(
-        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        return await self._call(self.handle.list_prompts, tenant, after=after, limit=limit, order=order)
-
-    async def update_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
-        created_at: float,
-    ) -> dict[str, Any] | None:  # fmt: skip
-        return await self._call(self.handle.update_prompt, tenant, prompt_id, content, from_version=from_version,
-                                set_default=set_default, created_at=created_at)  # fmt: skip
-
-    async def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
-        return await self._call(self.handle.set_default_prompt_version, tenant, prompt_id, version)
-
-    async def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
-        return await self._call(self.handle.delete_prompt, tenant, prompt_id)
-
-    async def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
-        return await self._call(self.handle.list_prompt_versions, tenant, prompt_id)
-
-    async def put_eval_run(self, run: EvalRunRecord) -> None:
-        await self._call(self.handle.put_eval_run, run)
-
-    async def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
-        return await self._call(self.handle.get_eval_run, run_id)
-
-    async def list_eval_runs(self) -> list[EvalRunRecord]:
-        return await self._call(self.handle.list_eval_runs)
-
-    async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
-        await self._call(self.handle.write_eval_results, results)
-
-    async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
-        return await self._call(self.handle.eval_results, run_id)
-
-    async def run_sql(
-        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
-    ) -> QueryResult:
-        return await self._call(self.handle.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
-
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         return await RayStoreClient._call(self, self.handle.metrics_snapshot)
-
-    async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await self._call(self.handle.rag, method, *args, **kwargs)
 
     async def flush(self) -> None:
         # A JournalingStoreClient's _call ships its own journal to the actor first.
@@ -443,9 +290,9 @@ class JournalingStoreClient(RayStoreClient):
             on_commit = commit_recorder(process_registry())
         return cls(handle, home[1], on_commit=on_commit)
 
-    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, method: Any, *args: Any) -> Any:
         await self._writer.drain()
-        return await super()._call(method, *args, **kwargs)
+        return await super()._call(method, *args)
 
     async def write_response(self, record: ResponseRecord) -> None:
         await self._writer.submit(record)

@@ -1,22 +1,41 @@
-"""The store as an explicit, typed async interface: in this process, or through the storage actor.
+"""The store as one async interface: in this process, or through the storage actor.
 
-:class:`StoreClient` is what every caller holds (the runtime, the hosts, evaluation): each
-:class:`~troupe.storage.Store` method but ``write_responses`` as a coroutine with the same
-arguments and result, plus :meth:`~StoreClient.write_response`, which stores one finished
-response and returns once it is durable. Two implementations:
+:class:`StoreClient` is what every caller holds (the runtime, the hosts, evaluation, the
+console): every method of the store contract (:mod:`troupe.storage.contract`: responses and
+runs, conversations, prompts, evaluation, console reads, files and vector stores) as a
+coroutine of the same name, arguments and result, plus the writes that are behaviour rather
+than forwarding: :meth:`~StoreClient.write_response` (one finished response, returns once it
+is durable), :meth:`~StoreClient.start_run` and :meth:`~StoreClient.checkpoint_run`
+(group-committed), :meth:`~StoreClient.flush`.
 
-* :class:`AsyncStore` runs a store in this process: every call on one thread, in order;
-  responses durable in the response journal first (group-synced), DuckDB behind. The
-  in-process runtime uses it directly, and it is the body of the storage actor
-  (``troupe.actors.storage_actor``), the one owner of the DuckDB file.
-* ``troupe.actors.storage_actor.RayStoreClient`` calls the storage actor's methods of the
-  same names; its subclass ``JournalingStoreClient`` (the ingress replica under the replica
-  placement) makes ``write_response`` durable in a journal of its own process first.
+No method of the contract is written out here: a client forwards any name the protocols
+declare through one :meth:`~StoreClient.call` (``call(method, args, kwargs)``), found with
+one dict lookup (:data:`ROUTES`, which also says which thread runs it); any other name is
+refused with :class:`NotAStoreMethod`. Two implementations:
+
+* :class:`AsyncStore` runs a store in this process: contract calls on the store's one thread,
+  in order (the files and vector stores' on a thread and connection of their own,
+  :mod:`troupe.storage.rag_executor`); responses durable in the response journal first
+  (group-synced), DuckDB behind. The in-process runtime uses it directly, and it is the body
+  of the storage actor (``troupe.actors.storage_actor``), the one owner of the DuckDB file,
+  whose one ``call`` is :meth:`AsyncStore.call`.
+* ``troupe.actors.storage_actor.RayStoreClient`` sends each call to that actor's ``call``
+  (one Ray call per store call); its subclass ``JournalingStoreClient`` (the ingress
+  replica under the replica placement) makes ``write_response`` durable in a journal of
+  its own process first.
+
+Typing: a contract method's signature is its type on the protocol, and written once there.
+Python's type system cannot derive "the same methods, as coroutines" from a protocol, so a
+type checker sees a forwarded method as ``StoreClient.__getattr__`` declares it, a coroutine
+function of any arguments (``Callable[..., Awaitable[Any]]``); the runtime check is that the
+name is the contract's. Hand-written async twins of the protocols would give checked
+signatures at the cost of writing every method again, which is what this module exists to avoid.
 
 Example::
 
     store = AsyncStore.open(":memory:")
-    await store.get_response("", "resp_…")   # None
+    await store.get_response("", "resp_…")   # None: Responses.get_response, on the store's thread
+    await store.call("get_response", ("", "resp_…"))   # the same
     await store.close()
 """
 
@@ -24,32 +43,30 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from troupe.storage import (
-    EvalResultRecord,
-    EvalRunRecord,
-    Order,
-    Page,
-    ResponseFilter,
-    ResponseList,
-    ResponseRecord,
-    ResponseStats,
-    RunRecord,
-    RunStep,
-    StepTrace,
-    Store,
-    Turn,
-)
-from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult
+from troupe.storage import ResponseRecord, RunRecord, RunStep
+from troupe.storage.contract import FILES_METHODS, STORE_METHODS, Store
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, journal_dir
 from troupe.storage.rag_executor import RagExecutor
 
-__all__ = ["StoreClient", "AsyncStore", "journal_of", "open_store"]
+__all__ = ["AsyncStore", "Forwarding", "NotAStoreMethod", "ROUTES", "StoreClient", "journal_of", "open_store"]
 
 T = TypeVar("T")
+
+ROUTES: dict[str, bool] = {**dict.fromkeys(STORE_METHODS, False), **dict.fromkeys(FILES_METHODS, True)}
+"""Every method a client forwards, by name: True for the files and vector stores' thread, False
+for the store's."""
+
+
+class NotAStoreMethod(AttributeError):
+    """A name the store contract does not declare (:mod:`troupe.storage.contract`), asked of a
+    store client; nothing was called."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name!r} is not a method of the store contract (troupe.storage.contract)")
 
 
 def open_store(path: str, memory_limit: str = "") -> Store:
@@ -68,7 +85,21 @@ def journal_of(path: str) -> str | None:
 
 
 class StoreClient(Protocol):
-    """The async store interface; each method is documented on :class:`~troupe.storage.Store`."""
+    """The async store interface (module docstring): the contract's methods, forwarded, and these."""
+
+    async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        """``method`` of the store contract with these arguments, where the store runs; its result.
+
+        Raises:
+            NotAStoreMethod: the contract declares no ``method``.
+            StorageError, NotFound, …: what the store method raised.
+        """
+        ...
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        """``store.<name>(*args, **kwargs)`` is ``store.call(name, args, kwargs)``, for the names
+        the contract declares (:data:`ROUTES`); any other raises :class:`NotAStoreMethod`."""
+        ...
 
     async def write_response(self, record: ResponseRecord) -> None:
         """Store a finished response; returns once it is durable (journaled, or committed).
@@ -79,104 +110,60 @@ class StoreClient(Protocol):
         """
         ...
 
-    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
-    async def get_thread_id(self, tenant: str, response_id: str) -> str | None: ...
-    async def delete_response(self, tenant: str, response_id: str) -> bool: ...
-    async def list_responses(
-        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page: ...
-    async def find_responses(
-        self, where: ResponseFilter, *, after: str | None = None, limit: int = 50
-    ) -> ResponseList: ...
-    async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats: ...
-    async def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]: ...
-    async def list_input_items(
-        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None: ...
-    async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
-    async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None: ...
-    async def prune_event_logs(self, ended_before: float) -> int: ...
-    async def start_run(self, run: RunRecord) -> None: ...
-    async def end_run(self, tenant: str, response_id: str) -> None: ...
-    async def get_run(self, tenant: str, response_id: str) -> RunRecord | None: ...
-    async def unfinished_runs(self) -> list[RunRecord]: ...
-    async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None: ...
+    async def start_run(self, run: RunRecord) -> None:
+        """Record a durable run as accepted (group-committed with other runs' progress)."""
+        ...
+
     async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
         """Store a run's step; ``start``: the run's ``runs`` row, written with it (a foreground
         run's first step)."""
         ...
-    async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]: ...
-    async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]: ...
-    async def create_conversation(
-        self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
-    ) -> None: ...
-    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None: ...
-    async def update_conversation(
-        self, tenant: str, conversation_id: str, metadata: dict[str, Any]
-    ) -> dict[str, Any] | None: ...
-    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
-    async def add_conversation_items(
-        self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]
-    ) -> bool: ...
-    async def list_conversation_items(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None: ...
-    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
-    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool: ...
-    async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None: ...
-    async def create_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float
-    ) -> dict[str, Any]: ...
-    async def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None: ...
-    async def list_prompts(
-        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page: ...
-    async def update_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
-        created_at: float,
-    ) -> dict[str, Any] | None: ...  # fmt: skip
-    async def set_default_prompt_version(
-        self, tenant: str, prompt_id: str, version: int
-    ) -> dict[str, Any] | None: ...
-    async def delete_prompt(self, tenant: str, prompt_id: str) -> bool: ...
-    async def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None: ...
-    async def put_eval_run(self, run: EvalRunRecord) -> None: ...
-    async def get_eval_run(self, run_id: str) -> EvalRunRecord | None: ...
-    async def list_eval_runs(self) -> list[EvalRunRecord]: ...
-    async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None: ...
-    async def eval_results(self, run_id: str) -> list[EvalResultRecord]: ...
-    async def run_sql(
-        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
-    ) -> QueryResult:
-        """One read-only SQL statement, on the store's thread once what was written before it
-        is stored; it holds later store calls (the writes too) back at most ``timeout_s``."""
 
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         """The metrics of the process the store runs in when it is another one (the storage
         actor's, ``troupe.observe.metrics.Registry.snapshot``); None when it is this one."""
-
-    async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call ``method`` of the files and vector stores (:class:`troupe.storage.rag.RagStore`,
-        documented there); its typed face is :class:`troupe.actors.rag.VectorStores`."""
         ...
 
     async def flush(self) -> None:
         """Return once every response whose ``write_response`` returned before this call is in
         DuckDB, out of the journals (a stopping server's last call; the journals would be
         replayed at the next start anyway)."""
+        ...
 
     async def close(self) -> None: ...
 
 
-class AsyncStore:
+class Forwarding:
+    """The forwarding half of a :class:`StoreClient`: any contract method by name, through :meth:`call`."""
+
+    async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        # Only reached for names the class does not define. Not cached on the instance: a
+        # client stays picklable, and a miss costs this dict lookup and a closure.
+        if name not in ROUTES:
+            raise NotAStoreMethod(name)
+        call = self.call
+
+        async def forward(*args: Any, **kwargs: Any) -> Any:
+            return await call(name, args, kwargs)
+
+        forward.__name__ = forward.__qualname__ = name
+        return forward
+
+
+class AsyncStore(Forwarding):
     """A :class:`StoreClient` over a store in this process: calls run on one thread, in order.
 
     A finished response is durable once ``write_response`` returns: in the response journal
     beside a DuckDB file (:mod:`troupe.storage.journal`), which reaches the file behind, many
     responses per transaction; for a store in memory, in the store itself, group-committed.
     Every other call runs on the store's thread once what was written before it is stored,
-    so a read sees every write that returned before it. :meth:`close` stores what is
-    pending, then closes the store.
+    so a read sees every write that returned before it (a read-only SQL query too: between
+    two write batches, never beside one, so it never competes with a write or a checkpoint
+    for the store's ``memory_limit``). The files and vector stores' calls run on a thread and
+    connection of their own, in order. :meth:`close` stores what is pending, then closes the store.
     """
 
     def __init__(
@@ -221,63 +208,27 @@ class AsyncStore:
         """The store runs in this process: its metrics are this process's."""
         return None
 
+    async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        """``method`` of the store contract, on the thread of its area; what it returned or raised.
+        The storage actor's one ``call`` (``StorageService``) is this."""
+        files = ROUTES.get(method)
+        if files is None:
+            raise NotAStoreMethod(method)
+        if files:
+            if self._rag is None:
+                self._rag = RagExecutor.over(self.store)
+            return await self._rag.run(functools.partial(getattr(self._rag.rag, method), *args, **(kwargs or {})))
+        return await self._run(getattr(self.store, method), *args, **(kwargs or {}))
+
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the store's thread, once what was written before is stored."""
         return await self.writer.run_sync(functools.partial(fn, *args, **kwargs))
 
     async def write_response(self, record: ResponseRecord) -> None:
         await self.writer.submit(record)
 
-    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
-        return await self._run(self.store.get_response, tenant, response_id)
-
-    async def get_thread_id(self, tenant: str, response_id: str) -> str | None:
-        return await self._run(self.store.get_thread_id, tenant, response_id)
-
-    async def delete_response(self, tenant: str, response_id: str) -> bool:
-        return await self._run(self.store.delete_response, tenant, response_id)
-
-    async def list_responses(
-        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        return await self._run(self.store.list_responses, tenant, model=model, after=after, limit=limit, order=order)
-
-    async def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
-        return await self._run(self.store.find_responses, where, after=after, limit=limit)
-
-    async def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
-        return await self._run(self.store.response_stats, tenant, since, until)
-
-    async def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
-        return await self._run(self.store.thread_turns, tenant, thread_id, limit=limit)
-
-    async def list_input_items(
-        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None:
-        return await self._run(self.store.list_input_items, tenant, response_id, after=after, limit=limit, order=order)
-
-    async def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        return await self._run(self.store.chain_items, tenant, response_id)
-
-    async def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        return await self._run(self.store.response_events, tenant, response_id)
-
-    async def prune_event_logs(self, ended_before: float) -> int:
-        return await self._run(self.store.prune_event_logs, ended_before)
-
     async def start_run(self, run: RunRecord) -> None:
         await self.runs.submit(run)
-
-    async def end_run(self, tenant: str, response_id: str) -> None:
-        await self._run(self.store.end_run, tenant, response_id)
-
-    async def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
-        return await self._run(self.store.get_run, tenant, response_id)
-
-    async def unfinished_runs(self) -> list[RunRecord]:
-        return await self._run(self.store.unfinished_runs)
-
-    async def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
-        return await self._run(self.store.claim_run, tenant, response_id, attempt)
 
     async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
         if start is None:
@@ -285,107 +236,10 @@ class AsyncStore:
         else:  # queued together: one transaction (unless the batch is full)
             await asyncio.gather(self.runs.submit(start), self.runs.submit(step))
 
-    async def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
-        return await self._run(self.store.run_steps, tenant, response_id)
-
-    async def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
-        return await self._run(self.store.step_traces, tenant, response_id)
-
-    async def create_conversation(
-        self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
-    ) -> None:
-        await self._run(self.store.create_conversation, tenant, conversation, items)
-
-    async def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
-        return await self._run(self.store.get_conversation, tenant, conversation_id)
-
-    async def update_conversation(
-        self, tenant: str, conversation_id: str, metadata: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        return await self._run(self.store.update_conversation, tenant, conversation_id, metadata)
-
-    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
-        return await self._run(self.store.delete_conversation, tenant, conversation_id)
-
-    async def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
-        return await self._run(self.store.add_conversation_items, tenant, conversation_id, items)
-
-    async def list_conversation_items(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None:
-        return await self._run(
-            self.store.list_conversation_items, tenant, conversation_id, after=after, limit=limit, order=order
-        )
-
-    async def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-        return await self._run(self.store.get_conversation_item, tenant, conversation_id, item_id)
-
-    async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
-        return await self._run(self.store.delete_conversation_item, tenant, conversation_id, item_id)
-
-    async def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
-        return await self._run(self.store.conversation_items, tenant, conversation_id)
-
-    async def create_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float
-    ) -> dict[str, Any]:
-        return await self._run(self.store.create_prompt, tenant, prompt_id, content, created_at)
-
-    async def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
-        return await self._run(self.store.get_prompt, tenant, prompt_id, version)
-
-    async def list_prompts(
-        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        return await self._run(self.store.list_prompts, tenant, after=after, limit=limit, order=order)
-
-    async def update_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
-        created_at: float,
-    ) -> dict[str, Any] | None:  # fmt: skip
-        return await self._run(self.store.update_prompt, tenant, prompt_id, content, from_version=from_version,
-                               set_default=set_default, created_at=created_at)  # fmt: skip
-
-    async def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
-        return await self._run(self.store.set_default_prompt_version, tenant, prompt_id, version)
-
-    async def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
-        return await self._run(self.store.delete_prompt, tenant, prompt_id)
-
-    async def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
-        return await self._run(self.store.list_prompt_versions, tenant, prompt_id)
-
-    async def put_eval_run(self, run: EvalRunRecord) -> None:
-        await self._run(self.store.put_eval_run, run)
-
-    async def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
-        return await self._run(self.store.get_eval_run, run_id)
-
-    async def list_eval_runs(self) -> list[EvalRunRecord]:
-        return await self._run(self.store.list_eval_runs)
-
-    async def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
-        await self._run(self.store.write_eval_results, results)
-
-    async def eval_results(self, run_id: str) -> list[EvalResultRecord]:
-        return await self._run(self.store.eval_results, run_id)
-
-    async def run_sql(
-        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
-    ) -> QueryResult:
-        # On the store's thread like every call: between two write batches, never beside one,
-        # so a query never competes with a write or a checkpoint for the store's memory_limit.
-        return await self._run(self.store.run_sql, sql, max_rows=max_rows, timeout_s=timeout_s)
-
     async def flush(self) -> None:
         if isinstance(self.writer, JournaledWriter):
             await self.writer.drain()
         # A GroupCommitWriter's submit returns once the store has the record: nothing is pending.
-
-    async def rag(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._rag is None:
-            self._rag = RagExecutor.over(self.store)
-        return await self._rag.call(method, *args, **kwargs)
 
     async def close(self) -> None:
         await self.runs.close()

@@ -1,5 +1,7 @@
-"""Storage: the :class:`Store` contract, its in-memory and DuckDB implementations, group commit, and
-the response journal (:mod:`troupe.storage.journal`) that makes a response durable before DuckDB has it.
+"""Storage: the store contract (:mod:`troupe.storage.contract`, one protocol per area), its DuckDB
+implementation (:mod:`troupe.storage.duckdb_store`, one module per area), the records and errors
+they pass (:mod:`troupe.storage.base`), group commit, and the response journal
+(:mod:`troupe.storage.journal`) that makes a response durable before DuckDB has it.
 
 Example::
 
@@ -9,56 +11,11 @@ Example::
     writer = GroupCommitWriter(store.write_responses)
 """
 
-from .base import (
-    EvalResultRecord,
-    EvalRunRecord,
-    Order,
-    Page,
-    PromptConflict,
-    QueryError,
-    QueryResult,
-    QueryTimeout,
-    ResponseFilter,
-    ResponseList,
-    ResponseRecord,
-    ResponseStats,
-    ResponseSummary,
-    RunRecord,
-    RunStep,
-    StepTrace,
-    StorageError,
-    Store,
-    StoreLocked,
-    Turn,
-)
+from . import base
+from .base import *  # noqa: F403 - the records and errors, as base.__all__ names them
+from .contract import Store
 from .duckdb_store import DuckDBStore
 from .group_commit import GroupCommitWriter
-from .memory import InMemoryStore
 from .schema import SCHEMA_VERSION
 
-__all__ = [
-    "DuckDBStore",
-    "EvalResultRecord",
-    "EvalRunRecord",
-    "GroupCommitWriter",
-    "InMemoryStore",
-    "Order",
-    "Page",
-    "PromptConflict",
-    "QueryError",
-    "QueryResult",
-    "QueryTimeout",
-    "ResponseFilter",
-    "ResponseList",
-    "ResponseRecord",
-    "ResponseStats",
-    "ResponseSummary",
-    "RunRecord",
-    "RunStep",
-    "SCHEMA_VERSION",
-    "StepTrace",
-    "StorageError",
-    "Store",
-    "StoreLocked",
-    "Turn",
-]
+__all__ = [*base.__all__, "DuckDBStore", "GroupCommitWriter", "SCHEMA_VERSION", "Store"]

@@ -1,30 +1,10 @@
-"""The store contract: responses, conversations and step traces, per tenant.
+"""The store's records and errors: what the contract (:mod:`troupe.storage.contract`) takes and returns.
 
-For the operator's console (:mod:`troupe.console`) it answers a few reads across the history:
-:meth:`Store.find_responses` (:class:`ResponseFilter` → :class:`ResponseSummary` rows),
-:meth:`Store.response_stats` (:class:`ResponseStats` of a time window) and
-:meth:`Store.thread_turns` (a conversation's :class:`Turn` objects). These may read every tenant
-at once (``tenant=None``): the console only asks so for an admin key.
-
-It also keeps batch evaluation runs and their per-sample results (:class:`EvalRunRecord`,
-:class:`EvalResultRecord`; written by ``troupe eval run``, see :mod:`troupe.eval`).
-
-Two implementations pass one conformance suite (``tests/unit/test_store_contract.py``):
-:class:`~troupe.storage.memory.InMemoryStore` and
-:class:`~troupe.storage.duckdb_store.DuckDBStore`. Methods are synchronous; the
-runtime calls them from one dedicated thread (DuckDB allows one writer), batching
-writes through :class:`~troupe.storage.group_commit.GroupCommitWriter`.
-
-Every method takes the ``tenant`` (the API key's tenant, ``""`` when auth is
-off): a tenant never sees another tenant's objects, which look exactly like
-unknown ids.
-
-Lists page the way the OpenAI API does: ``after`` is the id of
-the last item of the previous page (exclusive), ``limit`` 1–100, ``order``
-``asc`` or ``desc`` (default ``desc``), and a :class:`Page` says ``has_more``.
-
-Read-only SQL (:meth:`Store.run_sql`, for ``troupe sql`` and ``POST /v1/troupe/sql``) spans
-every tenant: it is an operator's tool.
+Records: responses (:class:`ResponseRecord`, with :class:`StepTrace` rows), durable runs
+(:class:`RunRecord`, :class:`RunStep`), console reads (:class:`ResponseFilter` →
+:class:`ResponseSummary` rows, :class:`ResponseStats`, :class:`Turn`), evaluation runs
+(:class:`EvalRunRecord`, :class:`EvalResultRecord`), read-only SQL (:class:`QueryResult`) and
+list pages (:class:`Page`). The methods that use them are the area protocols'.
 
 Errors::
 
@@ -38,7 +18,6 @@ Errors::
 
 from __future__ import annotations
 
-import abc
 import base64
 import datetime
 import math
@@ -66,7 +45,6 @@ __all__ = [
     "RunStep",
     "StepTrace",
     "StorageError",
-    "Store",
     "StoreLocked",
     "json_value",
     "Turn",
@@ -76,9 +54,9 @@ __all__ = [
 Order = Literal["asc", "desc"]
 
 DEFAULT_MAX_ROWS = 10_000
-"""The most rows a read-only SQL query returns unless told otherwise (:meth:`Store.run_sql`)."""
+"""The most rows a read-only SQL query returns unless told otherwise (:meth:`~troupe.storage.contract.Console.run_sql`)."""
 DEFAULT_TIMEOUT_S = 10.0
-"""How long a read-only SQL query may run unless told otherwise (:meth:`Store.run_sql`)."""
+"""How long a read-only SQL query may run unless told otherwise (:meth:`~troupe.storage.contract.Console.run_sql`)."""
 
 
 class StorageError(Exception):
@@ -99,7 +77,7 @@ class QueryTimeout(QueryError):
 
 
 class PromptConflict(StorageError):
-    """A prompt update from a version that is not its latest (:meth:`Store.update_prompt`): another
+    """A prompt update from a version that is not its latest (:meth:`~troupe.storage.contract.Prompts.update_prompt`): another
     update came first. Picklable: ``latest`` travels with the message."""
 
     def __init__(self, message: str, latest: int) -> None:
@@ -154,7 +132,7 @@ class Page:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueryResult:
-    """What a read-only SQL query answered (:meth:`Store.run_sql`)."""
+    """What a read-only SQL query answered (:meth:`~troupe.storage.contract.Console.run_sql`)."""
 
     columns: list[str]
     """The column names, in order (two columns may share a name)."""
@@ -297,12 +275,14 @@ class ResponseSummary:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseFilter:
-    """Which stored responses :meth:`Store.find_responses` returns; every field set narrows it."""
+    """Which stored responses :meth:`~troupe.storage.contract.Console.find_responses` returns; every field set narrows it."""
 
     tenant: str | None = None
     """One tenant's responses; None: every tenant's (an operator's view)."""
     model: str | None = None
+    """The model the Response names."""
     status: str | None = None
+    """The Response's final status (``completed``, ``failed``, …)."""
     since: float | None = None
     """Created at or after (Unix seconds)."""
     until: float | None = None
@@ -314,7 +294,7 @@ class ResponseFilter:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseList:
-    """One page of :meth:`Store.find_responses`."""
+    """One page of :meth:`~troupe.storage.contract.Console.find_responses`."""
 
     data: list[ResponseSummary]
     has_more: bool
@@ -322,7 +302,7 @@ class ResponseList:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseStats:
-    """What the responses that ended in a time window add up to (:meth:`Store.response_stats`)."""
+    """What the responses that ended in a time window add up to (:meth:`~troupe.storage.contract.Console.response_stats`)."""
 
     since: float
     until: float
@@ -341,7 +321,7 @@ class ResponseStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Turn:
-    """One response of a thread, with its items (:meth:`Store.thread_turns`)."""
+    """One response of a thread, with its items (:meth:`~troupe.storage.contract.Console.thread_turns`)."""
 
     summary: ResponseSummary
     input_items: list[dict[str, Any]]
@@ -373,7 +353,7 @@ class RunRecord:
     """The create request's body (what a parser accepts again), without its credentials
     (:func:`troupe.storage.credentials.withhold`): they never reach disk in plain text."""
     attempt: int = 0
-    """How many times the run was resumed after its host died (:meth:`Store.claim_run`)."""
+    """How many times the run was resumed after its host died (:meth:`~troupe.storage.contract.Responses.claim_run`)."""
     credentials: str | None = None
     """What the row keeps of the credentials :attr:`request` was stripped of
     (:mod:`troupe.storage.credentials`): None, it carried none; ``in-memory``, nothing (the
@@ -462,292 +442,3 @@ class EvalResultRecord:
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.run_id, self.case_id, self.sample)
-
-
-class Store(abc.ABC):
-    """Where responses, conversations and traces live."""
-
-    # -- responses ---------------------------------------------------------------
-
-    @abc.abstractmethod
-    def write_responses(self, records: Sequence[ResponseRecord]) -> None:
-        """Store finished responses, atomically (all or none).
-
-        Each record writes the response, its input items, its output items, its
-        step traces and, for a conversation response, appends input then output
-        items to the conversation (in that order, after its existing items).
-
-        All or none is what lets the group commit writer isolate a record the
-        store refuses: it writes the rest of a failed batch again, in parts.
-
-        Raises:
-            StorageError: nothing was written.
-        """
-
-    @abc.abstractmethod
-    def get_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
-        """The stored Response JSON, or None if unknown (or another tenant's)."""
-
-    @abc.abstractmethod
-    def get_thread_id(self, tenant: str, response_id: str) -> str | None:
-        """The thread a stored response belongs to, or None if unknown."""
-
-    @abc.abstractmethod
-    def delete_response(self, tenant: str, response_id: str) -> bool:
-        """Delete a response and its items/traces; False if unknown.
-
-        Conversation items it appended stay in the conversation.
-        """
-
-    @abc.abstractmethod
-    def list_responses(
-        self, tenant: str, *, model: str | None = None, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        """Stored responses (full Response JSON), by creation time, optionally of one model."""
-
-    @abc.abstractmethod
-    def find_responses(self, where: ResponseFilter, *, after: str | None = None, limit: int = 50) -> ResponseList:
-        """Summaries of the stored responses ``where`` selects, newest ``created_at`` first.
-
-        Args:
-            where: the filter; ``where.tenant`` None reads every tenant (the console asks so
-                only for an admin key).
-            after: the id of the last summary of the previous page (exclusive); an id the
-                filter's tenant(s) do not have gives an empty page.
-            limit: 1 or more.
-
-        Returns:
-            The page, and whether more follow.
-        """
-
-    @abc.abstractmethod
-    def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
-        """What the responses that ended in ``[since, until)`` (Unix seconds) add up to; of every
-        tenant when ``tenant`` is None."""
-
-    @abc.abstractmethod
-    def thread_turns(self, tenant: str, thread_id: str, *, limit: int = 100) -> list[Turn]:
-        """The first ``limit`` stored responses of a thread (their ``thread_id``: a conversation
-        id, or the id a ``previous_response_id`` chain shares), oldest first, each with its input
-        and output items ([] for an unknown thread)."""
-
-    @abc.abstractmethod
-    def list_input_items(
-        self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None:
-        """A response's input items; None if the response is unknown."""
-
-    @abc.abstractmethod
-    def chain_items(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        """History for ``previous_response_id=response_id``.
-
-        The input and output items of every response of the chain ending at
-        ``response_id`` (following ``previous_response_id`` links back to the
-        first, or to a deleted link), oldest first: for each response its input
-        items then its output items. None if ``response_id`` is unknown.
-        """
-
-    @abc.abstractmethod
-    def response_events(self, tenant: str, response_id: str) -> list[dict[str, Any]] | None:
-        """A stored response's event log (:attr:`ResponseRecord.events`), as its wire events in
-        order; None if it kept none."""
-
-    @abc.abstractmethod
-    def prune_event_logs(self, ended_before: float) -> int:
-        """Drop the event logs of responses that ended before ``ended_before`` (Unix seconds); how many."""
-
-    # -- background runs ---------------------------------------------------------
-
-    def start_run(self, run: RunRecord) -> None:
-        """Record a durable run as accepted; :meth:`write_responses` of its response ends it."""
-        self.write_run_progress([run])
-
-    @abc.abstractmethod
-    def end_run(self, tenant: str, response_id: str) -> None:
-        """Forget a run whose response will never be stored (its request was refused)."""
-
-    @abc.abstractmethod
-    def get_run(self, tenant: str, response_id: str) -> RunRecord | None:
-        """The run of ``response_id`` if it has not been stored yet."""
-
-    @abc.abstractmethod
-    def unfinished_runs(self) -> list[RunRecord]:
-        """Every run whose response is not stored yet, oldest first."""
-
-    @abc.abstractmethod
-    def claim_run(self, tenant: str, response_id: str, attempt: int) -> RunRecord | None:
-        """Take a lost run over to resume it: its record with ``attempt + 1``, if its attempt
-        is still ``attempt``; None if another caller took it first (or it has ended)."""
-
-    def checkpoint_run(self, step: RunStep) -> None:
-        """Append a step of a run (one with a ``runs`` row); each ``seq`` is written once."""
-        self.write_run_progress([step])
-
-    @abc.abstractmethod
-    def write_run_progress(self, items: Sequence[RunRecord | RunStep]) -> None:
-        """Start runs (a :class:`RunRecord` each) and append their steps (:class:`RunStep`), in one
-        transaction: all or none (many runs' checkpoints are committed together).
-
-        Raises:
-            StorageError: nothing of ``items`` was written.
-        """
-
-    @abc.abstractmethod
-    def run_steps(self, tenant: str, response_id: str) -> list[RunStep]:
-        """A run's steps in ``seq`` order ([] if it has none)."""
-
-    @abc.abstractmethod
-    def step_traces(self, tenant: str, response_id: str) -> list[StepTrace]:
-        """A response's step traces in ``seq`` order ([] if unknown)."""
-
-    # -- conversations -----------------------------------------------------------
-
-    @abc.abstractmethod
-    def create_conversation(self, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]) -> None:
-        """Store a new ``Conversation`` object (``{"id", "object", "created_at", "metadata"}``) and its first items."""
-
-    @abc.abstractmethod
-    def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
-        """The Conversation object, or None."""
-
-    @abc.abstractmethod
-    def update_conversation(self, tenant: str, conversation_id: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-        """Replace its metadata; the updated Conversation, or None if unknown."""
-
-    @abc.abstractmethod
-    def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
-        """Delete a conversation and its items; False if unknown."""
-
-    @abc.abstractmethod
-    def add_conversation_items(self, tenant: str, conversation_id: str, items: Sequence[dict[str, Any]]) -> bool:
-        """Append items (each with an ``id``) after the existing ones; False if the conversation is unknown."""
-
-    @abc.abstractmethod
-    def list_conversation_items(
-        self, tenant: str, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page | None:
-        """A page of the conversation's items in append order; None if unknown."""
-
-    @abc.abstractmethod
-    def get_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-        """One item, or None if the conversation or the item is unknown."""
-
-    @abc.abstractmethod
-    def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
-        """Remove one item; False if the conversation or the item is unknown."""
-
-    @abc.abstractmethod
-    def conversation_items(self, tenant: str, conversation_id: str) -> list[dict[str, Any]] | None:
-        """Every item of the conversation in append order (the loop's history); None if unknown."""
-
-    # -- prompts -------------------------------------------------------------------
-    # A prompt and each of its versions as the Prompts API shows them (``troupe.protocol.prompts.
-    # prompt_object``): ``{"id", "object": "prompt", "version", "created_at", "prompt",
-    # "messages", "variables", "is_default"}``. ``content`` is ``{"prompt", "messages", "variables"}``.
-
-    @abc.abstractmethod
-    def create_prompt(self, tenant: str, prompt_id: str, content: dict[str, Any], created_at: float) -> dict[str, Any]:
-        """Store a new prompt with ``content`` as its version 1, the default; that version.
-
-        Raises:
-            StorageError: the id is taken (for this tenant), or the content is not JSON.
-        """
-
-    @abc.abstractmethod
-    def get_prompt(self, tenant: str, prompt_id: str, version: int | None = None) -> dict[str, Any] | None:
-        """A version of a prompt (None: its default version); None if either is unknown."""
-
-    @abc.abstractmethod
-    def list_prompts(self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc") -> Page:
-        """The tenant's prompts, each as its default version, by the prompt's creation time
-        (``after``: a prompt id; an unknown one gives an empty page)."""
-
-    @abc.abstractmethod
-    def update_prompt(
-        self, tenant: str, prompt_id: str, content: dict[str, Any], *, from_version: int, set_default: bool,
-        created_at: float,
-    ) -> dict[str, Any] | None:  # fmt: skip
-        """Add a version (the latest + 1) with ``content``, the default if ``set_default``; that
-        version. None if the prompt is unknown.
-
-        Raises:
-            PromptConflict: ``from_version`` is not the latest version (another update came
-                first); nothing was written.
-        """
-
-    @abc.abstractmethod
-    def set_default_prompt_version(self, tenant: str, prompt_id: str, version: int) -> dict[str, Any] | None:
-        """Make ``version`` the prompt's default; that version. None if the prompt or the version is unknown."""
-
-    @abc.abstractmethod
-    def delete_prompt(self, tenant: str, prompt_id: str) -> bool:
-        """Delete a prompt and all its versions; False if unknown."""
-
-    @abc.abstractmethod
-    def list_prompt_versions(self, tenant: str, prompt_id: str) -> list[dict[str, Any]] | None:
-        """Every version of a prompt, oldest first; None if the prompt is unknown."""
-
-    # -- evaluation runs -----------------------------------------------------------
-    # Not per tenant: evaluation is an operator's tool. The responses a run stores
-    # belong to the tenant the run used (``""``).
-
-    @abc.abstractmethod
-    def put_eval_run(self, run: EvalRunRecord) -> None:
-        """Create the run, or replace the stored row of the same ``run_id`` (its results stay).
-
-        Raises:
-            StorageError: a value is not storable (e.g. ``options`` not JSON).
-        """
-
-    @abc.abstractmethod
-    def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
-        """The run, or None if unknown."""
-
-    @abc.abstractmethod
-    def list_eval_runs(self) -> list[EvalRunRecord]:
-        """Every run, newest ``created_at`` first."""
-
-    @abc.abstractmethod
-    def write_eval_results(self, results: Sequence[EvalResultRecord]) -> None:
-        """Store results atomically (all or none).
-
-        A result with the same ``(run_id, case_id, sample)`` as a stored one (or as
-        an earlier one of the same batch) replaces it: a sample has one result.
-
-        Raises:
-            StorageError: nothing was written.
-        """
-
-    @abc.abstractmethod
-    def eval_results(self, run_id: str) -> list[EvalResultRecord]:
-        """A run's results ordered by ``(case_id, sample)``; [] if the run has none."""
-
-    # -- read-only SQL -------------------------------------------------------------
-
-    @abc.abstractmethod
-    def run_sql(
-        self, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float | None = DEFAULT_TIMEOUT_S
-    ) -> QueryResult:
-        """Run one read-only SQL statement over everything stored (every tenant's).
-
-        Args:
-            sql: one SELECT (also ``WITH …``, ``FROM …``, ``VALUES``), DESCRIBE, SHOW,
-                SUMMARIZE, or EXPLAIN [ANALYZE] of one of those; a trailing ``;`` is fine.
-            max_rows: the most rows returned; a query with more sets ``truncated``.
-            timeout_s: the query is interrupted once it has run this long; None: never.
-
-        Returns:
-            The columns, their types and the rows.
-
-        Raises:
-            QueryTimeout: the query ran past ``timeout_s``.
-            QueryError: not exactly one read-only statement, or the database rejected it
-                (or this store cannot run SQL at all).
-            StorageError: the store failed (closed, I/O).
-            ValueError: ``max_rows`` < 1 or ``timeout_s`` <= 0.
-        """
-
-    # -- lifecycle ---------------------------------------------------------------
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources (files, connections)."""

@@ -50,7 +50,24 @@ class WriterStopped(StorageError):
     """The writer stopped (closed, or its task cancelled at loop teardown) before writing the record."""
 
 
-class GroupCommitWriter(Generic[R]):
+class FlusherTask:
+    """The part of a writer's life its flusher task has: started on the first record, woken by
+    ``_wakeup``, writing what is queued until ``_closing`` (:class:`GroupCommitWriter`,
+    :class:`~troupe.storage.journal.JournaledWriter`)."""
+
+    _wakeup: asyncio.Event
+    _closing: bool
+    _flusher: asyncio.Task[None] | None
+
+    async def _stop_flusher(self) -> None:
+        """Have the flusher write everything queued and end; return once it has (idempotent)."""
+        self._closing = True
+        self._wakeup.set()
+        if self._flusher is not None:
+            await self._flusher
+
+
+class GroupCommitWriter(FlusherTask, Generic[R]):
     """Batches record writes (``ResponseRecord`` s, usually); bound to the event loop of its first ``submit``.
 
     Args:
@@ -154,10 +171,7 @@ class GroupCommitWriter(Generic[R]):
 
     async def close(self) -> None:
         """Write everything queued, then stop (idempotent); later ``submit`` calls raise StorageError."""
-        self._closing = True
-        self._wakeup.set()
-        if self._flusher is not None:
-            await self._flusher
+        await self._stop_flusher()
         if self._owns_executor:
             # Off the loop: shutdown waits for run_sync calls still running.
             await asyncio.to_thread(self._executor.shutdown, wait=True)

@@ -55,7 +55,7 @@ from dataclasses import fields
 from typing import Any, Protocol, TypeVar
 
 from .base import ResponseRecord, StepTrace, StorageError
-from .group_commit import GroupCommitWriter, WriterStopped
+from .group_commit import FlusherTask, GroupCommitWriter, WriterStopped
 
 __all__ = [
     "Journal",
@@ -354,7 +354,7 @@ class Journal:
                 self._lock_fd = None
 
 
-class JournaledWriter:
+class JournaledWriter(FlusherTask):
     """Responses durable in a :class:`Journal`, stored in DuckDB behind; bound to one event loop.
 
     The same interface as :class:`~troupe.storage.group_commit.GroupCommitWriter` (``submit``,
@@ -444,10 +444,7 @@ class JournaledWriter:
 
     async def close(self) -> None:
         """Journal and store everything submitted, then stop (idempotent)."""
-        self._closing = True
-        self._wakeup.set()
-        if self._flusher is not None:
-            await self._flusher
+        await self._stop_flusher()
         while self._applying:
             await self.drain()
         await self._applier.close()

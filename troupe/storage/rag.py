@@ -51,6 +51,8 @@ from troupe.rag.records import IndexedFile, IngestTicket
 
 from . import rag_search
 from .base import Order, Page, StorageError
+from .contract import Files
+from .duckdb_store.connection import transaction
 from .file_bytes import FileBytes
 
 __all__ = ["IngestTicket", "IndexedFile", "RagStore"]
@@ -63,6 +65,11 @@ _COUNTS = (
     " count(f.file_id) FILTER (WHERE f.status = 'failed'), count(f.file_id) FILTER (WHERE f.status = 'cancelled'),"
     " coalesce(sum(f.usage_bytes), 0)"
 )
+_FILE_BY_ID = "SELECT id, created_at, filename, purpose, bytes, expires_at FROM files WHERE tenant = ? AND id = ?"
+_STORE_BY_ID = (
+    f"SELECT {_STORE_COLUMNS}, {_COUNTS} FROM vector_stores s LEFT JOIN vector_store_files f"
+    " ON f.tenant = s.tenant AND f.vector_store_id = s.id WHERE s.tenant = ? AND s.id = ? GROUP BY ALL"
+)
 _STORE_FILE_COLUMNS = "file_id, vector_store_id, created_at, status, last_error, attributes, chunking, usage_bytes"
 
 
@@ -74,25 +81,14 @@ def not_found(kind: str, object_id: str, param: str) -> NotFound:
     return NotFound(f"No {kind} found with id '{object_id}'.", param=param)
 
 
-class RagStore:
-    """The files and vector stores of one DuckDB database (module docstring).
+class RagStore(Files):
+    """The files and vector stores of one DuckDB database (module docstring); its methods are
+    documented on :class:`~troupe.storage.contract.Files`.
 
     Args:
         cursor: opens a new connection to the database (``DuckDBStore.cursor``).
         path: the database file (``:memory:``): where the files' bytes go.
     """
-
-    WRITES = frozenset({
-        "create_file", "delete_file", "create_vector_store", "update_vector_store", "delete_vector_store",
-        "add_files", "update_store_file", "delete_store_file", "cancel_batch",
-        "complete_ingest", "fail_ingest", "touch", "unfinished_ingests",
-    })  # fmt: skip
-    """The methods that write (all calls run on one thread, in order; these are the ones that change state)."""
-    READS = frozenset({
-        "get_file", "list_files", "file_content", "get_vector_store", "list_vector_stores", "get_store_file",
-        "list_store_files", "store_file_chunks", "get_batch", "search_models", "search", "ingest_trace",
-    })  # fmt: skip
-    """The methods that only read."""
 
     def __init__(self, cursor: Callable[[], duckdb.DuckDBPyConnection], path: str) -> None:
         self._files = FileBytes.beside(path)
@@ -108,21 +104,11 @@ class RagStore:
 
     @contextmanager
     def _tx(self, on_commit: list[Callable[[], None]] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The write connection inside BEGIN … COMMIT; errors roll back (DuckDB's as StorageError)."""
+        """The write connection inside the store's :func:`~troupe.storage.duckdb_store.transaction`
+        (errors roll back; DuckDB's become StorageError); then ``on_commit``, and a checkpoint if due."""
         with self._write_lock:
-            conn = self._writer
-            conn.execute("BEGIN TRANSACTION")
-            try:
+            with transaction(self._writer) as conn:
                 yield conn
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                try:
-                    conn.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
-                if isinstance(exc, duckdb.Error):
-                    raise StorageError(f"DuckDB: {exc}") from exc
-                raise
             for callback in on_commit or ():
                 callback()
             self._checkpoint_if_due(conn)
@@ -159,6 +145,11 @@ class RagStore:
     def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._rows(sql, params)[0][0]
 
+    def _one(self, sql: str, params: Sequence[Any], build: Callable[[tuple[Any, ...]], dict[str, Any]]) -> Any:
+        """The object ``build`` makes of the first row of ``sql``; None without rows."""
+        rows = self._rows(sql, params)
+        return build(rows[0]) if rows else None
+
     def close(self) -> None:
         with self._write_lock:
             self._writer.close()
@@ -191,8 +182,6 @@ class RagStore:
     # -- files ---------------------------------------------------------------------
 
     def create_file(self, tenant: str, file: dict[str, Any], data: bytes) -> dict[str, Any]:
-        """Store an upload: ``file`` is its object (``id``, ``filename``, ``purpose``, ``created_at``,
-        ``expires_at``); the bytes go to disk first (:mod:`troupe.storage.file_bytes`)."""
         self._files.write(file["id"], data)
         row = [tenant, file["id"], file["created_at"], file["filename"], file["purpose"], len(data),
                hashlib.sha256(data).hexdigest(), file.get("expires_at")]  # fmt: skip
@@ -201,11 +190,7 @@ class RagStore:
         return _file_object(tuple(row[1:6]) + (row[7],))
 
     def get_file(self, tenant: str, file_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
-            "SELECT id, created_at, filename, purpose, bytes, expires_at FROM files WHERE tenant = ? AND id = ?",
-            [tenant, file_id],
-        )
-        return _file_object(rows[0]) if rows else None
+        return self._one(_FILE_BY_ID, [tenant, file_id], _file_object)
 
     def list_files(
         self, tenant: str, *, purpose: str | None = None, after: str | None = None, limit: int = 10_000,
@@ -222,12 +207,10 @@ class RagStore:
         return self._page(sql, params, anchor, [tenant], after, None, limit, order, build)
 
     def file_content(self, tenant: str, file_id: str) -> tuple[str, bytes] | None:
-        """``(filename, bytes)`` of a file; None if there is none."""
         rows = self._rows("SELECT filename FROM files WHERE tenant = ? AND id = ?", [tenant, file_id])
         return (rows[0][0], self._files.read(file_id)) if rows else None
 
     def delete_file(self, tenant: str, file_id: str) -> bool:
-        """Delete a file, and take it out of every vector store that holds it."""
         with self._tx() as conn:
             found = conn.execute("DELETE FROM files WHERE tenant = ? AND id = ? RETURNING id", [tenant, file_id]).fetchall()
             attached = conn.execute(
@@ -244,8 +227,6 @@ class RagStore:
     # -- vector stores -------------------------------------------------------------
 
     def create_vector_store(self, tenant: str, store: dict[str, Any], *, embedding_model: str) -> None:
-        """Create a store: ``store`` holds ``id``, ``created_at``, ``name``, ``description``,
-        ``metadata`` and ``expires_after``; its chunks will be embedded by ``embedding_model``."""
         key = self._next_store_key
         with self._tx([lambda: setattr(self, "_next_store_key", key + 1)]) as conn:
             conn.execute(
@@ -256,12 +237,7 @@ class RagStore:
             )  # fmt: skip
 
     def get_vector_store(self, tenant: str, vector_store_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
-            f"SELECT {_STORE_COLUMNS}, {_COUNTS} FROM vector_stores s LEFT JOIN vector_store_files f"
-            " ON f.tenant = s.tenant AND f.vector_store_id = s.id WHERE s.tenant = ? AND s.id = ? GROUP BY ALL",
-            [tenant, vector_store_id],
-        )
-        return _store_object(rows[0]) if rows else None
+        return self._one(_STORE_BY_ID, [tenant, vector_store_id], _store_object)
 
     def list_vector_stores(
         self, tenant: str, *, after: str | None = None, before: str | None = None, limit: int = 20,
@@ -274,7 +250,6 @@ class RagStore:
         return self._page(sql, [tenant], anchor, [tenant], after, before, limit, order, lambda r: _store_object(r[2:]))
 
     def update_vector_store(self, tenant: str, vector_store_id: str, changes: dict[str, Any]) -> dict[str, Any] | None:
-        """Apply ``changes`` (any of ``name``, ``metadata``, ``expires_after``); the store, or None."""
         sets, params = ["last_active_at = ?"], [time.time()]
         for column in ("name", "metadata", "expires_after"):
             if column in changes:
@@ -305,7 +280,6 @@ class RagStore:
         return True
 
     def touch(self, tenant: str, vector_store_ids: Sequence[str]) -> None:
-        """Mark stores active now (``last_active_at``, what ``expires_after`` counts from)."""
         with self._tx() as conn:
             conn.execute(
                 "UPDATE vector_stores SET last_active_at = ? WHERE tenant = ? AND id = ANY(?)",
@@ -317,16 +291,6 @@ class RagStore:
     def add_files(
         self, tenant: str, vector_store_id: str, entries: Sequence[dict[str, Any]], *, batch: dict[str, Any] | None = None
     ) -> list[IngestTicket]:
-        """Attach files (each entry: ``file_id``, ``attributes``, ``chunking`` as
-        :func:`~troupe.rag.wire.chunking_strategy` gives it) ``in_progress``; a file already
-        attached is ingested again. ``batch``: a new batch (``id``, ``created_at``) they belong to.
-
-        Returns:
-            One ticket per file, for its ingestion task.
-
-        Raises:
-            NotFound: the store, or one of the files, does not exist (nothing is attached).
-        """
         now = time.time()
         tickets = []
         with self._tx() as conn:
@@ -374,13 +338,6 @@ class RagStore:
         return tickets
 
     def unfinished_ingests(self) -> list[IngestTicket]:
-        """Every attached file still ``in_progress``, taken over for a new ingestion: after a
-        start, its task died with the server that ran it. Each gets a new token, so a task of
-        the old one that still reports is ignored (reports carry their ticket's token).
-
-        Returns:
-            One ticket per such file, for its new ingestion task.
-        """
         tickets = []
         with self._tx() as conn:
             rows = conn.execute(
@@ -406,18 +363,17 @@ class RagStore:
         return tickets
 
     def get_store_file(self, tenant: str, vector_store_id: str, file_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
+        return self._one(
             f"SELECT {_STORE_FILE_COLUMNS} FROM vector_store_files WHERE tenant = ? AND vector_store_id = ?"
             " AND file_id = ?",
             [tenant, vector_store_id, file_id],
+            _store_file_object,
         )
-        return _store_file_object(rows[0]) if rows else None
 
     def list_store_files(
         self, tenant: str, vector_store_id: str, *, batch_id: str | None = None, status: str | None = None,
         after: str | None = None, before: str | None = None, limit: int = 20, order: Order = "desc",
     ) -> Page | None:  # fmt: skip
-        """A store's files (or a batch's), optionally of one ``status``; None: no such store (or batch)."""
         if batch_id is not None:
             if self.get_batch(tenant, vector_store_id, batch_id) is None:
                 return None
@@ -446,7 +402,6 @@ class RagStore:
         return self.get_store_file(tenant, vector_store_id, file_id) if found else None
 
     def delete_store_file(self, tenant: str, vector_store_id: str, file_id: str) -> bool:
-        """Take a file out of a store (the file itself stays)."""
         with self._tx() as conn:
             found = conn.execute(
                 "DELETE FROM vector_store_files WHERE tenant = ? AND vector_store_id = ? AND file_id = ? RETURNING chunks",
@@ -457,7 +412,6 @@ class RagStore:
         return bool(found)
 
     def store_file_chunks(self, tenant: str, vector_store_id: str, file_id: str) -> list[str] | None:
-        """The texts of a store file's chunks, in order; None: no such file in the store."""
         if self.get_store_file(tenant, vector_store_id, file_id) is None:
             return None
         rows = self._rows(
@@ -468,7 +422,7 @@ class RagStore:
         return [r[0] for r in rows]
 
     def get_batch(self, tenant: str, vector_store_id: str, batch_id: str) -> dict[str, Any] | None:
-        rows = self._rows(
+        return self._one(
             "SELECT b.id, b.vector_store_id, b.created_at, b.cancelled, count(f.file_id) FILTER (WHERE f.status ="
             " 'in_progress'), count(f.file_id) FILTER (WHERE f.status = 'completed'), count(f.file_id) FILTER"
             " (WHERE f.status = 'failed'), count(f.file_id) FILTER (WHERE f.status = 'cancelled')"
@@ -476,12 +430,10 @@ class RagStore:
             " AND f.vector_store_id = b.vector_store_id AND f.batch_id = b.id"
             " WHERE b.tenant = ? AND b.vector_store_id = ? AND b.id = ? GROUP BY ALL",
             [tenant, vector_store_id, batch_id],
+            _batch_object,
         )
-        return _batch_object(rows[0]) if rows else None
 
     def cancel_batch(self, tenant: str, vector_store_id: str, batch_id: str) -> dict[str, Any] | None:
-        """Cancel a batch: its files still in progress become ``cancelled`` (their tasks' reports
-        are then ignored); the batch, or None."""
         with self._tx() as conn:
             found = conn.execute(
                 "UPDATE vector_store_file_batches SET cancelled = true WHERE tenant = ? AND vector_store_id = ?"
@@ -501,11 +453,6 @@ class RagStore:
     def complete_ingest(
         self, ticket: IngestTicket, indexed: IndexedFile, *, started_at: float, ended_at: float, worker: str
     ) -> bool:
-        """Store a file's chunks and mark it ``completed``, in one transaction (its previous
-        chunks, if it was ingested before, replaced); False, and nothing written, when the
-        ticket is stale. A store's first chunks fix its dimension; chunks of another
-        dimension fail the file instead. ``started_at``, ``ended_at``, ``worker``: when and
-        where its task ran (one transaction per file: a start recorded apart cost as much again)."""
         ran = (started_at, ended_at, worker)
         dims = int(indexed.vectors.shape[1]) if indexed.vectors.ndim == 2 else 0
         first = self._next_chunk_id
@@ -542,7 +489,6 @@ class RagStore:
         self, ticket: IngestTicket, code: str, message: str, *, started_at: float | None, ended_at: float,
         worker: str | None,
     ) -> bool:  # fmt: skip
-        """Mark a file ``failed`` with ``last_error`` (its chunks, if any, dropped); False if the ticket is stale."""
         with self._tx() as conn:
             row = self._live_row(conn, ticket)
             if row is None:
@@ -551,8 +497,6 @@ class RagStore:
         return True
 
     def ingest_trace(self, tenant: str, vector_store_id: str) -> list[dict[str, Any]]:
-        """Each file's ingestion: ``file_id``, ``status``, ``chunks``, ``started_at``, ``ended_at``,
-        ``worker`` (where its task ran), in order of start (for tests and analytics)."""
         rows = self._rows(
             "SELECT file_id, status, chunks, started_at, ended_at, worker FROM vector_store_files"
             " WHERE tenant = ? AND vector_store_id = ? ORDER BY started_at NULLS LAST, file_id",
@@ -648,11 +592,6 @@ class RagStore:
     # -- search ------------------------------------------------------------------------
 
     def search_models(self, tenant: str, vector_store_ids: Sequence[str]) -> dict[str, str]:
-        """Each store's embedder: ``{store id: embedding model}``.
-
-        Raises:
-            NotFound: one of the stores does not exist.
-        """
         found = dict(self._rows(
             "SELECT id, embedding_model FROM vector_stores WHERE tenant = ? AND id = ANY(?)",
             [tenant, list(vector_store_ids)],
@@ -667,17 +606,6 @@ class RagStore:
         vectors: dict[str, list[np.ndarray]], filters: dict[str, Any] | None, options: wire.RankingOptions,
         max_num_results: int,
     ) -> list[dict[str, Any]]:  # fmt: skip
-        """Hybrid search (:mod:`troupe.rag.fusion`) of completed files' chunks in the stores.
-
-        Args:
-            term_hashes: per query, its terms' hashes (:func:`troupe.rag.text.term_hash`).
-            vectors: per embedding model, the query vectors it gave (one per query).
-            filters: an attribute filter (checked by :func:`troupe.rag.wire.check_filters`).
-
-        Returns:
-            The best chunks, best first: ``vector_store_id``, ``file_id``, ``filename``,
-            ``chunk_index``, ``text``, ``score`` (in [0, 1]), ``attributes``.
-        """
         stores = self._rows(
             "SELECT id, key, embedding_model, dimensions FROM vector_stores WHERE tenant = ? AND id = ANY(?)",
             [tenant, list(vector_store_ids)],

@@ -1,13 +1,15 @@
-"""Where :class:`~troupe.storage.rag.RagStore` calls run: one thread of their own.
+"""Where the files and vector stores' calls run: a :class:`~troupe.storage.rag.RagStore` on a
+thread of its own.
 
 The thread uses the RagStore's own DuckDB connection, so no call waits for the responses
 the main store's thread is writing, nor holds them up. Calls run in order: a read issued
-after a write returned sees it.
+after a write returned sees it. The async store (:mod:`troupe.actors.store_client`) sends
+every :class:`~troupe.storage.contract.Files` method here.
 
 Example::
 
     rag = RagExecutor.over(duckdb_store)
-    await rag.call("get_file", "", "file-abc")
+    await rag.run(functools.partial(rag.rag.get_file, "", "file-abc"))
     await rag.close()
 """
 
@@ -15,17 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
-from .base import StorageError, Store
+from .base import StorageError
+from .contract import Store
 from .rag import RagStore
 
 __all__ = ["RagExecutor"]
 
+T = TypeVar("T")
+
 
 class RagExecutor:
-    """Runs a :class:`RagStore`'s methods by name, off the event loop (module docstring)."""
+    """Runs calls of a :class:`RagStore` off the event loop, one at a time, in order."""
 
     def __init__(self, rag: RagStore) -> None:
         self.rag = rag
@@ -43,15 +48,8 @@ class RagExecutor:
             raise StorageError("files and vector stores need the DuckDB store")
         return cls(RagStore(cursor, store.path))  # type: ignore[attr-defined]
 
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``RagStore.<method>(*args, **kwargs)`` on its thread; what it returned or raised.
-
-        Raises:
-            StorageError: no such method (only :attr:`RagStore.WRITES` and :attr:`RagStore.READS` are callable).
-        """
-        if method not in RagStore.WRITES and method not in RagStore.READS:
-            raise StorageError(f"no vector store call named {method!r}")
-        fn = functools.partial(getattr(self.rag, method), *args, **kwargs)
+    async def run(self, fn: Callable[[], T]) -> T:
+        """``fn()`` (a call of :attr:`rag`) on its thread; what it returned or raised."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn)
 
     async def close(self) -> None:

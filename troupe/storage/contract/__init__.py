@@ -1,0 +1,83 @@
+"""The store contract, one small protocol per area, each in its own module.
+
+==================  =====================================  ==========================================
+area                protocol                               DuckDB implementation
+==================  =====================================  ==========================================
+responses and runs  :class:`.responses.Responses`          ``duckdb_store.responses.ResponseTables``
+conversations       :class:`.conversations.Conversations`  ``duckdb_store.conversations.ConversationTables``
+prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompts.PromptTables``
+evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
+console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
+files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
+==================  =====================================  ==========================================
+
+The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
+first five over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+stores over a connection of its own. Every caller reaches them through the async store client
+(:mod:`troupe.actors.store_client`), which forwards any method named here, with its own
+arguments, to the thread that runs its area (and across Ray through the storage actor's one
+``call``): a new store method is written in its protocol and in DuckDB, nowhere else.
+
+Every method takes the ``tenant`` (the API key's tenant, ``""`` when auth is off) unless it is
+an operator's (evaluation, SQL, ``tenant=None`` reads): a tenant never sees another tenant's
+objects, which look exactly like unknown ids. Lists page the way the OpenAI API does: ``after``
+is the id of the last item of the previous page (exclusive), ``limit`` 1–100, ``order`` ``asc``
+or ``desc`` (default ``desc``), and a :class:`~troupe.storage.base.Page` says ``has_more``.
+Errors are those of :mod:`troupe.storage.base` (``StorageError`` and its kinds).
+
+The conformance suite, ``tests/unit/test_store_contract.py``, runs on DuckDB in memory and on a file.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .console import Console
+from .conversations import Conversations
+from .evaluation import Evaluation
+from .files import Files
+from .prompts import Prompts
+from .responses import Responses
+
+__all__ = [
+    "Console",
+    "Conversations",
+    "Evaluation",
+    "FILES_METHODS",
+    "Files",
+    "Prompts",
+    "Responses",
+    "STORE_METHODS",
+    "Store",
+    "WRITTEN_THROUGH_WRITERS",
+    "methods_of",
+]
+
+
+class Store(Responses, Conversations, Prompts, Evaluation, Console, Protocol):
+    """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
+
+    def close(self) -> None:
+        """Release resources (files, connections); later calls raise StorageError."""
+        ...
+
+
+def methods_of(*protocols: type) -> frozenset[str]:
+    """The public method names the ``protocols`` declare."""
+    return frozenset(
+        name for protocol in protocols for name, value in vars(protocol).items()
+        if callable(value) and not name.startswith("_")
+    )  # fmt: skip
+
+
+WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "start_run", "checkpoint_run"})
+"""Store methods the async store does not forward as they are: their writes are group-committed
+(``write_response``, ``start_run``, ``checkpoint_run`` of the store client, journal first)."""
+
+STORE_METHODS = methods_of(Responses, Conversations, Prompts, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
+"""What the async store forwards to the store's thread, by name."""
+
+FILES_METHODS = methods_of(Files)
+"""What the async store forwards to the files and vector stores' thread, by name."""
+
+assert not STORE_METHODS & FILES_METHODS, "two areas declare one method name"
