@@ -142,7 +142,7 @@ def query_server(
                 raise NoServer(f"cannot join the Ray cluster at {address}: {exc}{_auth_hint(exc)}") from exc
 
     from .raycall import ray_result_sync
-    from .storage_actor import STORAGE_ACTOR_NAME
+    from .ray_actors import STORAGE_ACTOR_NAME
 
     try:
         try:

@@ -17,7 +17,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["start_actor"]
+__all__ = ["start_actor", "STORAGE_ACTOR_NAME"]
+
+STORAGE_ACTOR_NAME = "troupe-storage"
+"""The storage actor's name in the server's Ray namespace (live SQL and the tests look it up)."""
 
 
 @functools.cache

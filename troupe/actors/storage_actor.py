@@ -41,14 +41,13 @@ from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
 
 from .live_sql import Owner, owner_path, write_owner
-from .ray_actors import start_actor
+from .ray_actors import STORAGE_ACTOR_NAME, start_actor
 from .raycall import ray_result, ray_result_sync
 from .settings import RuntimeSettings
 from .store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 
 __all__ = ["StorageService", "RayStoreClient", "JournalingStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 
-STORAGE_ACTOR_NAME = "troupe-storage"
 
 logger = logging.getLogger(__name__)
 
