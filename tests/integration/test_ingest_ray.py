@@ -18,6 +18,7 @@ from tests.servers import wait_until
 from troupe.actors.rag import VectorStores
 from troupe.actors.settings import RuntimeSettings
 from troupe.actors.storage_actor import STORAGE_ACTOR_NAME, RayStoreClient
+from troupe.actors.ray_ingest import ray_ingestion
 from troupe.rag import wire
 
 pytestmark = [pytest.mark.usefixtures("ray_session")]
@@ -40,7 +41,7 @@ async def test_two_hundred_files_are_ingested_by_overlapping_tasks_and_a_corrupt
     settings = RuntimeSettings(namespace=f"ingest-{uuid.uuid4().hex[:6]}", storage_path=str(tmp_path / "t.duckdb"),
                                ingest_num_cpus=0.5)  # fmt: skip
     store = await RayStoreClient.connect(settings)
-    stores = VectorStores(settings, store)
+    stores = VectorStores(settings, store, ray_ingestion(settings.ingest_num_cpus, store.handle))
     try:
         def note(i: int) -> bytes:
             return (f"Note {i}. The code word of note {i} is lantern{i}. " + "Filler words about nothing. " * 20).encode()

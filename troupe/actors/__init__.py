@@ -19,7 +19,7 @@ from troupe._lazy import lazy_exports
 _HOMES = {
     ".host": ["ConversationHost"],
     "troupe.protocol.job": ["TurnJob"],
-    ".placement": ["HostFailed"],
+    ".hosting": ["HostFailed"],
     ".runtime": ["Runtime"],
     ".settings": ["RuntimeSettings", "ModelSpec", "ToolSpec", "DEFAULT_TOOLS"],
 }

@@ -3,7 +3,7 @@
 Kept light (no runtime, no Ray at import) because it is what a Ray worker imports to run an
 ingestion task, as ``_tool_runner`` is for tool tasks. :func:`ingest` reaches storage
 through ``call(method, *args)``, a blocking call of a :class:`~troupe.storage.contract.Files`
-method (the store client's ``call``): through the storage actor in a Ray task (:func:`ingest_on_ray`), through the
+method (the store client's ``call``): through the storage actor in a Ray task (:func:`troupe.actors.ray_ingest.ingest_on_ray`), through the
 in-process store from a thread in ``Runtime.local``. So the same function runs in both.
 
 A file fails alone: whatever goes wrong with it (a corrupt PDF, an embedder that is down) is
@@ -27,7 +27,7 @@ from troupe.rag.records import IndexedFile, IngestTicket
 
 from .settings import ModelSpec
 
-__all__ = ["build_embedder", "ingest", "ingest_on_ray"]
+__all__ = ["build_embedder", "ingest", "local_worker"]
 
 Call = Callable[..., Any]
 Outcome = Literal["completed", "failed", "stale"]
@@ -92,22 +92,6 @@ def ingest(ticket: IngestTicket, spec: ModelSpec | None, call: Call, *, worker: 
 def _failed(call: Call, ticket: IngestTicket, code: str, message: str, started: float, worker: str) -> Outcome:
     stored = call("fail_ingest", ticket, code, message, started_at=started, ended_at=time.time(), worker=worker)
     return "failed" if stored else "stale"
-
-
-def ingest_on_ray(ticket: IngestTicket, spec: ModelSpec | None, storage: Any) -> Outcome:
-    """:func:`ingest` as a Ray task: storage is the storage actor (its handle, ``storage``).
-
-    Its imports are light on purpose (no DuckDB, no wire protocol): a cold worker starts faster.
-    """
-    import ray
-
-    from .raycall import ray_result_sync
-
-    def call(method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray_result_sync(storage.call.remote(method, args, kwargs))
-
-    node = ray.get_runtime_context().get_node_id()[:8]
-    return ingest(ticket, spec, call, worker=f"{node}:{os.getpid()}")
 
 
 def local_worker() -> str:

@@ -13,7 +13,7 @@ from troupe.protocol import NotFound, new_id, normalize_input
 from troupe.storage import Order, Page
 
 from .host import HostClient
-from .placement import Placement
+from .hosting import Placement
 from .store_client import StoreClient
 
 __all__ = ["ConversationCalls", "not_found"]

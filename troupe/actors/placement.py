@@ -23,9 +23,9 @@ import contextlib
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from troupe.protocol import ProtocolError, ServerError
+from troupe.protocol import ProtocolError
 
 from troupe.protocol.job import TurnJob
 
@@ -33,6 +33,7 @@ from .host import ConversationHost, HostClient
 from .idle import exit_when_idle
 from .ray_actors import start_actor
 from .raycall import ray_result
+from .hosting import HostFailed, Placement
 from .settings import RuntimeSettings
 from .store_client import StoreClient
 from .tool_tasks import local_executor
@@ -41,48 +42,13 @@ if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot
 
 __all__ = [
-    "Placement",
     "LocalPlacement",
     "PooledPlacement",
     "DedicatedPlacement",
     "ReplicaPlacement",
-    "HostFailed",
     "ray_placement",
     "stable_hash",
 ]
-
-
-class HostFailed(ServerError):
-    """The host running a turn died or could not be reached (500, ``server_error``)."""
-
-    default_code = "server_error"
-
-
-class Placement(Protocol):
-    async def host_for(self, thread_id: str) -> HostClient: ...
-
-    def forget(self, thread_id: str) -> None:
-        """Drop any cached route for ``thread_id`` (its host died)."""
-        ...
-
-    async def warm(self) -> None:
-        """Return once the hosts that exist up front are up (the first request must not wait)."""
-        ...
-
-    def would_start_process(self, thread_id: str) -> bool:
-        """Whether routing a turn of ``thread_id`` now would start a new host process."""
-        ...
-
-    async def running_host(self, thread_id: str) -> HostClient | None:
-        """The host of ``thread_id`` if one is up; never starts one (to read or cancel a run)."""
-        ...
-
-    async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
-        """The metrics of every host process apart from this one, by a stable source name
-        (None: a host that did not answer now); ``troupe.observe.metrics.ScrapeView`` sums them."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 def stable_hash(key: str) -> int:

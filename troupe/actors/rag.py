@@ -5,7 +5,7 @@
 behind it): ids, 404s, plus the two things that are not storage: ingestion and the query side of search.
 
 * **Ingestion** of each attached file is a task of its own (:mod:`._ingest`): on Ray, a Ray
-  task reserving ``ingest_num_cpus``, so files are parsed, chunked and embedded in parallel
+  task reserving ``ingest_num_cpus`` (:mod:`.ray_ingest`, which the runtime hands in), so files are parsed, chunked and embedded in parallel
   across the cluster, each writing its chunks through the storage actor; in-process
   (``Runtime.local``, an :class:`~troupe.actors.store_client.AsyncStore`), the same function
   on a pool of threads. Either way a watcher records a task that died (a worker killed) as
@@ -26,7 +26,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from troupe.protocol import InvalidRequest, ServerError, new_id
@@ -37,9 +37,9 @@ from troupe.storage import Order, Page
 from troupe.rag.records import IngestTicket
 from troupe.storage.rag import not_found
 
-from ._ingest import build_embedder, ingest, ingest_on_ray, local_worker
+from ._ingest import build_embedder, ingest, local_worker
 from .settings import ModelSpec, RuntimeSettings
-from .store_client import AsyncStore, StoreClient
+from .store_client import StoreClient
 
 __all__ = ["VectorStores", "file_id", "vector_store_id", "batch_id"]
 
@@ -61,19 +61,26 @@ def batch_id() -> str:
     return new_id("vsfb")
 
 
+StartIngest = Callable[[list[IngestTicket], dict[str, ModelSpec | None]], list[asyncio.Future[Any]]]
+"""Starts one ingestion per ticket (each with its ticket's embedder); a future per ticket. On
+Ray: :func:`troupe.actors.ray_ingest.ray_ingestion`."""
+
+
 class VectorStores:
     """Files and vector stores of one runtime (or host), over its store client.
 
     Args:
         settings: the embedders (``[[models]]`` with ``task = "embeddings"``), the default one,
             and the CPUs an ingestion task reserves.
-        store: the store client; an in-process :class:`AsyncStore` ingests on threads,
-            the storage actor's clients with Ray tasks.
+        store: the store client.
+        start_ingest: how ingestions start (on Ray: as Ray tasks); None: on threads of this
+            process, over an in-process :class:`AsyncStore` (``store``).
     """
 
-    def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
+    def __init__(self, settings: RuntimeSettings, store: StoreClient, start_ingest: StartIngest | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.start_ingest = start_ingest
         self._embedders: dict[str, Embedder] = {}
         self._watchers: set[asyncio.Future[Any]] = set()
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
@@ -348,14 +355,10 @@ class VectorStores:
         if not tickets:
             return
         specs = {t.embedding_model: self.settings.embedder(t.embedding_model) for t in tickets}
-        if isinstance(self.store, AsyncStore):
-            futures = [self._on_thread(t, specs[t.embedding_model]) for t in tickets]
+        if self.start_ingest is not None:
+            futures = self.start_ingest(tickets, specs)
         else:
-            task = _ray_ingest().options(num_cpus=self.settings.ingest_num_cpus, max_retries=0)
-            futures = [
-                asyncio.wrap_future(task.remote(t, specs[t.embedding_model], self.store.handle).future())  # type: ignore[attr-defined]
-                for t in tickets
-            ]
+            futures = [self._on_thread(t, specs[t.embedding_model]) for t in tickets]
         watcher = asyncio.ensure_future(self._watch(tickets, futures))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
@@ -392,19 +395,6 @@ class VectorStores:
             if aclose is not None:
                 await aclose()
         self._embedders.clear()
-
-
-_INGEST_TASK: Any = None
-
-
-def _ray_ingest() -> Any:
-    """:func:`ingest_on_ray` as a Ray remote function (made once: each ``ray.remote`` exports anew)."""
-    global _INGEST_TASK
-    if _INGEST_TASK is None:
-        import ray
-
-        _INGEST_TASK = ray.remote(ingest_on_ray)
-    return _INGEST_TASK
 
 
 class TenantSearch:

@@ -60,9 +60,10 @@ from .conversations import ConversationCalls, not_found
 from troupe.protocol.job import TurnJob
 
 from .host import HostClient
-from .placement import HostFailed, LocalPlacement, Placement
+from .hosting import HostFailed, Placement
+from .placement import LocalPlacement
 from .prompts import PromptCalls
-from .rag import VectorStores
+from .rag import StartIngest, VectorStores
 from .runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
 from .settings import RuntimeSettings
 from .store_client import StoreClient
@@ -150,7 +151,9 @@ def start_shared_actors(settings: RuntimeSettings) -> SharedActors:
 class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
     """What the HTTP layer talks to. Build it with :meth:`local` or :meth:`on_ray`."""
 
-    def __init__(self, settings: RuntimeSettings, *, store: StoreClient, placement: Placement) -> None:
+    def __init__(
+        self, settings: RuntimeSettings, *, store: StoreClient, placement: Placement, start_ingest: StartIngest | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
         self.placement = placement
@@ -168,7 +171,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         with, as its row keeps no credentials in plain text (:mod:`troupe.storage.credentials`)."""
         self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         self._scrapes: ScrapeView | None = None
-        self.vector_stores = VectorStores(settings, store)
+        self.vector_stores = VectorStores(settings, store, start_ingest)
         """Files, vector stores, their ingestion and search (the Files and Vector Stores APIs)."""
 
     # -- construction ------------------------------------------------------------
@@ -194,6 +197,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         storage actor, the pooled hosts, and a tool runner on every node.
         """
         from .placement import ray_placement
+        from .ray_ingest import ray_ingestion
         from .storage_actor import JournalingStoreClient, RayStoreClient
 
         # Hosts in this process (the replica placement): this process alone reads what it
@@ -202,7 +206,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         store = await connect(settings)
         placement = ray_placement(settings, store)
         _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))
-        runtime = cls(settings, store=store, placement=placement)
+        ingestion = ray_ingestion(settings.ingest_num_cpus, store.handle)
+        runtime = cls(settings, store=store, placement=placement, start_ingest=ingestion)
         runtime._tool_runners = runners
         await runtime.recover()
         runtime._pruner = asyncio.create_task(runtime._prune_event_logs_hourly())

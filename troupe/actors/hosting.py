@@ -1,0 +1,53 @@
+"""Where a thread's turns run, as the runtime sees it: the :class:`Placement` interface, and
+:class:`HostFailed`, what a host that died mid-turn becomes.
+
+The placements themselves (in this process, in the ingress replica, on pooled or dedicated
+Ray actors) are in :mod:`troupe.actors.placement`; what the runtime and its Conversations API
+calls need of one is here, so that they import no Ray to name it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from troupe.protocol import ServerError
+
+from .host import HostClient
+
+if TYPE_CHECKING:
+    from troupe.observe.metrics import Snapshot
+
+__all__ = ["Placement", "HostFailed"]
+
+
+class HostFailed(ServerError):
+    """The host running a turn died or could not be reached (500, ``server_error``)."""
+
+    default_code = "server_error"
+
+
+class Placement(Protocol):
+    async def host_for(self, thread_id: str) -> HostClient: ...
+
+    def forget(self, thread_id: str) -> None:
+        """Drop any cached route for ``thread_id`` (its host died)."""
+        ...
+
+    async def warm(self) -> None:
+        """Return once the hosts that exist up front are up (the first request must not wait)."""
+        ...
+
+    def would_start_process(self, thread_id: str) -> bool:
+        """Whether routing a turn of ``thread_id`` now would start a new host process."""
+        ...
+
+    async def running_host(self, thread_id: str) -> HostClient | None:
+        """The host of ``thread_id`` if one is up; never starts one (to read or cancel a run)."""
+        ...
+
+    async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
+        """The metrics of every host process apart from this one, by a stable source name
+        (None: a host that did not answer now); ``troupe.observe.metrics.ScrapeView`` sums them."""
+        ...
+
+    async def close(self) -> None: ...
