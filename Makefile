@@ -46,6 +46,7 @@ chromium:
 # PYTEST_ARGS runs just what it names, in one process.
 test: $(STAMP) chromium
 	$(BIN)/ruff check troupe tests benchmarks
+	$(BIN)/lint-imports --no-cache
 ifdef PYTEST_ARGS
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 else

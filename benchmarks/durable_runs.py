@@ -127,9 +127,9 @@ async def step_payloads(text: str) -> list[dict[str, Any]]:
     The real loop (checkpoints on), the sim model and the real ``WireWriter``, in-process;
     tools are the example tools run in-process.
     """
-    from troupe.actors.host import DELTA_TYPES, _trace
-    from troupe.actors.settings import DEFAULT_TOOLS
-    from troupe.actors.tool_tasks import local_executor
+    from troupe.runtime.host import DELTA_TYPES, _trace
+    from troupe.runtime.settings import DEFAULT_TOOLS
+    from troupe.runtime.ray.tool_tasks import local_executor
     from troupe.agentloop.driver import prepare, run_loop
     from troupe.agentloop.events import Checkpoint, StepTraced
     from troupe.agentloop.writer import WireWriter
@@ -177,7 +177,7 @@ class CheckpointWriter:
     pooled host does (``RayStoreClient.by_name``, from inside a Ray actor)."""
 
     def __init__(self, settings: Any) -> None:
-        from troupe.actors.storage_actor import RayStoreClient
+        from troupe.runtime.ray.storage_actor import RayStoreClient
 
         self.store = RayStoreClient.by_name(settings)
 
@@ -218,7 +218,7 @@ def _new_response_ids(count: int) -> list[str]:
 async def checkpoint_cost(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
+    from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME
 
     steps = [(data["kind"], data) for data in await step_payloads(REASONING_LOOP)]
     request = _request_body(REASONING_LOOP)
@@ -515,7 +515,7 @@ def _end_leftovers(tree: dict[int, float], wait_s: float = 15.0) -> list[dict[st
 async def measure(settings: Any, plain_settings: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``settings``: the runtime with ``durable_foreground=True`` (parts 1, 2, 3); ``plain_settings``:
     the one with False (part 2), in its own namespace and DuckDB file."""
-    from troupe.actors import Runtime
+    from troupe.runtime import Runtime
 
     log("starting the two runtimes (pooled, pool_size=1; durable_foreground True and False)")
     runtime = await Runtime.on_ray(settings)
@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from tests.side_effects import COUNTED_TOOLS
-    from troupe.actors import RuntimeSettings
+    from troupe.runtime import RuntimeSettings
     from troupe.serve.deployment import LOCAL_RAY_ENV
 
     for name, value in LOCAL_RAY_ENV.items():  # the local instance as `troupe serve` starts it

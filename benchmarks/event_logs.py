@@ -103,7 +103,7 @@ async def _write(store: Any, mode: str, pending: Any, response: dict[str, Any], 
 async def measure(settings: Any, args: argparse.Namespace) -> dict[str, Any]:
     import ray
 
-    from troupe.actors.storage_actor import JournalingStoreClient, storage_actor
+    from troupe.runtime.ray.storage_actor import JournalingStoreClient, storage_actor
     from troupe.storage import event_log
 
     response, events = await _answer()
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    from troupe.actors import RuntimeSettings
+    from troupe.runtime import RuntimeSettings
     from troupe.serve.deployment import LOCAL_RAY_ENV
 
     for name, value in LOCAL_RAY_ENV.items():

@@ -9,11 +9,11 @@ Two processes, both started by the runner:
   instance (2 CPUs; it shuts down only that) and times N sequential ``add`` calls, then N more
   8 at a time, three ways:
 
-  - ``actor``: :class:`troupe.actors.mcp.RayMcpClient`, the connection actor that keeps one
+  - ``actor``: :class:`troupe.runtime.ray.mcp.RayMcpClient`, the connection actor that keeps one
     session open (one Ray hop per call);
-  - ``in-process``: :class:`troupe.actors.mcp.LocalMcpClient`, the same kept-open session
+  - ``in-process``: :class:`troupe.runtime.ray.mcp.LocalMcpClient`, the same kept-open session
     without Ray (what the hop costs);
-  - ``session per call``: a new :class:`troupe.actors.mcp_session.McpSession` opened and
+  - ``session per call``: a new :class:`troupe.runtime.mcp_session.McpSession` opened and
     closed around every call (what a gateway without connection reuse pays).
 
   It prints one JSON object on stdout.
@@ -84,8 +84,8 @@ async def _timed(calls: int, concurrency: int, call: Callable[[int], Awaitable[A
 
 
 async def _measure(url: str, calls: int) -> dict[str, Any]:
-    from troupe.actors.mcp import LocalMcpClient, McpSession, RayMcpClient
-    from troupe.actors.settings import McpSettings, RuntimeSettings
+    from troupe.runtime.ray.mcp import LocalMcpClient, McpSession, RayMcpClient
+    from troupe.runtime.settings import McpSettings, RuntimeSettings
     from troupe.agentloop.mcp import McpServer
 
     # The bench's MCP server is on loopback, which the default URL policy refuses.

@@ -60,8 +60,8 @@ IN_PROCESS_LOADS = {
 
 async def in_process(*, blocks: int, per_block: int) -> list[dict[str, Any]]:
     """CPU ms per response, metrics off and on, each load's blocks alternating between the two."""
-    from troupe.actors.runtime import Runtime
-    from troupe.actors.settings import RuntimeSettings, TelemetrySettings
+    from troupe.runtime.facade import Runtime
+    from troupe.runtime.settings import RuntimeSettings, TelemetrySettings
     from troupe.protocol import parse_create_request
 
     # "control" is a second runtime with metrics off: on ÷ off − 1 means something only beside

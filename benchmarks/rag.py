@@ -5,7 +5,7 @@
 
 The path ``troupe serve`` takes, without HTTP in front: a local Ray instance, the storage
 actor on a DuckDB file (``storage_memory_limit`` 128MB, the default), and
-:class:`troupe.actors.rag.VectorStores` over its client, as the runtime holds it. Two
+:class:`troupe.runtime.rag.VectorStores` over its client, as the runtime holds it. Two
 embedders:
 
 * ``sim``: the built-in ``sim-embedding`` (feature hashing, 512 dimensions), computed in the
@@ -115,8 +115,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def measure(settings: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from troupe.actors.rag import VectorStores
-    from troupe.actors.storage_actor import RayStoreClient
+    from troupe.runtime.rag import VectorStores
+    from troupe.runtime.ray.storage_actor import RayStoreClient
 
     store = await RayStoreClient.connect(settings)
     stores = VectorStores(settings, store)
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    from troupe.actors import ModelSpec, RuntimeSettings
+    from troupe.runtime import ModelSpec, RuntimeSettings
     from troupe.serve.deployment import LOCAL_RAY_ENV
 
     for name, value in LOCAL_RAY_ENV.items():

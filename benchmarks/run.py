@@ -82,7 +82,7 @@ def _wait_quiet(most_s: float) -> None:
 def _mcp(ctx: Ctx, scratch: str) -> dict[str, Any]:
     """6. Run :mod:`benchmarks.mcp_bench` against its own MCP server (both in subprocesses)."""
     try:
-        import troupe.actors.mcp  # noqa: F401 - MCP support may not have landed
+        import troupe.runtime.ray.mcp  # noqa: F401 - MCP support may not have landed
     except ImportError as exc:
         return {"skipped": f"MCP support is not available in this checkout ({exc})"}
     port = free_port()

@@ -46,7 +46,7 @@ def _memory(pid: int) -> str:
 
 
 async def _run(args: argparse.Namespace, path: Path) -> None:
-    from troupe.actors import Runtime, RuntimeSettings
+    from troupe.runtime import Runtime, RuntimeSettings
     from troupe.protocol import parse_create_request
 
     namespace = f"storage-memory-{uuid.uuid4().hex[:8]}"

@@ -93,7 +93,7 @@ def _run_apps(args: argparse.Namespace) -> None:
     """``serve.run`` the Serve floor, then every Troupe app, each at ``/<name>``."""
     from ray import serve
 
-    from troupe.actors.settings import ModelSpec, RuntimeSettings, TelemetrySettings
+    from troupe.runtime.settings import ModelSpec, RuntimeSettings, TelemetrySettings
     from troupe.serve.config import ServerSettings
     from troupe.serve.deployment import build_app
 

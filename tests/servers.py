@@ -121,8 +121,8 @@ class LazyRuntime:
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def __call__(self) -> Any:
-        from troupe.actors.runtime import Runtime
-        from troupe.actors.settings import RuntimeSettings
+        from troupe.runtime.facade import Runtime
+        from troupe.runtime.settings import RuntimeSettings
 
         if self.runtime is None:
             self.loop = asyncio.get_running_loop()

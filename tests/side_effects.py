@@ -8,7 +8,7 @@ import asyncio
 import os
 import sqlite3
 
-from troupe.actors.settings import DEFAULT_TOOLS, ToolSpec
+from troupe.runtime.settings import DEFAULT_TOOLS, ToolSpec
 
 COUNTED_TOOLS = DEFAULT_TOOLS + (
     ToolSpec(name="record", target="tests.side_effects:record", description="Record that it ran."),

@@ -1,6 +1,6 @@
 """What every settings model of Troupe shares: its pydantic config and the ``module:function``
 check. A module of its own, below both users: the runtime's settings
-(:mod:`troupe.actors.settings`) and the telemetry settings (:mod:`troupe.observe.settings`)."""
+(:mod:`troupe.runtime.settings`) and the telemetry settings (:mod:`troupe.observe.settings`)."""
 
 from __future__ import annotations
 

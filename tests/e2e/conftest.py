@@ -22,7 +22,7 @@ from openai import OpenAI
 from tests.servers import direct_ingress_root, served_local, wait_for
 from tests.mcp_servers import REPO_ROOT
 from tests.side_effects import COUNTED_TOOLS
-from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
+from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
 PLACEMENTS = ("replica", "pooled", "dedicated")

@@ -9,7 +9,7 @@ import pytest
 from openai import OpenAI
 
 from tests.servers import served_local
-from troupe.actors.settings import ModelSpec
+from troupe.runtime.settings import ModelSpec
 from troupe.serve.config import ServerSettings
 
 

@@ -16,7 +16,7 @@ from openai import OpenAI
 from tests.mcp_servers import serve_mcp
 from tests.servers import wait_for
 from tests.side_effects import executions
-from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
+from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME
 
 from .conftest import PLACEMENTS
 

@@ -16,7 +16,7 @@ from openai import OpenAI
 
 from tests.servers import serve_app, served_local
 from tests.unit.test_rag_pure import pdf_of
-from troupe.actors.settings import ModelSpec
+from troupe.runtime.settings import ModelSpec
 from troupe.serve.config import ServerSettings
 from troupe.sim.server import create_sim_app
 

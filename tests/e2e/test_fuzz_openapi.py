@@ -53,8 +53,8 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.servers import serve_app, wait_for
 from tests.unit.test_duckdb_big_reads import big_record
-from troupe.actors.runtime import Runtime
-from troupe.actors.settings import McpSettings, RuntimeSettings
+from troupe.runtime.facade import Runtime
+from troupe.runtime.settings import McpSettings, RuntimeSettings
 from troupe.serve.app import create_app
 from troupe.serve.config import ServerSettings
 from troupe.storage import DuckDBStore

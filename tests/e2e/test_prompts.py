@@ -17,7 +17,7 @@ import pytest
 from openai import OpenAI
 
 from tests.servers import RecordingUpstream, serve_app, served_local
-from troupe.actors.settings import ModelSpec
+from troupe.runtime.settings import ModelSpec
 from troupe.serve.config import ServerSettings
 from troupe.sim.model import SimSettings
 from troupe.sim.server import create_sim_app

@@ -15,10 +15,10 @@ import pytest
 import ray
 
 from tests.servers import wait_until
-from troupe.actors.rag import VectorStores
-from troupe.actors.settings import RuntimeSettings
-from troupe.actors.storage_actor import STORAGE_ACTOR_NAME, RayStoreClient
-from troupe.actors.ray_ingest import ray_ingestion
+from troupe.runtime.rag import VectorStores
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME, RayStoreClient
+from troupe.runtime.ray.ingest import ray_ingestion
 from troupe.rag import wire
 
 pytestmark = [pytest.mark.usefixtures("ray_session")]

@@ -2,7 +2,7 @@
 
 The real storage actor on a DuckDB file, reached as the ingress replica reaches it
 (``JournalingStoreClient``, which ships its own journal first), and as ``troupe sql`` does
-(:func:`troupe.actors.live_sql.query_server`, here inside a process already on the cluster).
+(:func:`troupe.runtime.ray.live_sql.query_server`, here inside a process already on the cluster).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import uuid
 import pytest
 import ray
 
-from troupe.actors import RuntimeSettings
-from troupe.actors.live_sql import query_server, read_owner
-from troupe.actors.storage_actor import JournalingStoreClient
+from troupe.runtime import RuntimeSettings
+from troupe.runtime.ray.live_sql import query_server, read_owner
+from troupe.runtime.ray.storage_actor import JournalingStoreClient
 from troupe.storage import DuckDBStore, QueryError, QueryTimeout, StoreLocked
 
 from ..unit.test_store_contract import make_record

@@ -13,9 +13,9 @@ import pytest
 
 from tests.mcp_servers import REPO_ROOT, STDIO_COMMAND, McpTestServer, free_port, serve_mcp
 from tests.servers import serve_app
-from troupe.actors.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
-from troupe.actors.mcp_policy import AddressGuard, check_url, pinned_transport
-from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
+from troupe.runtime.ray.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
+from troupe.runtime.mcp_policy import AddressGuard, check_url, pinned_transport
+from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.agentloop.mcp import McpError, McpServer
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.mcp_servers import McpTestServer, serve_mcp
-from troupe.actors import Runtime, RuntimeSettings
-from troupe.actors.settings import McpSettings
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.settings import McpSettings
 from troupe.protocol import parse_create_request
 from troupe.storage import DuckDBStore
 

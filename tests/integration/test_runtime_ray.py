@@ -10,9 +10,9 @@ import pytest
 import pytest_asyncio
 import ray
 
-from troupe.actors import DEFAULT_TOOLS, HostFailed, Runtime, RuntimeSettings, ToolSpec
-from troupe.actors.storage_actor import STORAGE_ACTOR_NAME
-from troupe.actors.tool_tasks import TOOL_RUNNER_PREFIX
+from troupe.runtime import DEFAULT_TOOLS, HostFailed, Runtime, RuntimeSettings, ToolSpec
+from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME
+from troupe.runtime.ray.tool_tasks import TOOL_RUNNER_PREFIX
 from troupe.protocol import parse_create_request
 from troupe.storage.duckdb_store import DuckDBStore
 
@@ -71,7 +71,7 @@ async def runtime(placement, namespace, tmp_path_factory):
     # sleep_task: the example sleep tool reserving CPUs, so each call is a Ray task of its own.
     tools = (
         *DEFAULT_TOOLS,
-        ToolSpec(name="sleep_task", target="troupe.actors.example_tools:sleep", num_cpus=0.25),
+        ToolSpec(name="sleep_task", target="troupe.runtime.example_tools:sleep", num_cpus=0.25),
         # A tool that can raise TimeoutError of its own: urlopen from a server that never answers.
         ToolSpec(name="urlopen", target="urllib.request:urlopen", description="Fetch a URL."),
     )

@@ -9,10 +9,10 @@ import uuid
 import pytest
 import ray
 
-from troupe.actors import RuntimeSettings
-from troupe.actors.raycall import ray_result
-from troupe.actors.storage_actor import RayStoreClient
-from troupe.actors.store_client import NotAStoreMethod
+from troupe.runtime import RuntimeSettings
+from troupe.runtime.ray.calls import ray_result
+from troupe.runtime.ray.storage_actor import RayStoreClient
+from troupe.runtime.store_client import NotAStoreMethod
 from troupe.protocol import NotFound
 from troupe.storage import StorageError
 

@@ -13,9 +13,9 @@ import uuid
 import pytest
 import ray
 
-from troupe.actors import RuntimeSettings
-from troupe.actors.raycall import ray_result
-from troupe.actors.storage_actor import JournalingStoreClient, RayStoreClient, storage_actor
+from troupe.runtime import RuntimeSettings
+from troupe.runtime.ray.calls import ray_result
+from troupe.runtime.ray.storage_actor import JournalingStoreClient, RayStoreClient, storage_actor
 from troupe.storage.journal import WRITER_PREFIX, journal_dir
 
 from tests.servers import wait_until

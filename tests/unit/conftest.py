@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from troupe.actors import Runtime, RuntimeSettings
+from troupe.runtime import Runtime, RuntimeSettings
 
 
 @pytest.fixture

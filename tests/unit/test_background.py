@@ -9,7 +9,7 @@ import pytest
 
 from tests.servers import wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
-from troupe.actors import Runtime, RuntimeSettings
+from troupe.runtime import Runtime, RuntimeSettings
 from tests.loop_harness import sim_request as req
 from troupe.protocol import InvalidRequest, NotFound
 

@@ -456,7 +456,7 @@ def test_the_harness_measures_the_replica_app_as_the_main_troupe(tmp_path) -> No
     from benchmarks.measure import Ctx
     from benchmarks.scenarios import QUICK
     from benchmarks.targets import Lab, Target
-    from troupe.actors.settings import RuntimeSettings
+    from troupe.runtime.settings import RuntimeSettings
 
     assert troupe_server.APPS[MAIN_APP] == {"placement": "replica"}
     assert {"pooled", "dedicated", "pooled-task"} < set(troupe_server.APPS)

@@ -1,4 +1,4 @@
-"""Adaptive batching of a turn's events (``troupe.actors.batching.coalesce``) and what hosts yield."""
+"""Adaptive batching of a turn's events (``troupe.runtime.batching.coalesce``) and what hosts yield."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import contextlib
 
 import pytest
 
-from troupe.actors import RuntimeSettings
-from troupe.actors.batching import coalesce
-from troupe.actors.host import ConversationHost
+from troupe.runtime import RuntimeSettings
+from troupe.runtime.batching import coalesce
+from troupe.runtime.host import ConversationHost
 from troupe.protocol.job import TurnJob
-from troupe.actors.store_client import AsyncStore
+from troupe.runtime.store_client import AsyncStore
 from troupe.protocol import parse_create_request
 
 

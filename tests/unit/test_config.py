@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from troupe.actors.settings import DEFAULT_TOOLS, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
+from troupe.runtime.settings import DEFAULT_TOOLS, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
 from troupe.serve.config import (
     ENV_SHORT_NAMES,
     ConfigError,

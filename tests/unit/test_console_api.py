@@ -16,7 +16,7 @@ import pytest
 import troupe.console
 
 from tests.unit.test_store_contract import T0, conversation, make_record
-from troupe.actors import Runtime, RuntimeSettings
+from troupe.runtime import Runtime, RuntimeSettings
 from troupe.serve.app import create_app
 from troupe.serve.config import ServerSettings
 from troupe.storage import EvalResultRecord, EvalRunRecord, StepTrace

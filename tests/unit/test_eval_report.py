@@ -97,8 +97,8 @@ def test_every_eval_module_exports_what_it_names() -> None:
                  "troupe.eval.metrics",
                  "troupe.eval.report", "troupe.eval.charts", "troupe.eval.progress", "troupe.eval.example_graders",
                  "troupe.eval.judge",
-                 "troupe.tables", "troupe.progress_bar", "troupe.actors.eval", "troupe.actors.eval.worker",
-                 "troupe.actors.eval.dispatcher"):  # fmt: skip
+                 "troupe.tables", "troupe.progress_bar", "troupe.runtime.ray.eval", "troupe.runtime.ray.eval.worker",
+                 "troupe.runtime.ray.eval.dispatcher"):  # fmt: skip
         module = importlib.import_module(name)
         assert module.__doc__, name
         assert [n for n in module.__all__ if not hasattr(module, n)] == [], name

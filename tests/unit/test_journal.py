@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from troupe.actors.store_client import AsyncStore
+from troupe.runtime.store_client import AsyncStore
 from troupe.storage import DuckDBStore, StepTrace, StorageError
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import (

@@ -14,7 +14,7 @@ import pytest
 
 import troupe.agentloop
 
-LAZY_PACKAGES = ["troupe.actors", "troupe.agentloop", "troupe.bench", "troupe.console"]
+LAZY_PACKAGES = ["troupe.runtime", "troupe.agentloop", "troupe.bench", "troupe.console"]
 
 CHECK = """
 import importlib, sys

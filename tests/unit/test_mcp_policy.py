@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from troupe.actors.mcp_policy import (
+from troupe.runtime.mcp_policy import (
     ALLOWED_URLS_ENV,
     AddressGuard,
     AddressRefused,
@@ -18,7 +18,7 @@ from troupe.actors.mcp_policy import (
     connection_key,
     resolve_mcp_tool,
 )
-from troupe.actors.settings import McpServerSpec, McpSettings, RuntimeSettings
+from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.agentloop.mcp import McpError, McpServer, listing_failed
 from troupe.protocol import InvalidRequest, ServerError
 from troupe.protocol.errors import ExternalConnectorError
@@ -266,7 +266,7 @@ def test_urls_a_server_names_itself_get_the_policy_its_url_got(monkeypatch: pyte
 
 
 def test_origins_of_sse_endpoints() -> None:
-    from troupe.actors.mcp_sse import origin, shown
+    from troupe.runtime.mcp_sse import origin, shown
 
     # What "the same origin" compares (scheme, host, port; the default port is no port) and
     # what an error shows of a URL a server announced: never its query (the session id) or userinfo.

@@ -689,7 +689,7 @@ async def test_own_pool_is_created_once_and_closed() -> None:
 
 
 def test_the_client_is_built_outside_an_event_loop() -> None:
-    # troupe/actors/models.py builds clients before a loop runs; the pool comes on first use.
+    # troupe/runtime/models.py builds clients before a loop runs; the pool comes on first use.
     client = OpenAIChatClient(refused_url())
 
     async def use() -> None:
@@ -750,8 +750,8 @@ async def test_warm_never_raises_when_the_server_does_not_answer(serve: Serve) -
 
 
 async def test_warming_the_models_skips_one_configured_wrongly() -> None:
-    from troupe.actors.models import ModelRegistry
-    from troupe.actors.settings import ModelSpec
+    from troupe.runtime.models import ModelRegistry
+    from troupe.runtime.settings import ModelSpec
 
     # The settings refuse an "openai" model without base_url; one built past them fails alone.
     broken = ModelSpec.model_construct(name="broken", kind="openai", base_url=None)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import ScriptedModel, text_turn
-from troupe.actors import Runtime, RuntimeSettings
+from troupe.runtime import Runtime, RuntimeSettings
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import InvalidRequest, NotFound, ProtocolError, parse_create_request

@@ -21,8 +21,8 @@ import pytest
 from tests.loop_harness import sim_request as req
 from tests.servers import wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
-from troupe.actors import Runtime, RuntimeSettings
-from troupe.actors.runs import MAX_RESUMES
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.runs import MAX_RESUMES
 from troupe.agentloop.checkpoint import INTERRUPTED
 from troupe.protocol import InvalidRequest
 

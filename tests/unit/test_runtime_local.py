@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from troupe.actors import Runtime, RuntimeSettings
-from troupe.actors.placement import LocalPlacement
-from troupe.actors.store_client import AsyncStore
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.ray.placement import LocalPlacement
+from troupe.runtime.store_client import AsyncStore
 from tests.loop_harness import sim_request as req
 from troupe.protocol import InvalidRequest, NotFound
 

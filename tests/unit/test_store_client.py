@@ -1,11 +1,11 @@
-"""The async store's one forwarder (troupe.actors.store_client): every contract method by name,
+"""The async store's one forwarder (troupe.runtime.store_client): every contract method by name,
 nothing else; and each protocol method implemented in DuckDB, not left to the protocol's body."""
 
 from __future__ import annotations
 
 import pytest
 
-from troupe.actors.store_client import ROUTES, AsyncStore, NotAStoreMethod
+from troupe.runtime.store_client import ROUTES, AsyncStore, NotAStoreMethod
 from troupe.storage import DuckDBStore, StorageError
 from troupe.storage.contract import (
     FILES_METHODS,

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from troupe.actors._tool_runner import ToolRunner, load_tool, run_tool
-from troupe.actors.settings import DEFAULT_TOOLS, ToolSpec
-from troupe.actors.tool_tasks import local_executor, tool_definition, tool_schema
+from troupe.runtime._tool_runner import ToolRunner, load_tool, run_tool
+from troupe.runtime.settings import DEFAULT_TOOLS, ToolSpec
+from troupe.runtime.ray.tool_tasks import local_executor, tool_definition, tool_schema
 from troupe.agentloop.model import ToolCall
 
 
@@ -42,8 +42,8 @@ def test_malformed_targets_are_refused(target):
 
 
 def test_run_tool_returns_text_or_json():
-    assert run_tool("troupe.actors.example_tools:calculator", {"expression": "2 ** 10"}) == "1024"
-    assert run_tool("troupe.actors.example_tools:sleep", {"ms": 1}) == "slept 1 ms"
+    assert run_tool("troupe.runtime.example_tools:calculator", {"expression": "2 ** 10"}) == "1024"
+    assert run_tool("troupe.runtime.example_tools:sleep", {"ms": 1}) == "slept 1 ms"
 
 
 async def test_the_example_tools_run_in_process():
@@ -70,7 +70,7 @@ async def test_the_tool_runner_runs_sync_tools_side_by_side_and_async_tools_on_i
     target = "tests.unit.test_tool_tasks:blocking_until"
     results = await asyncio.gather(*(runner.run(target, {"event_name": "four", "count": 4}) for _ in range(4)))
     assert results == ["together"] * 4
-    assert await runner.run("troupe.actors.example_tools:sleep", {"ms": 1}) == "slept 1 ms"
-    assert await runner.run("troupe.actors.example_tools:calculator", {"expression": "6 * 7"}) == "42"
+    assert await runner.run("troupe.runtime.example_tools:sleep", {"ms": 1}) == "slept 1 ms"
+    assert await runner.run("troupe.runtime.example_tools:calculator", {"expression": "6 * 7"}) == "42"
     with pytest.raises(ValueError, match="ms must be between"):
-        await runner.run("troupe.actors.example_tools:sleep", {"ms": -1})
+        await runner.run("troupe.runtime.example_tools:sleep", {"ms": -1})

@@ -5,7 +5,7 @@ Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s
 A request's ``{"type": "mcp", ...}`` tools become :class:`McpServer` values. The
 loop lists a server's tools once per thread (an ``mcp_list_tools`` item), shows
 them to the model as function tools, and runs the model's calls through an
-:class:`McpClient`. Implementations live in ``troupe.actors.mcp``: long-lived
+:class:`McpClient`. Implementations live in ``troupe.runtime.ray.mcp``: long-lived
 connection actors on Ray, or in-process sessions without Ray.
 
 Secrets (``headers``, ``authorization``) travel only inside :class:`McpServer`

@@ -84,7 +84,7 @@ class _Reader:
         if self._address:
             import asyncio
 
-            from troupe.actors.storage_actor import RayStoreClient
+            from troupe.runtime.ray.storage_actor import RayStoreClient
 
             init_ray(self._address, self._runtime.namespace)
             self._store = asyncio.run(RayStoreClient.connect(self._runtime))

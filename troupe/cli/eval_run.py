@@ -1,7 +1,7 @@
 """``troupe eval run``: run (or resume) a dataset on Ray; results to DuckDB through the storage actor.
 
 It starts a fresh local Ray instance (``ray.init(address="local")``) unless ``--address``
-joins a cluster; the cases run on :mod:`troupe.actors.eval`'s workers. Also here: the
+joins a cluster; the cases run on :mod:`troupe.runtime.ray.eval`'s workers. Also here: the
 two helpers every ``troupe eval`` command uses, :func:`eval_runtime` and :func:`init_ray`.
 
 Example::
@@ -21,7 +21,7 @@ from ._common import fail
 from .serve import load_settings
 
 if TYPE_CHECKING:
-    from troupe.actors.settings import RuntimeSettings
+    from troupe.runtime.settings import RuntimeSettings
     from troupe.eval import Dataset
 
 __all__ = ["run", "eval_runtime", "init_ray"]
@@ -134,8 +134,8 @@ async def _run_main(
 ) -> int:  # fmt: skip
     import json
 
-    from troupe.actors.eval import RunOptions, run_eval
-    from troupe.actors.storage_actor import RayStoreClient
+    from troupe.runtime.ray.eval import RunOptions, run_eval
+    from troupe.runtime.ray.storage_actor import RayStoreClient
     from troupe.eval import Progress, render_report, summarize
 
     store = await RayStoreClient.connect(runtime)

@@ -18,7 +18,7 @@ import click
 from ._common import fail
 
 if TYPE_CHECKING:
-    from troupe.actors.settings import RuntimeSettings
+    from troupe.runtime.settings import RuntimeSettings
     from troupe.serve.config import ServerSettings
 
 __all__ = ["serve", "load_settings", "with_flags"]

@@ -2,7 +2,7 @@
 
 With no server running, the query opens the DuckDB file itself. While ``troupe serve`` runs,
 its storage actor holds the file (DuckDB lets one process open a file), so the query goes
-through that actor instead (:mod:`troupe.actors.live_sql`): found from the owner file it
+through that actor instead (:mod:`troupe.runtime.ray.live_sql`): found from the owner file it
 leaves beside the database, or at ``--address``. Either way it is one read-only statement,
 cut at ``--max-rows`` rows and interrupted after ``--timeout`` seconds.
 
@@ -96,7 +96,7 @@ def sql(
 def _run(query: str, path: str, address: str | None, namespace: str, max_rows: int, timeout: float) -> QueryResult:
     """The result of ``query``: through the server at ``address``, else from the file at ``path``,
     else, when a running server holds that file, through that server."""
-    from troupe.actors.live_sql import NoServer, query_server, read_owner
+    from troupe.runtime.ray.live_sql import NoServer, query_server, read_owner
     from troupe.storage.base import StorageError, StoreLocked
 
     try:

@@ -47,7 +47,7 @@ from troupe.storage import ResponseFilter, ResponseSummary
 from .timeline import timeline, traces_from_json
 
 if TYPE_CHECKING:
-    from troupe.actors.runtime import Runtime
+    from troupe.runtime.facade import Runtime
 
 __all__ = ["API_PREFIX", "Viewer", "console_router"]
 

@@ -9,7 +9,7 @@
 - :mod:`.charts` — PNG charts (matplotlib)
 - :mod:`.progress` — the live progress bar
 
-The cases run on Ray in ``troupe.actors.eval``; the ``troupe eval`` commands
+The cases run on Ray in ``troupe.runtime.ray.eval``; the ``troupe eval`` commands
 (``run``, ``report``, ``compare``, ``export``, ``list``) are in ``troupe.cli.eval`` and ``troupe.cli.eval_run``.
 """
 

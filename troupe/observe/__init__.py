@@ -6,7 +6,7 @@
 - :mod:`.hooks` — subscribing code to loop events (:func:`add_hook`)
 - :mod:`.tracing` — a response's spans (imported only with traces on)
 
-Configured by ``[telemetry]`` (:class:`~troupe.actors.settings.TelemetrySettings`);
+Configured by ``[telemetry]`` (:class:`~troupe.runtime.settings.TelemetrySettings`);
 docs/observing.md says how to use each.
 """
 

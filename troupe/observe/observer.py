@@ -1,7 +1,7 @@
 """The observation layer of a conversation host: one place that turns a turn's events into
 metrics, spans and hook events.
 
-A :class:`~troupe.actors.host.ConversationHost` holds one :class:`Observer` and, for each turn,
+A :class:`~troupe.runtime.host.ConversationHost` holds one :class:`Observer` and, for each turn,
 asks it for a :class:`TurnObserver`, which it feeds where the host already has the data: the
 loop's non-wire events (:class:`~troupe.agentloop.events.StepStarted` and ``StepTraced``, the
 timed steps storage keeps as step traces), its storage writes, and the turn's end. Nothing

@@ -1,7 +1,7 @@
 """The ``[telemetry]`` table: what Troupe tells about itself (docs/observing.md).
 
 Here rather than with the runtime's settings, so that :mod:`troupe.observe` imports nothing of
-the runtime; :class:`~troupe.actors.settings.RuntimeSettings` holds one.
+the runtime; :class:`~troupe.runtime.settings.RuntimeSettings` holds one.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Files and Vector Stores wire checks.
 - :mod:`.wire` — request checks (chunking, attributes, filters, ranking options) and shapes
 
 The DuckDB side is :mod:`troupe.storage.rag`; ingestion as Ray tasks and the search the
-agent loop calls are :mod:`troupe.actors.rag`.
+agent loop calls are :mod:`troupe.runtime.rag`.
 """
 
 from .documents import DocumentError, parse_document

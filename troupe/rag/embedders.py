@@ -1,7 +1,7 @@
 """Embedders: text to vectors, for vector stores and ``POST /v1/embeddings``.
 
 Two kinds, configured like chat models (``[[models]]`` with ``task = "embeddings"``, see
-:class:`troupe.actors.settings.ModelSpec`):
+:class:`troupe.runtime.settings.ModelSpec`):
 
 * :class:`SimEmbedder` (``kind = "sim"``): **not a language model.** It hashes the terms of
   a text (:func:`troupe.rag.text.terms`: words, stop words dropped, lightly stemmed) and

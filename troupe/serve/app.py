@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from troupe.actors.runtime import Runtime
+from troupe.runtime.facade import Runtime
 
 from .config import ServerSettings
 from .dependencies import AppContext, TroupeApp

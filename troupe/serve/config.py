@@ -2,7 +2,7 @@
 
 :func:`load_config` returns the two halves Troupe needs: :class:`ServerSettings`
 (where and how the HTTP layer listens, who may call it, its limits) and
-:class:`~troupe.actors.settings.RuntimeSettings` (models, tools, placement, storage, MCP).
+:class:`~troupe.runtime.settings.RuntimeSettings` (models, tools, placement, storage, MCP).
 With no file and no environment it returns the embedded defaults: the ``sim`` model, the
 example tools, ``127.0.0.1:8000``, no API keys.
 
@@ -50,7 +50,7 @@ from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
-from troupe.actors.settings import (
+from troupe.runtime.settings import (
     DEFAULT_TOOLS,
     NonEmpty,
     SETTINGS_CONFIG,

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from troupe.actors.runtime import Runtime
+from troupe.runtime.facade import Runtime
 from troupe.console import Viewer
 from troupe.protocol import (
     AuthenticationFailed,

@@ -33,8 +33,8 @@ from typing import Any, cast
 import ray
 from ray import serve
 
-from troupe.actors.runtime import Runtime, SharedActors, start_shared_actors
-from troupe.actors.settings import RuntimeSettings
+from troupe.runtime.facade import Runtime, SharedActors, start_shared_actors
+from troupe.runtime.settings import RuntimeSettings
 
 from ._reuse_addr import patch_direct_ingress_bind
 from .app import create_app

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from troupe.actors.runtime import EventBatches
+from troupe.runtime.facade import EventBatches
 from troupe.protocol import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 
 __all__ = ["EventStreamResponse"]

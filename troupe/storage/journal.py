@@ -22,7 +22,7 @@ in the background, many per transaction.
 * **Writer journals.** A process on the same machine as the store's owner can keep a journal
   of its own, ``w-<name>/`` inside the journal directory, with its own lsns and its own
   position in DuckDB: its responses are durable without a round trip to the owner, and
-  reach it in batches (``troupe.actors.storage_actor.JournalingStoreClient``). The writer
+  reach it in batches (``troupe.runtime.ray.storage_actor.JournalingStoreClient``). The writer
   holds an ``flock`` on the journal's lock file while it lives; :func:`adopt_orphans` stores
   and deletes the journals whose lock is free, whether their writer exited or was killed.
 

@@ -3,7 +3,7 @@ thread of its own.
 
 The thread uses the RagStore's own DuckDB connection, so no call waits for the responses
 the main store's thread is writing, nor holds them up. Calls run in order: a read issued
-after a write returned sees it. The async store (:mod:`troupe.actors.store_client`) sends
+after a write returned sees it. The async store (:mod:`troupe.runtime.store_client`) sends
 every :class:`~troupe.storage.contract.Files` method here.
 
 Example::

@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from troupe.actors.rag import VectorStores
+from troupe.runtime.rag import VectorStores
 from troupe.protocol import InvalidRequest, ProtocolError, check_id_format, check_metadata, describe_type
 from troupe.protocol.query_params import QueryInt
 from troupe.rag import wire

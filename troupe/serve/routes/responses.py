@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from troupe.actors.runtime import EventBatches
+from troupe.runtime.facade import EventBatches
 from troupe.agentloop.compaction import parse_compact_request
 from troupe.protocol import SSE_MEDIA_TYPE, check_id_format, failed_response_error, parse_create_request
 from troupe.protocol.ids import RESPONSE

@@ -14,7 +14,7 @@ files and vectors   :class:`.files.Files`                  :class:`troupe.storag
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
 first five over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own. Every caller reaches them through the async store client
-(:mod:`troupe.actors.store_client`), which forwards any method named here, with its own
+(:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
 arguments, to the thread that runs its area (and across Ray through the storage actor's one
 ``call``): a new store method is written in its protocol and in DuckDB, nowhere else.
 

@@ -55,18 +55,18 @@ from troupe.protocol import (
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
 from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, CredentialsUnavailable, restore
 
-from .console_calls import ConsoleCalls
-from .conversations import ConversationCalls, not_found
+from troupe.runtime.console_calls import ConsoleCalls
+from troupe.runtime.conversations import ConversationCalls, not_found
 from troupe.protocol.job import TurnJob
 
-from .host import HostClient
-from .hosting import HostFailed, Placement
-from .placement import LocalPlacement
-from .prompts import PromptCalls
-from .rag import StartIngest, VectorStores
-from .runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
-from .settings import RuntimeSettings
-from .store_client import StoreClient
+from troupe.runtime.host import HostClient
+from troupe.runtime.hosting import HostFailed, Placement
+from troupe.runtime.ray.placement import LocalPlacement
+from troupe.runtime.prompts import PromptCalls
+from troupe.runtime.rag import StartIngest, VectorStores
+from troupe.runtime.runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.store_client import StoreClient
 
 if TYPE_CHECKING:
     from troupe.observe.metrics import ScrapeView
@@ -102,7 +102,7 @@ async def _start_tool_runners(settings: RuntimeSettings) -> list[Any]:
         return []
     import ray
 
-    from .tool_tasks import tool_runner
+    from troupe.runtime.ray.tool_tasks import tool_runner
 
     runners = [tool_runner(settings.namespace, n["NodeID"]) for n in ray.nodes() if n["Alive"]]
     targets = tuple(t.target for t in settings.tools if t.num_cpus is None)
@@ -137,9 +137,9 @@ def start_shared_actors(settings: RuntimeSettings) -> SharedActors:
     """
     import ray
 
-    from .placement import PooledPlacement
-    from .storage_actor import storage_actor
-    from .tool_tasks import tool_runner
+    from troupe.runtime.ray.placement import PooledPlacement
+    from troupe.runtime.ray.storage_actor import storage_actor
+    from troupe.runtime.ray.tool_tasks import tool_runner
 
     runners = ()
     if _uses_tool_runners(settings):
@@ -179,7 +179,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
     @classmethod
     def local(cls, settings: RuntimeSettings = RuntimeSettings()) -> Runtime:
         """An in-process runtime: one host, tools run in-process, the store in a thread."""
-        from .store_client import AsyncStore
+        from troupe.runtime.store_client import AsyncStore
 
         on_commit = None
         if settings.telemetry.metrics:
@@ -196,9 +196,9 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         Returns once every process the first request would otherwise wait for is up: the
         storage actor, the pooled hosts, and a tool runner on every node.
         """
-        from .placement import ray_placement
-        from .ray_ingest import ray_ingestion
-        from .storage_actor import JournalingStoreClient, RayStoreClient
+        from troupe.runtime.ray.placement import ray_placement
+        from troupe.runtime.ray.ingest import ray_ingestion
+        from troupe.runtime.ray.storage_actor import JournalingStoreClient, RayStoreClient
 
         # Hosts in this process (the replica placement): this process alone reads what it
         # writes, so its responses may be durable in its own journal, without a round trip.

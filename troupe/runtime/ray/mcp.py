@@ -5,12 +5,12 @@ Both implement :class:`~troupe.agentloop.mcp.McpClient`:
 * :class:`RayMcpClient` routes every server to its connection actor, one per (URL or
   command, credentials), named ``troupe-mcp-<digest>`` in the runtime's namespace and
   shared by every host: each keeps one MCP session open for everyone using that server.
-* :class:`LocalMcpClient` keeps the same :class:`~troupe.actors.mcp_session.McpSession`
+* :class:`LocalMcpClient` keeps the same :class:`~troupe.runtime.mcp_session.McpSession`
   objects in-process (``Runtime.local``, tests without Ray).
 
-``check_server`` applies the URL policy of :mod:`troupe.actors.mcp_policy` when the
+``check_server`` applies the URL policy of :mod:`troupe.runtime.mcp_policy` when the
 request arrives, and every session connects through that policy's
-:func:`~troupe.actors.mcp_policy.connect_guard` (checked again at connect time);
+:func:`~troupe.runtime.mcp_policy.connect_guard` (checked again at connect time);
 :func:`resolve_mcp_tool` turns a request's ``mcp`` tool into an ``McpServer``.
 
 A new connection actor takes a Ray worker's start-up (seconds on a busy machine) before
@@ -38,9 +38,9 @@ from typing import Any, TypeVar
 
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
-from .idle import exit_when_idle
-from .mcp_session import McpSession, tool_output
-from .mcp_policy import (
+from troupe.runtime.ray.idle import exit_when_idle
+from troupe.runtime.mcp_session import McpSession, tool_output
+from troupe.runtime.mcp_policy import (
     AddressGuard,
     AddressRefused,
     actor_name,
@@ -50,9 +50,9 @@ from .mcp_policy import (
     resolve_mcp_tool,
     try_connect,
 )
-from .ray_actors import start_actor
-from .raycall import ray_result
-from .settings import RuntimeSettings
+from troupe.runtime.ray.actors import start_actor
+from troupe.runtime.ray.calls import ray_result
+from troupe.runtime.settings import RuntimeSettings
 
 __all__ = [
     "McpConnection",
@@ -161,7 +161,7 @@ class LocalMcpClient:
         self._closing: set[asyncio.Task[None]] = set()
 
     def check_server(self, server: McpServer, index: int | None = None) -> None:
-        """Refuse a server this deployment may not reach (see :func:`~troupe.actors.mcp_policy.check_server`).
+        """Refuse a server this deployment may not reach (see :func:`~troupe.runtime.mcp_policy.check_server`).
 
         Raises:
             InvalidRequest: ``param`` ``tools[index].server_url`` (``tools`` without an index).

@@ -3,7 +3,7 @@
 Kept light (no runtime, no Ray at import) because it is what a Ray worker imports to run an
 ingestion task, as ``_tool_runner`` is for tool tasks. :func:`ingest` reaches storage
 through ``call(method, *args)``, a blocking call of a :class:`~troupe.storage.contract.Files`
-method (the store client's ``call``): through the storage actor in a Ray task (:func:`troupe.actors.ray_ingest.ingest_on_ray`), through the
+method (the store client's ``call``): through the storage actor in a Ray task (:func:`troupe.runtime.ray.ingest.ingest_on_ray`), through the
 in-process store from a thread in ``Runtime.local``. So the same function runs in both.
 
 A file fails alone: whatever goes wrong with it (a corrupt PDF, an embedder that is down) is
@@ -25,7 +25,7 @@ from troupe.rag.embedders import Embedder, EmbeddingError, OpenAIEmbedder, SimEm
 from troupe.rag.text import chunk_text, indexed_terms, terms
 from troupe.rag.records import IndexedFile, IngestTicket
 
-from .settings import ModelSpec
+from troupe.runtime.settings import ModelSpec
 
 __all__ = ["build_embedder", "ingest", "local_worker"]
 

@@ -1,7 +1,7 @@
 """The eval worker: a conversation host that runs one sample of a case and grades it.
 
 An :class:`EvalWorker` *is* a conversation host (it extends the pooled host actor): it runs a
-case's turn in-process through :class:`~troupe.actors.host.ConversationHost` (tool calls fan
+case's turn in-process through :class:`~troupe.runtime.host.ConversationHost` (tool calls fan
 out to its node's tool runner or as Ray tasks, the response and its step traces go to the
 storage actor), grades the final response (:mod:`troupe.eval.graders`; the LLM judge calls a
 configured model from the worker) and returns an :class:`~troupe.storage.EvalResultRecord`
@@ -26,9 +26,9 @@ from troupe.storage import EvalResultRecord
 
 from troupe.protocol.job import TurnJob
 
-from ..host import DELTA_TYPES
-from ..placement import HostActor
-from ..settings import RuntimeSettings
+from troupe.runtime.host import DELTA_TYPES
+from troupe.runtime.ray.placement import HostActor
+from troupe.runtime.settings import RuntimeSettings
 
 __all__ = ["CaseTask", "EvalWorker"]
 

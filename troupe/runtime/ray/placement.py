@@ -29,14 +29,14 @@ from troupe.protocol import ProtocolError
 
 from troupe.protocol.job import TurnJob
 
-from .host import ConversationHost, HostClient
-from .idle import exit_when_idle
-from .ray_actors import start_actor
-from .raycall import ray_result
-from .hosting import HostFailed, Placement
-from .settings import RuntimeSettings
-from .store_client import StoreClient
-from .tool_tasks import local_executor
+from troupe.runtime.host import ConversationHost, HostClient
+from troupe.runtime.ray.idle import exit_when_idle
+from troupe.runtime.ray.actors import start_actor
+from troupe.runtime.ray.calls import ray_result
+from troupe.runtime.hosting import HostFailed, Placement
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.store_client import StoreClient
+from troupe.runtime.ray.tool_tasks import local_executor
 
 if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot
@@ -60,7 +60,7 @@ class LocalPlacement:
     """Every thread on one host in this process (the Ray-free runtime: tools in-process too)."""
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
-        from .mcp import LocalMcpClient
+        from troupe.runtime.ray.mcp import LocalMcpClient
 
         self.host = ConversationHost(
             settings, store=store, executors=[local_executor(settings.tools)], mcp_client=LocalMcpClient(settings)
@@ -97,8 +97,8 @@ def ray_tools(settings: RuntimeSettings) -> tuple[list[Any], Any]:
     """A host's tool executors and MCP client on Ray: this node's tool runner (or tasks), MCP actors."""
     import ray
 
-    from .mcp import RayMcpClient
-    from .tool_tasks import RayToolExecutor, tool_runner
+    from troupe.runtime.ray.mcp import RayMcpClient
+    from troupe.runtime.ray.tool_tasks import RayToolExecutor, tool_runner
 
     node_id = ray.get_runtime_context().get_node_id()
     executor = RayToolExecutor(
@@ -130,7 +130,7 @@ class HostActor(ConversationHost):
     """The host as it runs inside a Ray actor: storage and tools over Ray."""
 
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
-        from .storage_actor import RayStoreClient
+        from troupe.runtime.ray.storage_actor import RayStoreClient
 
         import ray
 

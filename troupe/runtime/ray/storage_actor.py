@@ -2,7 +2,7 @@
 
 DuckDB allows one writing process, so exactly one named actor opens the file,
 pinned to the head node; the runtime, the hosts and evaluation reach it through
-:class:`RayStoreClient` (the :class:`~troupe.actors.store_client.StoreClient` interface), which
+:class:`RayStoreClient` (the :class:`~troupe.runtime.store_client.StoreClient` interface), which
 sends every store contract call to the actor's one ``call(method, args, kwargs)``. A finished response is
 durable once it is in the response journal beside the file (``troupe.storage.journal``);
 DuckDB gets it behind, many per transaction. Reads run on the store's thread once what was
@@ -19,7 +19,7 @@ whenever a new writer connects.
 
 The actor leaves an owner file beside the DuckDB file (``<path>.owner.json``: its Ray
 cluster's address, its namespace, its process id), so that ``troupe sql`` can reach it while
-it holds the file (:mod:`troupe.actors.live_sql`).
+it holds the file (:mod:`troupe.runtime.ray.live_sql`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
 
-from .live_sql import Owner, owner_path, write_owner
-from .ray_actors import STORAGE_ACTOR_NAME, start_actor
-from .raycall import ray_result, ray_result_sync
-from .settings import RuntimeSettings
-from .store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
+from troupe.runtime.ray.live_sql import Owner, owner_path, write_owner
+from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
+from troupe.runtime.ray.calls import ray_result, ray_result_sync
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 
 __all__ = ["StorageService", "RayStoreClient", "JournalingStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 
@@ -78,7 +78,7 @@ class StorageService(AsyncStore):
     @staticmethod
     def _leave_owner_file(path: str, namespace: str) -> None:
         """Say beside the file how to reach this actor: ``troupe sql`` asks it while the file is
-        locked (:mod:`troupe.actors.live_sql`)."""
+        locked (:mod:`troupe.runtime.ray.live_sql`)."""
         context = ray.get_runtime_context()
         owner = Owner(
             address=context.gcs_address,
@@ -161,7 +161,7 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
 
 
 class RayStoreClient(Forwarding):
-    """The :class:`~troupe.actors.store_client.StoreClient` interface, through the storage actor.
+    """The :class:`~troupe.runtime.store_client.StoreClient` interface, through the storage actor.
 
     Every contract method goes through the actor's one ``call`` (:meth:`AsyncStore.call`):
     one Ray call per store call; a name the contract does not declare is refused here, before

@@ -1,4 +1,4 @@
-"""The Prompts API of :class:`~troupe.actors.runtime.Runtime` (a part of it, kept apart), and the
+"""The Prompts API of :class:`~troupe.runtime.facade.Runtime` (a part of it, kept apart), and the
 resolution of a response's ``prompt`` (:meth:`PromptCalls.resolve_prompt`).
 
 Prompts live in the store, per tenant; what a version holds and how a reference resolves is
@@ -14,7 +14,7 @@ from troupe.protocol import CreateResponseRequest, ProtocolError
 from troupe.protocol.prompts import new_prompt_id, prompt_not_found, prompt_reference, resolve_prompt
 from troupe.storage import Order, Page, PromptConflict
 
-from .store_client import StoreClient
+from troupe.runtime.store_client import StoreClient
 
 __all__ = ["PromptCalls"]
 

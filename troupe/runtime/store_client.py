@@ -17,9 +17,9 @@ refused with :class:`NotAStoreMethod`. Two implementations:
   in order (the files and vector stores' on a thread and connection of their own,
   :mod:`troupe.storage.rag_executor`); responses durable in the response journal first
   (group-synced), DuckDB behind. The in-process runtime uses it directly, and it is the body
-  of the storage actor (``troupe.actors.storage_actor``), the one owner of the DuckDB file,
+  of the storage actor (``troupe.runtime.ray.storage_actor``), the one owner of the DuckDB file,
   whose one ``call`` is :meth:`AsyncStore.call`.
-* ``troupe.actors.storage_actor.RayStoreClient`` sends each call to that actor's ``call``
+* ``troupe.runtime.ray.storage_actor.RayStoreClient`` sends each call to that actor's ``call``
   (one Ray call per store call); its subclass ``JournalingStoreClient`` (the ingress
   replica under the replica placement) makes ``write_response`` durable in a journal of
   its own process first.

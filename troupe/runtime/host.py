@@ -7,7 +7,7 @@ upstream messages are rebuilt) and runs that conversation's turns one after
 another: a second request to a busy conversation waits for the first. Different
 conversations run concurrently.
 
-It is a plain class: ``troupe.actors.placement`` wraps it with ``ray.remote`` in
+It is a plain class: ``troupe.runtime.ray.placement`` wraps it with ``ray.remote`` in
 one place, and the in-process runtime uses it as it is.
 
 On a cache miss (a new host, a restart, an evicted thread) it rebuilds the
@@ -51,13 +51,13 @@ from troupe.protocol import (
 from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_log
 from troupe.storage.credentials import CredentialKeys, withhold
 
-from .batching import coalesce
-from .mcp_policy import resolve_mcp_tool
-from .models import ModelRegistry
-from .rag import VectorStores
-from .runs import LiveRun, LiveRuns, failed_record
-from .settings import RuntimeSettings
-from .store_client import StoreClient
+from troupe.runtime.batching import coalesce
+from troupe.runtime.mcp_policy import resolve_mcp_tool
+from troupe.runtime.models import ModelRegistry
+from troupe.runtime.rag import VectorStores
+from troupe.runtime.runs import LiveRun, LiveRuns, failed_record
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.store_client import StoreClient
 
 __all__ = ["ConversationHost", "HostClient", "DELTA_TYPES"]
 

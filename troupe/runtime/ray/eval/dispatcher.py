@@ -22,10 +22,10 @@ import ray
 from troupe.eval.dataset import Dataset, EvalCase
 from troupe.storage import EvalResultRecord, EvalRunRecord
 
-from ..ray_actors import start_actor
-from ..settings import RuntimeSettings
-from ..storage_actor import RayStoreClient
-from .worker import CaseTask, EvalWorker
+from troupe.runtime.ray.actors import start_actor
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.ray.storage_actor import RayStoreClient
+from troupe.runtime.ray.eval.worker import CaseTask, EvalWorker
 
 __all__ = ["RunOptions", "run_eval"]
 

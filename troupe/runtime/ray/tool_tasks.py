@@ -22,10 +22,10 @@ import pydantic
 from troupe.agentloop.model import ToolCall
 from troupe.agentloop.tools import LocalFunctionExecutor, parse_arguments
 
-from ._tool_runner import ToolRunner, load_tool, run_tool
-from .ray_actors import start_actor
-from .raycall import ray_result
-from .settings import ToolSpec
+from troupe.runtime._tool_runner import ToolRunner, load_tool, run_tool
+from troupe.runtime.ray.actors import start_actor
+from troupe.runtime.ray.calls import ray_result
+from troupe.runtime.settings import ToolSpec
 
 __all__ = [
     "load_tool",

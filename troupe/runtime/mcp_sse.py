@@ -9,7 +9,7 @@ manager yielding the read and write streams ``mcp.Client`` takes), like the SDK'
 
 * The ``endpoint`` URL (and any redirect of the ``GET``) must stay on the origin of the
   URL that was checked, scheme, host and port, and pass ``check``, the URL policy that
-  checked it (:meth:`~troupe.actors.mcp_policy.AddressGuard.why_not_url`); else
+  checked it (:meth:`~troupe.runtime.mcp_policy.AddressGuard.why_not_url`); else
   connecting fails at once with :class:`EndpointRefused`, saying why. (The SDK's client
   refuses another origin too, but then waits forever for a stream nobody reads: a
   request hung until its timeout and was reported as the streamable POST's 405.)
@@ -22,7 +22,7 @@ manager yielding the read and write streams ``mcp.Client`` takes), like the SDK'
 
 Every request goes through the ``httpx2.AsyncClient`` it is given, so credentials (its
 default headers) are sent on the ``GET`` and on every ``POST`` alike, and the pinned
-transport of :mod:`troupe.actors.mcp_policy` checks every address connected to. Nothing
+transport of :mod:`troupe.runtime.mcp_policy` checks every address connected to. Nothing
 here logs a URL's query (the session id) or a header.
 """
 

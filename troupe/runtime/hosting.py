@@ -2,7 +2,7 @@
 :class:`HostFailed`, what a host that died mid-turn becomes.
 
 The placements themselves (in this process, in the ingress replica, on pooled or dedicated
-Ray actors) are in :mod:`troupe.actors.placement`; what the runtime and its Conversations API
+Ray actors) are in :mod:`troupe.runtime.ray.placement`; what the runtime and its Conversations API
 calls need of one is here, so that they import no Ray to name it.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from troupe.protocol import ServerError
 
-from .host import HostClient
+from troupe.runtime.host import HostClient
 
 if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot

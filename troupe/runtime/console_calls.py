@@ -1,4 +1,4 @@
-"""The console's reads of :class:`~troupe.actors.runtime.Runtime` (a part of it, kept apart).
+"""The console's reads of :class:`~troupe.runtime.facade.Runtime` (a part of it, kept apart).
 
 Everything the operator's console (:mod:`troupe.console`) shows beyond the OpenAI API comes
 from storage through these calls: summaries of responses across the history, the figures of
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from troupe.storage import EvalResultRecord, EvalRunRecord, ResponseFilter, ResponseList, ResponseStats, Turn
 
-from .conversations import not_found
-from .store_client import StoreClient
+from troupe.runtime.conversations import not_found
+from troupe.runtime.store_client import StoreClient
 
 __all__ = ["ConsoleCalls"]
 

@@ -10,7 +10,7 @@ from troupe.agentloop.model import ModelClient
 from troupe.agentloop.openai_client import OpenAIChatClient
 from troupe.sim.model import SimModel, SimSettings
 
-from .settings import ModelSpec
+from troupe.runtime.settings import ModelSpec
 
 __all__ = ["ModelRegistry"]
 

@@ -1,6 +1,6 @@
 """The responses a host is running now: their live state, cancel, and background runs.
 
-Every turn a :class:`~troupe.actors.host.ConversationHost` runs is a :class:`LiveRun` in
+Every turn a :class:`~troupe.runtime.host.ConversationHost` runs is a :class:`LiveRun` in
 its :class:`LiveRuns` from the moment it is accepted until it is stored. That is what lets
 another connection
 

@@ -1,4 +1,4 @@
-"""The Conversations API of :class:`~troupe.actors.runtime.Runtime` (a part of it, kept apart).
+"""The Conversations API of :class:`~troupe.runtime.facade.Runtime` (a part of it, kept apart).
 
 Item writes go through the conversation's host, so they queue behind any running turn of
 that conversation and its message cache stays true; reads go to storage.
@@ -12,9 +12,9 @@ from typing import Any
 from troupe.protocol import NotFound, new_id, normalize_input
 from troupe.storage import Order, Page
 
-from .host import HostClient
-from .hosting import Placement
-from .store_client import StoreClient
+from troupe.runtime.host import HostClient
+from troupe.runtime.hosting import Placement
+from troupe.runtime.store_client import StoreClient
 
 __all__ = ["ConversationCalls", "not_found"]
 

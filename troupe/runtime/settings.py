@@ -193,11 +193,11 @@ class McpSettings(BaseModel):
 
 
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(name="calculator", target="troupe.actors.example_tools:calculator",
+    ToolSpec(name="calculator", target="troupe.runtime.example_tools:calculator",
              description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'.", idempotent=True),
-    ToolSpec(name="sleep", target="troupe.actors.example_tools:sleep",
+    ToolSpec(name="sleep", target="troupe.runtime.example_tools:sleep",
              description="Wait the given number of milliseconds, then say so.", idempotent=True),
-    ToolSpec(name="now", target="troupe.actors.example_tools:now",
+    ToolSpec(name="now", target="troupe.runtime.example_tools:now",
              description="The current date and time in UTC, ISO 8601.", idempotent=True),
 )  # fmt: skip
 

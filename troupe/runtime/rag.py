@@ -7,7 +7,7 @@ behind it): ids, 404s, plus the two things that are not storage: ingestion and t
 * **Ingestion** of each attached file is a task of its own (:mod:`._ingest`): on Ray, a Ray
   task reserving ``ingest_num_cpus`` (:mod:`.ray_ingest`, which the runtime hands in), so files are parsed, chunked and embedded in parallel
   across the cluster, each writing its chunks through the storage actor; in-process
-  (``Runtime.local``, an :class:`~troupe.actors.store_client.AsyncStore`), the same function
+  (``Runtime.local``, an :class:`~troupe.runtime.store_client.AsyncStore`), the same function
   on a pool of threads. Either way a watcher records a task that died (a worker killed) as
   the file's ``server_error``; any other failure the task records itself.
 * **Search** (:meth:`VectorStores.search`): the query is embedded here, with each store's
@@ -37,9 +37,9 @@ from troupe.storage import Order, Page
 from troupe.rag.records import IngestTicket
 from troupe.storage.rag import not_found
 
-from ._ingest import build_embedder, ingest, local_worker
-from .settings import ModelSpec, RuntimeSettings
-from .store_client import StoreClient
+from troupe.runtime._ingest import build_embedder, ingest, local_worker
+from troupe.runtime.settings import ModelSpec, RuntimeSettings
+from troupe.runtime.store_client import StoreClient
 
 __all__ = ["VectorStores", "file_id", "vector_store_id", "batch_id"]
 
@@ -63,7 +63,7 @@ def batch_id() -> str:
 
 StartIngest = Callable[[list[IngestTicket], dict[str, ModelSpec | None]], list[asyncio.Future[Any]]]
 """Starts one ingestion per ticket (each with its ticket's embedder); a future per ticket. On
-Ray: :func:`troupe.actors.ray_ingest.ray_ingestion`."""
+Ray: :func:`troupe.runtime.ray.ingest.ray_ingestion`."""
 
 
 class VectorStores:

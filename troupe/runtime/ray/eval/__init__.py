@@ -6,7 +6,7 @@ Two modules: :mod:`.worker` (the actor that runs and grades a sample) and :mod:`
 The driver (``troupe eval run``) starts :class:`EvalWorker` actors, one per node
 (pinned there; a worker whose node goes away is replaced by one elsewhere). Each worker
 *is* a conversation host (it extends the pooled host actor): it runs a case's turn
-in-process through :class:`~troupe.actors.host.ConversationHost` (tool calls fan
+in-process through :class:`~troupe.runtime.host.ConversationHost` (tool calls fan
 out to its node's tool runner or as Ray tasks, the response and its step traces go to the storage actor),
 grades the final response (:mod:`troupe.eval.graders`; the LLM judge calls a
 configured model from the worker) and returns an
@@ -37,7 +37,7 @@ Example (Ray initialized, e.g. ``ray.init(address="local")``)::
 
 from __future__ import annotations
 
-from .dispatcher import RunOptions, run_eval
-from .worker import CaseTask, EvalWorker
+from troupe.runtime.ray.eval.dispatcher import RunOptions, run_eval
+from troupe.runtime.ray.eval.worker import CaseTask, EvalWorker
 
 __all__ = ["CaseTask", "EvalWorker", "RunOptions", "run_eval"]

@@ -3,7 +3,7 @@
 * :func:`resolve_mcp_tool` turns ``tools[i]`` (``{"type": "mcp", ...}``) into an
   :class:`~troupe.agentloop.mcp.McpServer`: a ``server_url`` names a server directly;
   without one the ``server_label`` must name a configured server
-  (:class:`~troupe.actors.settings.McpServerSpec`).
+  (:class:`~troupe.runtime.settings.McpServerSpec`).
 * :func:`check_server` is the URL policy. Configured servers are trusted. Any other URL
   must be http(s) and either match the allowlist (``RuntimeSettings.mcp.allowed_urls`` plus
   the env var ``TROUPE_MCP_ALLOWED_URLS``, comma-separated, ``*`` wildcards on the whole
@@ -53,7 +53,7 @@ import httpx2
 from troupe.agentloop.mcp import McpServer
 from troupe.protocol import InvalidRequest, ServerError
 
-from .settings import McpServerSpec, RuntimeSettings
+from troupe.runtime.settings import McpServerSpec, RuntimeSettings
 
 __all__ = [
     "ALLOWED_URLS_ENV",

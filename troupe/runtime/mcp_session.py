@@ -1,13 +1,13 @@
 """One long-lived MCP client session per server.
 
 :class:`McpSession` keeps a session to one server open across calls: streamable HTTP
-(falling back to the older HTTP+SSE transport, :mod:`~troupe.actors.mcp_sse`, when the
+(falling back to the older HTTP+SSE transport, :mod:`~troupe.runtime.mcp_sse`, when the
 server answers the streamable handshake's POST with 400, 404 or 405, as the MCP spec's
 backwards-compatibility section describes; never on 401/403, an auth failure is not an old
 transport), or stdio for a configured command. A session remembers that its server speaks
 HTTP+SSE, and reconnects with it at once (back to streamable HTTP only if the URL stops
-answering as an event stream). With an :class:`~troupe.actors.mcp_policy.AddressGuard`
-every HTTP connection goes through :func:`~troupe.actors.mcp_policy.pinned_transport`:
+answering as an event stream). With an :class:`~troupe.runtime.mcp_policy.AddressGuard`
+every HTTP connection goes through :func:`~troupe.runtime.mcp_policy.pinned_transport`:
 only to addresses the URL policy allows, checked when connecting; the message endpoint an
 HTTP+SSE server announces must stay on its URL's origin and pass the same URL policy. The
 credentials (the server's headers) are default headers of the one httpx client each
@@ -21,7 +21,7 @@ dropped and the next call opens a new one (``reconnects``); a request that prova
 reached the server (connection refused, or the server had forgotten the session) is resent
 once. ``tools/list`` answers are cached for ``list_ttl_s``. SDK errors become
 :class:`~troupe.agentloop.mcp.McpError` here; headers never appear in errors, logs or reprs.
-The Ray actor body, :class:`~troupe.actors.mcp.McpConnection`, wraps one session.
+The Ray actor body, :class:`~troupe.runtime.ray.mcp.McpConnection`, wraps one session.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any, TypeVar
 
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
 
-from .mcp_policy import AddressGuard, AddressRefused, pinned_transport
-from .mcp_sse import EndpointRefused, SseStreamEnded, sse_transport
+from troupe.runtime.mcp_policy import AddressGuard, AddressRefused, pinned_transport
+from troupe.runtime.mcp_sse import EndpointRefused, SseStreamEnded, sse_transport
 
 __all__ = ["McpSession", "tool_output"]
 
@@ -165,7 +165,7 @@ class McpSession:
         mode: The SDK's protocol negotiation: ``auto`` (try the 2026 ``server/discover``,
             fall back to the ``initialize`` handshake) or ``legacy`` (handshake only).
         guard: Which addresses HTTP connections may go to (see
-            :func:`~troupe.actors.mcp_policy.connect_guard`); None: any (a trusted server).
+            :func:`~troupe.runtime.mcp_policy.connect_guard`); None: any (a trusted server).
         sse: The server is known to speak the HTTP+SSE transport (an earlier session found
             out): connect with it at once.
 
@@ -445,7 +445,7 @@ class McpSession:
         return await stack.enter_async_context(self._client(streamable_http_client(self.server.url or "", http_client=http)))
 
     async def _connect_sse(self, stack: AsyncExitStack, live: _Live) -> Any:
-        """The HTTP+SSE transport (:mod:`~troupe.actors.mcp_sse`), on the same pinned httpx client:
+        """The HTTP+SSE transport (:mod:`~troupe.runtime.mcp_sse`), on the same pinned httpx client:
         the credentials go on the event stream's GET and on every POST, and the message endpoint
         the server announces must stay on its URL's origin and pass the URL policy."""
         guard = self.guard

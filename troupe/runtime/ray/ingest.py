@@ -1,6 +1,6 @@
 """Ingestion as Ray tasks: one task per attached file, reaching storage through the storage
-actor. What :class:`~troupe.actors.rag.VectorStores` starts its ingestions with on Ray
-(:func:`ray_ingestion`); in-process it runs :func:`~troupe.actors._ingest.ingest` on threads.
+actor. What :class:`~troupe.runtime.rag.VectorStores` starts its ingestions with on Ray
+(:func:`ray_ingestion`); in-process it runs :func:`~troupe.runtime._ingest.ingest` on threads.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from troupe.rag.records import IngestTicket
 
-from ._ingest import Outcome, ingest
-from .settings import ModelSpec
+from troupe.runtime._ingest import Outcome, ingest
+from troupe.runtime.settings import ModelSpec
 
 __all__ = ["ingest_on_ray", "ray_ingestion"]
 
@@ -24,7 +24,7 @@ def ingest_on_ray(ticket: IngestTicket, spec: ModelSpec | None, storage: Any) ->
     """
     import ray
 
-    from .raycall import ray_result_sync
+    from troupe.runtime.ray.calls import ray_result_sync
 
     def call(method: str, *args: Any, **kwargs: Any) -> Any:
         return ray_result_sync(storage.call.remote(method, args, kwargs))
@@ -49,7 +49,7 @@ def _ray_ingest() -> Any:
 
 def ray_ingestion(num_cpus: float, storage: Any):  # noqa: ANN201 - a StartIngest
     """Start each ticket's ingestion as a Ray task of ``num_cpus`` CPUs, reaching the storage
-    actor ``storage`` (its handle); a :data:`~troupe.actors.rag.StartIngest`."""
+    actor ``storage`` (its handle); a :data:`~troupe.runtime.rag.StartIngest`."""
 
     def start(tickets: list[IngestTicket], specs: dict[str, ModelSpec | None]) -> list[asyncio.Future[Any]]:
         task = _ray_ingest().options(num_cpus=num_cpus, max_retries=0)
