@@ -127,13 +127,13 @@ async def step_payloads(text: str) -> list[dict[str, Any]]:
     The real loop (checkpoints on), the sim model and the real ``WireWriter``, in-process;
     tools are the example tools run in-process.
     """
-    from troupe.runtime.host import DELTA_TYPES, _trace
-    from troupe.runtime.settings import DEFAULT_TOOLS
-    from troupe.runtime.ray.tool_tasks import local_executor
     from troupe.agentloop.driver import prepare, run_loop
     from troupe.agentloop.events import Checkpoint, StepTraced
     from troupe.agentloop.writer import WireWriter
     from troupe.protocol import new_id, new_response_id, parse_create_request
+    from troupe.runtime.host import DELTA_TYPES, _trace
+    from troupe.runtime.ray.tool_tasks import local_executor
+    from troupe.runtime.settings import DEFAULT_TOOLS
     from troupe.sim.model import SimModel
 
     request = parse_create_request({"model": "sim", "input": text, "background": True})

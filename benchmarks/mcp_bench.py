@@ -84,9 +84,9 @@ async def _timed(calls: int, concurrency: int, call: Callable[[int], Awaitable[A
 
 
 async def _measure(url: str, calls: int) -> dict[str, Any]:
+    from troupe.agentloop.mcp import McpServer
     from troupe.runtime.ray.mcp import LocalMcpClient, McpSession, RayMcpClient
     from troupe.runtime.settings import McpSettings, RuntimeSettings
-    from troupe.agentloop.mcp import McpServer
 
     # The bench's MCP server is on loopback, which the default URL policy refuses.
     settings = RuntimeSettings(

@@ -60,9 +60,9 @@ IN_PROCESS_LOADS = {
 
 async def in_process(*, blocks: int, per_block: int) -> list[dict[str, Any]]:
     """CPU ms per response, metrics off and on, each load's blocks alternating between the two."""
+    from troupe.protocol import parse_create_request
     from troupe.runtime.facade import Runtime
     from troupe.runtime.settings import RuntimeSettings, TelemetrySettings
-    from troupe.protocol import parse_create_request
 
     # "control" is a second runtime with metrics off: on ÷ off − 1 means something only beside
     # control ÷ off − 1, what two identical runtimes differ by in the same process and blocks.
@@ -112,11 +112,11 @@ def layer_cost(n: int = 20_000) -> dict[str, float]:
     """The observation layer's own CPU per response, in microseconds, metrics on (no Ray export
     thread, no traces, no hooks), for the events of a plain answer and of a two-tool loop: what
     the host calls, with real events, in a tight loop. Precise where the runs above are not."""
-    from troupe.protocol.job import TurnJob
-    from troupe.observe.settings import TelemetrySettings
     from troupe.agentloop.events import StepStarted, StepTraced
     from troupe.observe import Observer
+    from troupe.observe.settings import TelemetrySettings
     from troupe.protocol import parse_create_request
+    from troupe.protocol.job import TurnJob
 
     observer = Observer(TelemetrySettings(), host="bench")
     job = TurnJob(tenant="", request=parse_create_request({"model": "sim", "input": "x"}), response_id="resp_x",

@@ -29,8 +29,8 @@ from pathlib import Path
 import psutil
 
 from troupe.storage import duckdb_store
-from troupe.storage.duckdb_store import connection
 from troupe.storage.base import ResponseRecord, StepTrace
+from troupe.storage.duckdb_store import connection
 
 SCRATCH = Path(__file__).resolve().parent / "scratch"
 

@@ -46,8 +46,8 @@ def _memory(pid: int) -> str:
 
 
 async def _run(args: argparse.Namespace, path: Path) -> None:
-    from troupe.runtime import Runtime, RuntimeSettings
     from troupe.protocol import parse_create_request
+    from troupe.runtime import Runtime, RuntimeSettings
 
     namespace = f"storage-memory-{uuid.uuid4().hex[:8]}"
     runtime = await Runtime.on_ray(RuntimeSettings(storage_path=str(path), namespace=namespace, pool_size=1))

@@ -70,10 +70,10 @@ def build_server() -> Any:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
-
-    from tests import side_effects
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse
+
+    from tests import side_effects
 
     counts: collections.Counter[str] = collections.Counter()
     echoes: list[dict[str, Any]] = []

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.servers import direct_ingress_root, served_local, wait_for
 from tests.mcp_servers import REPO_ROOT
+from tests.servers import direct_ingress_root, served_local, wait_for
 from tests.side_effects import COUNTED_TOOLS
 from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings

@@ -33,8 +33,14 @@ def test_compact_a_stored_thread_then_continue_from_its_items(url):
 
 
 async def test_the_agents_sdk_compaction_session_compacts_through_troupe(url):
-    from agents import Agent, OpenAIResponsesCompactionSession, OpenAIResponsesModel, Runner, SQLiteSession
-    from agents import set_tracing_disabled
+    from agents import (
+        Agent,
+        OpenAIResponsesCompactionSession,
+        OpenAIResponsesModel,
+        Runner,
+        SQLiteSession,
+        set_tracing_disabled,
+    )
 
     set_tracing_disabled(True)
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)

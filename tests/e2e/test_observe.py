@@ -20,8 +20,8 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.servers import served_local, wait_for
-from troupe.observe.settings import TelemetrySettings
 from troupe.observe import hooks as h
+from troupe.observe.settings import TelemetrySettings
 from troupe.serve.config import ServerSettings
 
 TWO_SLEEPS = '[[call sleep {"ms": 150}]] [[call sleep {"ms": 150}]]'

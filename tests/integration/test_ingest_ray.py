@@ -15,11 +15,11 @@ import pytest
 import ray
 
 from tests.servers import wait_until
-from troupe.runtime.rag import VectorStores
-from troupe.runtime.settings import RuntimeSettings
-from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME, RayStoreClient
-from troupe.runtime.ray.ingest import ray_ingestion
 from troupe.rag import wire
+from troupe.runtime.rag import VectorStores
+from troupe.runtime.ray.ingest import ray_ingestion
+from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME, RayStoreClient
+from troupe.runtime.settings import RuntimeSettings
 
 pytestmark = [pytest.mark.usefixtures("ray_session")]
 

@@ -10,8 +10,8 @@ import pytest
 from tests.loop_harness import both, history_of
 from tests.servers import RecordingUpstream, serve_app
 from troupe.agentloop.openai_client import OpenAIChatClient
-from troupe.sim.model import SimSettings
 from troupe.agentloop.tools import LocalFunctionExecutor
+from troupe.sim.model import SimSettings
 from troupe.sim.server import create_sim_app
 
 WEATHER = {

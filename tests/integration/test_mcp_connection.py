@@ -13,11 +13,10 @@ import pytest
 
 from tests.mcp_servers import REPO_ROOT, STDIO_COMMAND, McpTestServer, free_port, serve_mcp
 from tests.servers import serve_app
-from troupe.runtime.ray.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
-from troupe.runtime.mcp_policy import AddressGuard, check_url, pinned_transport
-from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.agentloop.mcp import McpError, McpServer
-
+from troupe.runtime.mcp_policy import AddressGuard, check_url, pinned_transport
+from troupe.runtime.ray.mcp import LocalMcpClient, McpSession, RayMcpClient, actor_name, resolve_mcp_tool
+from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 
 ALLOW_LOOPBACK = ("http://127.0.0.1:*",)
 STDIO = McpServerSpec(label="stdio-test", command=STDIO_COMMAND)

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.mcp_servers import McpTestServer, serve_mcp
+from troupe.protocol import parse_create_request
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.settings import McpSettings
-from troupe.protocol import parse_create_request
 from troupe.storage import DuckDBStore
 
 

@@ -20,9 +20,9 @@ from tests.mcp_servers import McpTestServer, serve_mcp
 from tests.servers import wait_until
 from tests.side_effects import executions
 from tests.unit.test_resume import assert_one_unbroken_log, events_of, finished, settings, shape, step_kinds
+from troupe.agentloop.checkpoint import INTERRUPTED
 from troupe.runtime import Runtime
 from troupe.runtime.settings import McpSettings
-from troupe.agentloop.checkpoint import INTERRUPTED
 from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, new_key
 
 

@@ -10,13 +10,12 @@ import pytest
 import pytest_asyncio
 import ray
 
+from tests.servers import wait_until
+from troupe.protocol import parse_create_request
 from troupe.runtime import DEFAULT_TOOLS, HostFailed, Runtime, RuntimeSettings, ToolSpec
 from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME
 from troupe.runtime.ray.tool_tasks import TOOL_RUNNER_PREFIX
-from troupe.protocol import parse_create_request
 from troupe.storage.duckdb_store import DuckDBStore
-
-from tests.servers import wait_until
 
 # One runtime per placement for the whole module: starting actors costs seconds each.
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.asyncio(loop_scope="module")]

@@ -9,11 +9,11 @@ import uuid
 import pytest
 import ray
 
+from troupe.protocol import NotFound
 from troupe.runtime import RuntimeSettings
 from troupe.runtime.ray.calls import ray_result
 from troupe.runtime.ray.storage_actor import RayStoreClient
 from troupe.runtime.store_client import NotAStoreMethod
-from troupe.protocol import NotFound
 from troupe.storage import StorageError
 
 from ..unit.test_store_contract import conversation, make_record, message

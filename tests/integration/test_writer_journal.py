@@ -13,12 +13,12 @@ import uuid
 import pytest
 import ray
 
+from tests.servers import wait_until
 from troupe.runtime import RuntimeSettings
 from troupe.runtime.ray.calls import ray_result
 from troupe.runtime.ray.storage_actor import JournalingStoreClient, RayStoreClient, storage_actor
 from troupe.storage.journal import WRITER_PREFIX, journal_dir
 
-from tests.servers import wait_until
 from ..unit.test_store_contract import make_record
 
 pytestmark = [pytest.mark.usefixtures("ray_session"), pytest.mark.asyncio(loop_scope="module")]

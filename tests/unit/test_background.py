@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from tests.loop_harness import sim_request as req
 from tests.servers import wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
-from troupe.runtime import Runtime, RuntimeSettings
-from tests.loop_harness import sim_request as req
 from troupe.protocol import InvalidRequest, NotFound
+from troupe.runtime import Runtime, RuntimeSettings
 
 SLEEP_30_S = '[[call sleep {"ms": 30000}]]'
 

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from tests.servers import serve_app
-from troupe.sim.model import SimSettings
 from troupe.bench.client import send_request
 from troupe.bench.loadgen import LoadSpec, run_load
 from troupe.bench.report import REPORT_SCHEMA, build_report, render_markdown, summarize_run, write_report
+from troupe.sim.model import SimSettings
 from troupe.sim.server import create_sim_app
 
 MACHINE = {"cpu_model": "Test CPU", "cores": 2, "memory_gib": 4.0, "memory_available_gib": 3.0,

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from troupe.sim.schema import SchemaError, generate_from_schema
 from troupe.protocol import InvalidRequest, dangling_refs, decode_json_body
 from troupe.serve.limits import Admission, RateLimited, TenantLimits
+from troupe.sim.schema import SchemaError, generate_from_schema
 
 # -- bodies -------------------------------------------------------------------------------
 

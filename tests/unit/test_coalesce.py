@@ -7,12 +7,12 @@ import contextlib
 
 import pytest
 
+from troupe.protocol import parse_create_request
+from troupe.protocol.job import TurnJob
 from troupe.runtime import RuntimeSettings
 from troupe.runtime.batching import coalesce
 from troupe.runtime.host import ConversationHost
-from troupe.protocol.job import TurnJob
 from troupe.runtime.store_client import AsyncStore
-from troupe.protocol import parse_create_request
 
 
 async def gated(gates: list[asyncio.Event], batches: list[list[int]]):

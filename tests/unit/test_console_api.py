@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 import troupe.console
-
 from tests.unit.test_store_contract import T0, conversation, make_record
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.serve.app import create_app

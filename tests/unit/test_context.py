@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.loop_harness import sim_request as req
-from troupe.runtime import Runtime, RuntimeSettings
-from troupe.runtime.settings import ModelSpec
 from troupe.agentloop.context import estimate_tokens, fit_messages
 from troupe.protocol import InvalidRequest
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.settings import ModelSpec
 
 SYSTEM = {"role": "system", "content": "be brief"}
 

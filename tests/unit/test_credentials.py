@@ -13,9 +13,8 @@ import pytest
 
 from troupe.cli import main
 from troupe.serve.config import ConfigError, load_config
-from troupe.storage import DuckDBStore, RunRecord
+from troupe.storage import DuckDBStore, RunRecord, schema
 from troupe.storage.credentials import IN_MEMORY, CredentialKeys, CredentialsUnavailable, new_key, restore, withhold
-from troupe.storage import schema
 from troupe.storage.schema import CREDENTIALS_WITHHELD_FROM, SCHEMA_VERSION
 
 SECRET = "sk-unit-probe-91e4"

@@ -11,8 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from troupe.storage import SCHEMA_VERSION, DuckDBStore, StepTrace, StorageError
-from troupe.storage import schema
+from troupe.storage import SCHEMA_VERSION, DuckDBStore, StepTrace, StorageError, schema
 
 from .test_store_contract import T0, conversation, make_record, message
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from troupe.agentloop.model import ChatRequest, TurnEnd
-from troupe.sim.model import SimModel
 from troupe.eval.graders import (
     Grade,
     GraderError,
@@ -21,6 +20,7 @@ from troupe.eval.graders import (
     parse_verdict,
     verdict,
 )
+from troupe.sim.model import SimModel
 
 G = "tests.unit.test_eval_graders:"
 

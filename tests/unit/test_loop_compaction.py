@@ -14,12 +14,12 @@ import pytest
 from tests.fakes import RecordingModel, ScriptedModel, text_turn
 from tests.loop_harness import both, check_stream, history_of, run
 from tests.loop_harness import sim_request as req
-from troupe.runtime import Runtime, RuntimeSettings
-from troupe.runtime.settings import ModelSpec
 from troupe.agentloop.compaction import SUMMARY_PROMPT, decode_summary
 from troupe.agentloop.model import ModelError
 from troupe.agentloop.tools import LocalFunctionExecutor
 from troupe.protocol import InvalidRequest, parse_create_request
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.settings import ModelSpec
 from troupe.sim.model import SimModel
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.fakes import FunctionMcpClient
 from tests.loop_harness import both, check_stream, history_of, run
-from troupe.sim.model import SimModel
 from troupe.protocol import InvalidRequest
+from troupe.sim.model import SimModel
 
 
 def calc_server(**extra):

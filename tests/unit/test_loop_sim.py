@@ -6,8 +6,8 @@ import asyncio
 
 from tests.fakes import RecordingModel
 from tests.loop_harness import both, history_of, run
-from troupe.sim.model import SimModel
 from troupe.agentloop.tools import LocalFunctionExecutor
+from troupe.sim.model import SimModel
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
 WEATHER = {

@@ -7,6 +7,9 @@ import pickle
 
 import pytest
 
+from troupe.agentloop.mcp import McpError, McpServer, listing_failed
+from troupe.protocol import InvalidRequest, ServerError
+from troupe.protocol.errors import ExternalConnectorError
 from troupe.runtime.mcp_policy import (
     ALLOWED_URLS_ENV,
     AddressGuard,
@@ -19,9 +22,6 @@ from troupe.runtime.mcp_policy import (
     resolve_mcp_tool,
 )
 from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
-from troupe.agentloop.mcp import McpError, McpServer, listing_failed
-from troupe.protocol import InvalidRequest, ServerError
-from troupe.protocol.errors import ExternalConnectorError
 
 DNS = {
     "mcp.example.com": ["93.184.216.34"],

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from tests.fakes import ScriptedModel, text_turn
-from troupe.runtime import Runtime, RuntimeSettings
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import InvalidRequest, NotFound, ProtocolError, parse_create_request
@@ -20,6 +19,7 @@ from troupe.protocol.prompts import (
     prompt_object,
     resolve_prompt,
 )
+from troupe.runtime import Runtime, RuntimeSettings
 
 PHOTO = {"type": "input_image", "image_url": "https://example.com/cat.png"}
 

@@ -16,11 +16,11 @@ from troupe.protocol import (
     NotFound,
     ProtocolError,
     ServerError,
-    failed_response_error,
     encode_sse,
+    failed_response_error,
+    ids,
     new_id,
 )
-from troupe.protocol import ids
 
 # --- ids -------------------------------------------------------------------
 

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from troupe.protocol import InvalidRequest
-from troupe.rag import DocumentError, SimEmbedder, chunk_text, count_tokens, fuse, parse_document, terms
-from troupe.rag import wire
+from troupe.rag import DocumentError, SimEmbedder, chunk_text, count_tokens, fuse, parse_document, terms, wire
 from troupe.rag.embedders import decode_base64, encode_base64
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from tests.servers import wait_until
 from tests.unit.test_rag_pure import pdf_of
-from troupe.runtime import Runtime, RuntimeSettings
 from troupe.protocol import InvalidRequest, NotFound
 from troupe.rag import wire
+from troupe.runtime import Runtime, RuntimeSettings
 from troupe.storage import DuckDBStore, schema
 
 DOCS = {

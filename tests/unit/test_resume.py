@@ -21,10 +21,10 @@ import pytest
 from tests.loop_harness import sim_request as req
 from tests.servers import wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
-from troupe.runtime import Runtime, RuntimeSettings
-from troupe.runtime.runs import MAX_RESUMES
 from troupe.agentloop.checkpoint import INTERRUPTED
 from troupe.protocol import InvalidRequest
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.runs import MAX_RESUMES
 
 
 def settings(tmp_path: Path, **options: Any) -> RuntimeSettings:

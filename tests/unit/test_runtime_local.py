@@ -6,13 +6,11 @@ import asyncio
 
 import pytest
 
+from tests.loop_harness import sim_request as req
+from troupe.protocol import InvalidRequest, NotFound
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.ray.placement import LocalPlacement
 from troupe.runtime.store_client import AsyncStore
-from tests.loop_harness import sim_request as req
-from troupe.protocol import InvalidRequest, NotFound
-
-
 
 
 async def test_respond_and_retrieve(runtime):

@@ -9,7 +9,6 @@ from typing import Any
 import jsonschema
 import pytest
 
-from troupe.sim import model as sim
 from troupe.agentloop.model import (
     ChatRequest,
     ModelClient,
@@ -20,6 +19,7 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
+from troupe.sim import model as sim
 from troupe.sim.model import (
     SimModel,
     SimSettings,

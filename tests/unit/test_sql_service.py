@@ -14,9 +14,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from troupe.cli import main
 from troupe.runtime.ray.live_sql import Owner, owner_path, read_owner, write_owner
 from troupe.runtime.store_client import AsyncStore
-from troupe.cli import main
 from troupe.storage import DuckDBStore, QueryError, QueryResult, QueryTimeout, StoreLocked
 from troupe.storage.sql import write_result
 

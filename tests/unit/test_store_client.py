@@ -23,6 +23,7 @@ from troupe.storage.rag import RagStore
 
 from .test_store_contract import conversation, make_record, message
 
+
 @pytest.fixture
 async def store():
     s = AsyncStore.open(":memory:")

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from troupe.storage import event_log
 from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
@@ -27,6 +26,7 @@ from troupe.storage import (
     StepTrace,
     StorageError,
     Store,
+    event_log,
 )
 
 T0 = 1_760_000_000

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from troupe.runtime._tool_runner import ToolRunner, load_tool, run_tool
-from troupe.runtime.settings import DEFAULT_TOOLS, ToolSpec
-from troupe.runtime.ray.tool_tasks import local_executor, tool_definition, tool_schema
 from troupe.agentloop.model import ToolCall
+from troupe.runtime._tool_runner import ToolRunner, load_tool, run_tool
+from troupe.runtime.ray.tool_tasks import local_executor, tool_definition, tool_schema
+from troupe.runtime.settings import DEFAULT_TOOLS, ToolSpec
 
 
 def typed(city: str, days: int = 3, metric: bool = True) -> str:

@@ -23,10 +23,10 @@ from tests.loop_harness import Outcome, check_stream, history_of, run
 from troupe.agentloop.driver import LoopSettings
 from troupe.agentloop.events import ResponseStarted
 from troupe.agentloop.model import ModelError
-from troupe.sim.model import SimModel
 from troupe.agentloop.tools import LocalFunctionExecutor
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import parse_create_request
+from troupe.sim.model import SimModel
 
 
 def _event_models() -> dict[str, type[pydantic.BaseModel]]:

@@ -37,18 +37,31 @@ from typing import Any, Literal, assert_never
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 
 from . import events as ev
+from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
 from .checkpoint import (
-    INTERRUPTED, ApprovedCallsStep, CompactionStep, ResumePoint, ToolOutputsStep, ToolResultStep, TurnStep,
+    INTERRUPTED,
+    ApprovedCallsStep,
+    CompactionStep,
+    ResumePoint,
+    ToolOutputsStep,
+    ToolResultStep,
+    TurnStep,
     is_idempotent,
 )  # fmt: skip
-from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
 from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
 from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
 from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import (
-    ChatRequest, ModelClient, ReasoningChunk, TextChunk, TokenUsage, ToolCall, ToolCallArgumentsDelta, ToolCallStart,
+    ChatRequest,
+    ModelClient,
+    ReasoningChunk,
+    TextChunk,
+    TokenUsage,
+    ToolCall,
+    ToolCallArgumentsDelta,
+    ToolCallStart,
     TurnEnd,
 )  # fmt: skip
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn

@@ -21,8 +21,8 @@ from ._common import fail
 from .serve import load_settings
 
 if TYPE_CHECKING:
-    from troupe.runtime.settings import RuntimeSettings
     from troupe.eval import Dataset
+    from troupe.runtime.settings import RuntimeSettings
 
 __all__ = ["run", "eval_runtime", "init_ray"]
 
@@ -134,9 +134,9 @@ async def _run_main(
 ) -> int:  # fmt: skip
     import json
 
+    from troupe.eval import Progress, render_report, summarize
     from troupe.runtime.ray.eval import RunOptions, run_eval
     from troupe.runtime.ray.storage_actor import RayStoreClient
-    from troupe.eval import Progress, render_report, summarize
 
     store = await RayStoreClient.connect(runtime)
     before = await store.get_eval_run(run_id)

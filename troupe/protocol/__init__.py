@@ -17,35 +17,46 @@ lack is written here.
 from .body import DEFAULT_MAX_DEPTH, decode_json_body
 from .errors import (
     AuthenticationFailed,
-    PermissionDenied,
     ExternalConnectorError,
     InvalidRequest,
     NotFound,
+    PermissionDenied,
     ProtocolError,
     ServerError,
     check_id_format,
     conversation_not_found,
+    describe_type,
     failed_response_error,
-    model_not_found,
-    previous_response_not_found,
     format_param,
     invalid_request_from_errors,
-    validate_as,
-    describe_type,
+    model_not_found,
+    previous_response_not_found,
     show_value,
+    validate_as,
 )
-from .job import TurnJob
 from .ids import ITEM_ID_PREFIXES, new_id, new_response_id, thread_of_response
 from .items import (
     CONTENT_PART_TYPES,
     INPUT_ITEM_TYPES,
     MESSAGE_ROLES,
-    infer_item_type,
     by_type,
-    item_adapters,
     content_text,
+    infer_item_type,
+    item_adapters,
     normalize_input,
     validate_input_items,
+)
+from .job import TurnJob
+from .prompts import (
+    new_prompt_id,
+    parse_prompt_create,
+    parse_prompt_update,
+    parse_set_default_version,
+    placeholders,
+    prompt_not_found,
+    prompt_object,
+    prompt_reference,
+    resolve_prompt,
 )
 from .request import (
     METADATA_MAX_KEY,
@@ -63,17 +74,6 @@ from .response import (
     build_response,
     echo_tool,
     usage_dict,
-)
-from .prompts import (
-    new_prompt_id,
-    parse_prompt_create,
-    parse_prompt_update,
-    parse_set_default_version,
-    placeholders,
-    prompt_not_found,
-    prompt_object,
-    prompt_reference,
-    resolve_prompt,
 )
 from .schema_refs import dangling_refs, resolve_ref
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import typing
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Required, Union, get_args, get_origin, get_type_hints
 
 from openai.types.responses import (
     ResponseInputFileParam,
@@ -35,9 +35,8 @@ from openai.types.responses.response_input_item_param import ResponseInputItemPa
 from openai.types.responses.response_output_text_param import Annotation, Logprob
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict
-from typing import Required
 
-from .errors import InvalidRequest, Loc, describe_type, show_value, format_param, validate_as
+from .errors import InvalidRequest, Loc, describe_type, format_param, show_value, validate_as
 from .ids import ITEM, ITEM_ID_PREFIXES, MESSAGE, new_id
 
 __all__ = [

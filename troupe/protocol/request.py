@@ -43,17 +43,17 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Val
 from .errors import (
     InvalidRequest,
     Loc,
-    describe_type,
-    show_value,
     check_id_format,
+    describe_type,
     format_param,
     invalid_request_from_errors,
+    show_value,
     validate_as,
 )
 from .ids import CONVERSATION, RESPONSE
+from .items import by_type, normalize_input, validate_input_items
 from .prompts import PROMPT_REFERENCE, prompt_reference
 from .schema_refs import dangling_refs
-from .items import by_type, normalize_input, validate_input_items
 
 __all__ = [
     "CreateResponseRequest",

@@ -22,9 +22,8 @@ from typing import Any, Literal
 
 from troupe.rag.documents import DocumentError, parse_document
 from troupe.rag.embedders import Embedder, EmbeddingError, OpenAIEmbedder, SimEmbedder
-from troupe.rag.text import chunk_text, indexed_terms, terms
 from troupe.rag.records import IndexedFile, IngestTicket
-
+from troupe.rag.text import chunk_text, indexed_terms, terms
 from troupe.runtime.settings import ModelSpec
 
 __all__ = ["build_embedder", "ingest", "local_worker"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import pkgutil
 import inspect
 import json
+import pkgutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache

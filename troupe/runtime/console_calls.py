@@ -7,10 +7,9 @@ a recent time window, a thread's turns, and the evaluation runs.
 
 from __future__ import annotations
 
-from troupe.storage import EvalResultRecord, EvalRunRecord, ResponseFilter, ResponseList, ResponseStats, Turn
-
 from troupe.runtime.conversations import not_found
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import EvalResultRecord, EvalRunRecord, ResponseFilter, ResponseList, ResponseStats, Turn
 
 __all__ = ["ConsoleCalls"]
 

@@ -10,11 +10,10 @@ import time
 from typing import Any
 
 from troupe.protocol import NotFound, new_id, normalize_input
-from troupe.storage import Order, Page
-
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import Placement
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import Order, Page
 
 __all__ = ["ConversationCalls", "not_found"]
 

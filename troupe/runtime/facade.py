@@ -52,21 +52,26 @@ from troupe.protocol import (
     previous_response_not_found,
     thread_of_response,
 )
-from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
-from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, CredentialsUnavailable, restore
-
+from troupe.protocol.job import TurnJob
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.conversations import ConversationCalls, not_found
-from troupe.protocol.job import TurnJob
-
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import HostFailed, Placement
-from troupe.runtime.ray.placement import LocalPlacement
 from troupe.runtime.prompts import PromptCalls
 from troupe.runtime.rag import StartIngest, VectorStores
-from troupe.runtime.runs import LOST_RUN_MESSAGE, MAX_RESUMES, TOO_MANY_RESUMES, NoLiveRun, lost_run_record, run_snapshot
+from troupe.runtime.ray.placement import LocalPlacement
+from troupe.runtime.runs import (
+    LOST_RUN_MESSAGE,
+    MAX_RESUMES,
+    TOO_MANY_RESUMES,
+    NoLiveRun,
+    lost_run_record,
+    run_snapshot,
+)
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
+from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, CredentialsUnavailable, restore
 
 if TYPE_CHECKING:
     from troupe.observe.metrics import ScrapeView
@@ -196,8 +201,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         Returns once every process the first request would otherwise wait for is up: the
         storage actor, the pooled hosts, and a tool runner on every node.
         """
-        from troupe.runtime.ray.placement import ray_placement
         from troupe.runtime.ray.ingest import ray_ingestion
+        from troupe.runtime.ray.placement import ray_placement
         from troupe.runtime.ray.storage_actor import JournalingStoreClient, RayStoreClient
 
         # Hosts in this process (the replica placement): this process alone reads what it

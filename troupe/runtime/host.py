@@ -41,16 +41,13 @@ from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
 from troupe.observe import Observer, TurnObserver
-from troupe.protocol.job import TurnJob
 from troupe.protocol import (
     CreateResponseRequest,
     conversation_not_found,
     model_not_found,
     previous_response_not_found,
 )
-from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_log
-from troupe.storage.credentials import CredentialKeys, withhold
-
+from troupe.protocol.job import TurnJob
 from troupe.runtime.batching import coalesce
 from troupe.runtime.mcp_policy import resolve_mcp_tool
 from troupe.runtime.models import ModelRegistry
@@ -58,6 +55,8 @@ from troupe.runtime.rag import VectorStores
 from troupe.runtime.runs import LiveRun, LiveRuns, failed_record
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_log
+from troupe.storage.credentials import CredentialKeys, withhold
 
 __all__ = ["ConversationHost", "HostClient", "DELTA_TYPES"]
 

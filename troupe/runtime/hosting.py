@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from troupe.protocol import ServerError
-
 from troupe.runtime.host import HostClient
 
 if TYPE_CHECKING:

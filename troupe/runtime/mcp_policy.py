@@ -52,7 +52,6 @@ import httpx2
 
 from troupe.agentloop.mcp import McpServer
 from troupe.protocol import InvalidRequest, ServerError
-
 from troupe.runtime.settings import McpServerSpec, RuntimeSettings
 
 __all__ = [

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
-
 from troupe.runtime.mcp_policy import AddressGuard, AddressRefused, pinned_transport
 from troupe.runtime.mcp_sse import EndpointRefused, SseStreamEnded, sse_transport
 

@@ -109,8 +109,14 @@ async def sse_transport(
             later: the session is over).
     """
     from mcp.shared.message import SessionMessage
-    from mcp_types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData, JSONRPCError, JSONRPCRequest
-    from mcp_types import jsonrpc_message_adapter
+    from mcp_types import (
+        INTERNAL_ERROR,
+        INVALID_REQUEST,
+        ErrorData,
+        JSONRPCError,
+        JSONRPCRequest,
+        jsonrpc_message_adapter,
+    )
 
     request = http.build_request("GET", url, headers=_STREAM_HEADERS)
     for _ in range(_MAX_REDIRECTS + 1):

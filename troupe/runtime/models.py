@@ -8,9 +8,8 @@ from collections.abc import Sequence
 
 from troupe.agentloop.model import ModelClient
 from troupe.agentloop.openai_client import OpenAIChatClient
-from troupe.sim.model import SimModel, SimSettings
-
 from troupe.runtime.settings import ModelSpec
+from troupe.sim.model import SimModel, SimSettings
 
 __all__ = ["ModelRegistry"]
 

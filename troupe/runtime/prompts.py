@@ -12,9 +12,8 @@ from typing import Any
 
 from troupe.protocol import CreateResponseRequest, ProtocolError
 from troupe.protocol.prompts import new_prompt_id, prompt_not_found, prompt_reference, resolve_prompt
-from troupe.storage import Order, Page, PromptConflict
-
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import Order, Page, PromptConflict
 
 __all__ = ["PromptCalls"]
 

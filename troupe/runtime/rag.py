@@ -32,14 +32,13 @@ from typing import Any
 from troupe.protocol import InvalidRequest, ServerError, new_id
 from troupe.rag import wire
 from troupe.rag.embedders import Embedder, EmbeddingError, encode_base64, usage_tokens
-from troupe.rag.text import terms, term_hash
-from troupe.storage import Order, Page
 from troupe.rag.records import IngestTicket
-from troupe.storage.rag import not_found
-
+from troupe.rag.text import term_hash, terms
 from troupe.runtime._ingest import build_embedder, ingest, local_worker
 from troupe.runtime.settings import ModelSpec, RuntimeSettings
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import Order, Page
+from troupe.storage.rag import not_found
 
 __all__ = ["VectorStores", "file_id", "vector_store_id", "batch_id"]
 

@@ -19,8 +19,16 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, NonNegativeFloat, PositiveFloat, PositiveInt, SecretStr
-from pydantic import model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    SecretStr,
+    model_validator,
+)
 
 from troupe._settings import SETTINGS_CONFIG, import_target
 from troupe.observe.settings import TelemetrySettings

@@ -41,21 +41,30 @@ import hashlib
 import json
 import os
 import tomllib
-from contextvars import ContextVar
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError
-from pydantic import field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
 from troupe.runtime.settings import (
     DEFAULT_TOOLS,
-    NonEmpty,
     SETTINGS_CONFIG,
     McpSettings,
     ModelSpec,
+    NonEmpty,
     RuntimeOptions,
     RuntimeSettings,
     TelemetrySettings,

@@ -41,7 +41,6 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 
-from troupe.runtime.facade import Runtime
 from troupe.console import Viewer
 from troupe.protocol import (
     AuthenticationFailed,
@@ -52,6 +51,7 @@ from troupe.protocol import (
     decode_json_body,
 )
 from troupe.protocol.query_params import QueryInt
+from troupe.runtime.facade import Runtime
 
 from .bodies import read_within
 from .config import ServerSettings

@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator, Callable
 from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from troupe.runtime.facade import EventBatches
 from troupe.protocol import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
+from troupe.runtime.facade import EventBatches
 
 __all__ = ["EventStreamResponse"]
 

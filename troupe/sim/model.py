@@ -78,9 +78,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Container, Itera
 from dataclasses import dataclass, field
 from typing import Any
 
-from troupe.protocol import content_text
-from troupe.sim.directives import CallCue, parse_directives
-from troupe.sim.schema import SchemaError, generate_bounded, generate_from_schema
 from troupe.agentloop.compaction import SUMMARY_HEADING, SUMMARY_PROMPT
 from troupe.agentloop.file_search import FILE_SEARCH, parse_results
 from troupe.agentloop.model import (
@@ -95,6 +92,9 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
+from troupe.protocol import content_text
+from troupe.sim.directives import CallCue, parse_directives
+from troupe.sim.schema import SchemaError, generate_bounded, generate_from_schema
 
 __all__ = [
     "SimSettings",

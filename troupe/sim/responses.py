@@ -37,7 +37,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from troupe.agentloop.driver import prepare, run_loop
 from troupe.agentloop.model import ChatRequest, ModelChunk, ModelError
-from troupe.sim.model import SimModel
 from troupe.agentloop.writer import WireWriter, collect_response
 from troupe.protocol import (
     SSE_DONE,
@@ -48,6 +47,7 @@ from troupe.protocol import (
     new_id,
     parse_create_request,
 )
+from troupe.sim.model import SimModel
 
 __all__ = ["add_responses_route", "IGNORED_EXTENSIONS"]
 

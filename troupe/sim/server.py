@@ -41,8 +41,8 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
-from troupe.sim.model import SimModel, SimReply, SimSettings, stream_reply
 from troupe.sim.embeddings import add_embeddings_route
+from troupe.sim.model import SimModel, SimReply, SimSettings, stream_reply
 from troupe.sim.responses import add_responses_route
 
 __all__ = ["create_sim_app", "SIM_MODEL_NAME"]

@@ -10,7 +10,6 @@ import os
 from typing import Any
 
 from troupe.rag.records import IngestTicket
-
 from troupe.runtime._ingest import Outcome, ingest
 from troupe.runtime.settings import ModelSpec
 

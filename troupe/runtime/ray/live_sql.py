@@ -141,8 +141,8 @@ def query_server(
             except Exception as exc:  # ConnectionError, AuthenticationError, …: Ray's, translated here
                 raise NoServer(f"cannot join the Ray cluster at {address}: {exc}{_auth_hint(exc)}") from exc
 
-    from troupe.runtime.ray.calls import ray_result_sync
     from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME
+    from troupe.runtime.ray.calls import ray_result_sync
 
     try:
         try:

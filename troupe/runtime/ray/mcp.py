@@ -37,9 +37,6 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from troupe.agentloop.mcp import McpError, McpServer, McpTool
-
-from troupe.runtime.ray.idle import exit_when_idle
-from troupe.runtime.mcp_session import McpSession, tool_output
 from troupe.runtime.mcp_policy import (
     AddressGuard,
     AddressRefused,
@@ -50,8 +47,10 @@ from troupe.runtime.mcp_policy import (
     resolve_mcp_tool,
     try_connect,
 )
+from troupe.runtime.mcp_session import McpSession, tool_output
 from troupe.runtime.ray.actors import start_actor
 from troupe.runtime.ray.calls import ray_result
+from troupe.runtime.ray.idle import exit_when_idle
 from troupe.runtime.settings import RuntimeSettings
 
 __all__ = [

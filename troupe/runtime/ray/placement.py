@@ -26,17 +26,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from troupe.protocol import ProtocolError
-
 from troupe.protocol.job import TurnJob
-
 from troupe.runtime.host import ConversationHost, HostClient
-from troupe.runtime.ray.idle import exit_when_idle
+from troupe.runtime.hosting import HostFailed, Placement
 from troupe.runtime.ray.actors import start_actor
 from troupe.runtime.ray.calls import ray_result
-from troupe.runtime.hosting import HostFailed, Placement
+from troupe.runtime.ray.idle import exit_when_idle
+from troupe.runtime.ray.tool_tasks import local_executor
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
-from troupe.runtime.ray.tool_tasks import local_executor
 
 if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot
@@ -130,9 +128,9 @@ class HostActor(ConversationHost):
     """The host as it runs inside a Ray actor: storage and tools over Ray."""
 
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
-        from troupe.runtime.ray.storage_actor import RayStoreClient
-
         import ray
+
+        from troupe.runtime.ray.storage_actor import RayStoreClient
 
         executors, mcp_client = ray_tools(settings)
         # A bounded label: a pooled host's name; every dedicated host is "dedicated" (its name holds a thread id).

@@ -35,16 +35,15 @@ import psutil
 import ray
 from ray.exceptions import RayActorError
 
+from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
+from troupe.runtime.ray.calls import ray_result, ray_result_sync
+from troupe.runtime.ray.live_sql import Owner, owner_path, write_owner
+from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 from troupe.storage import ResponseRecord, RunRecord, RunStep, StorageError
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
-
-from troupe.runtime.ray.live_sql import Owner, owner_path, write_owner
-from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
-from troupe.runtime.ray.calls import ray_result, ray_result_sync
-from troupe.runtime.settings import RuntimeSettings
-from troupe.runtime.store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 
 __all__ = ["StorageService", "RayStoreClient", "JournalingStoreClient", "storage_actor", "STORAGE_ACTOR_NAME"]
 

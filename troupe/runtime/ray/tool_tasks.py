@@ -21,7 +21,6 @@ import pydantic
 
 from troupe.agentloop.model import ToolCall
 from troupe.agentloop.tools import LocalFunctionExecutor, parse_arguments
-
 from troupe.runtime._tool_runner import ToolRunner, load_tool, run_tool
 from troupe.runtime.ray.actors import start_actor
 from troupe.runtime.ray.calls import ray_result

@@ -35,10 +35,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
-from troupe.runtime.rag import VectorStores
 from troupe.protocol import InvalidRequest, ProtocolError, check_id_format, check_metadata, describe_type
 from troupe.protocol.query_params import QueryInt
 from troupe.rag import wire
+from troupe.runtime.rag import VectorStores
 
 from ..bodies import read_within
 from ..dependencies import Order, PageSize, Tenant, context, json_body, runtime

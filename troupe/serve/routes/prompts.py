@@ -24,7 +24,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from troupe.protocol import check_id_format
-from troupe.protocol.query_params import QueryInt
 from troupe.protocol.prompts import (
     MAX_VERSION,
     PROMPT,
@@ -32,6 +31,7 @@ from troupe.protocol.prompts import (
     parse_prompt_update,
     parse_set_default_version,
 )
+from troupe.protocol.query_params import QueryInt
 
 from ..dependencies import Order, PageSize, Tenant, json_body, runtime
 

@@ -22,11 +22,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from troupe.runtime.facade import EventBatches
 from troupe.agentloop.compaction import parse_compact_request
 from troupe.protocol import SSE_MEDIA_TYPE, check_id_format, failed_response_error, parse_create_request
 from troupe.protocol.ids import RESPONSE
 from troupe.protocol.query_params import INTEGER, QueryBool
+from troupe.runtime.facade import EventBatches
 
 from ..dependencies import AppContext, Order, PageSize, Tenant, context, json_body, runtime
 from ..sse import EventStreamResponse

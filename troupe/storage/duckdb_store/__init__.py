@@ -77,8 +77,8 @@ own module over it (:mod:`.responses`, :mod:`.conversations`, :mod:`.prompts`, :
 
 from __future__ import annotations
 
-from .console import ConsoleReads
 from .connection import _PARTS_PER_READ, ROW_GROUP_ROWS, Connection, transaction
+from .console import ConsoleReads
 from .conversations import ConversationTables
 from .evaluation import EvalTables
 from .prompts import PromptTables

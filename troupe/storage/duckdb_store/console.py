@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult, ResponseFilter, ResponseList, ResponseStats
-from ..base import ResponseSummary, Turn
+from ..base import (
+    DEFAULT_MAX_ROWS,
+    DEFAULT_TIMEOUT_S,
+    QueryResult,
+    ResponseFilter,
+    ResponseList,
+    ResponseStats,
+    ResponseSummary,
+    Turn,
+)
 from ..contract import Console
 from ..sql import run_read_only
 from .connection import Connection, check_page_args

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import duckdb
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import duckdb
 
 from .. import event_log, schema
 from ..base import Order, Page, ResponseRecord, RunRecord, RunStep, StepTrace

@@ -20,12 +20,11 @@ from typing import Any
 import ray
 
 from troupe.eval.dataset import Dataset, EvalCase
-from troupe.storage import EvalResultRecord, EvalRunRecord
-
 from troupe.runtime.ray.actors import start_actor
-from troupe.runtime.settings import RuntimeSettings
-from troupe.runtime.ray.storage_actor import RayStoreClient
 from troupe.runtime.ray.eval.worker import CaseTask, EvalWorker
+from troupe.runtime.ray.storage_actor import RayStoreClient
+from troupe.runtime.settings import RuntimeSettings
+from troupe.storage import EvalResultRecord, EvalRunRecord
 
 __all__ = ["RunOptions", "run_eval"]
 

@@ -22,13 +22,11 @@ from troupe.agentloop.model import ChatRequest, TurnEnd
 from troupe.eval.dataset import EvalCase
 from troupe.eval.graders import grade, outcome_from_response, verdict
 from troupe.protocol import ProtocolError, new_id, parse_create_request
-from troupe.storage import EvalResultRecord
-
 from troupe.protocol.job import TurnJob
-
 from troupe.runtime.host import DELTA_TYPES
 from troupe.runtime.ray.placement import HostActor
 from troupe.runtime.settings import RuntimeSettings
+from troupe.storage import EvalResultRecord
 
 __all__ = ["CaseTask", "EvalWorker"]
 
