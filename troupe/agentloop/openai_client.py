@@ -42,7 +42,7 @@ import ssl
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -175,7 +175,7 @@ class OpenAIChatClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[ModelChunk, None]:
         """Run one streaming model call.
 
         Args:

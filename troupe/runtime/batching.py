@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TypeVar
 
 __all__ = ["coalesce", "MAX_PENDING_EVENTS"]
@@ -19,7 +19,7 @@ MAX_PENDING_EVENTS = 4096
 """Events a turn may make ahead of its consumer before it waits for it (a stalled client's bound)."""
 
 
-async def coalesce(batches: AsyncGenerator[list[T], None], *, max_pending: int = MAX_PENDING_EVENTS) -> AsyncIterator[list[T]]:
+async def coalesce(batches: AsyncGenerator[list[T], None], *, max_pending: int = MAX_PENDING_EVENTS) -> AsyncGenerator[list[T], None]:
     """Re-batch a stream so each batch holds everything made since the consumer took the last one.
 
     Nagle's rule for event streams: a consumer that keeps up gets every batch the moment it is

@@ -31,7 +31,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -87,7 +87,7 @@ _RESUME_WAIT_S = 120.0
 """How long a follower of a run whose host died waits for the run to be live again (a host
 process restarting on a loaded machine takes seconds); meanwhile the run is not stored."""
 
-EventBatches = AsyncIterator[list[dict[str, Any]]]
+EventBatches = AsyncGenerator[list[dict[str, Any]], None]
 TraceContext = Mapping[str, str] | None
 """The request's W3C trace context headers (``traceparent``, ``tracestate``), when traces are on."""
 T = TypeVar("T")

@@ -29,7 +29,7 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,7 +79,7 @@ _GATING_STEPS = (TurnStep, ApprovedCallsStep)
 class HostClient(Protocol):
     """How the runtime talks to a host, in-process or through a Ray actor handle."""
 
-    def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]: ...
+    def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncGenerator[list[dict[str, Any]], None]: ...
 
     async def start_background(self, job: TurnJob) -> dict[str, Any]: ...
 
@@ -91,7 +91,7 @@ class HostClient(Protocol):
 
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
 
-    def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]: ...
+    def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]: ...
 
     async def add_conversation_items(
         self, tenant: str, conversation_id: str, items: list[dict[str, Any]]
@@ -196,7 +196,7 @@ class ConversationHost:
 
     # -- a turn ------------------------------------------------------------------
 
-    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
+    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncGenerator[list[dict[str, Any]], None]:
         """Run one response; yields its wire events in batches.
 
         With ``stream`` each batch holds what the turn produced since the caller took the
@@ -265,7 +265,7 @@ class ConversationHost:
         wait_for_start = refusals_answered and not self._thread(job.tenant, job.thread_id).lock.locked()
         first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        async def batches() -> AsyncIterator[list[dict[str, Any]]]:
+        async def batches() -> AsyncGenerator[list[dict[str, Any]], None]:
             async with contextlib.aclosing(self._turn(run, stream=False)) as turn:
                 async for batch in turn:
                     if not first.done():
@@ -303,7 +303,7 @@ class ConversationHost:
         """Cancel a response this host runs now (:meth:`LiveRuns.cancel`); None if it has none of that id."""
         return await self.runs.cancel(tenant, response_id)
 
-    async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+    async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]:
         """A running stored response's events after ``starting_after`` (:meth:`LiveRuns.follow`)."""
         async with contextlib.aclosing(self.runs.follow(tenant, response_id, starting_after)) as batches:
             async for batch in batches:
@@ -325,7 +325,7 @@ class ConversationHost:
             run.add_events(writer.queue())
         return run
 
-    async def _turn(self, run: LiveRun, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
+    async def _turn(self, run: LiveRun, *, stream: bool) -> AsyncGenerator[list[dict[str, Any]], None]:
         """The run, once it has its conversation's turn; it leaves :attr:`runs` when it ends."""
         job = run.job
         try:
@@ -366,7 +366,7 @@ class ConversationHost:
         except Exception:  # nothing more to do: it was never stored, and a GET says 404
             log.exception("background response %s: its failure could not be stored", run.job.response_id)
 
-    async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncIterator[list[dict[str, Any]]]:
+    async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncGenerator[list[dict[str, Any]], None]:
         resumed = run.stored_steps
         started = run.started_at = resumed[0]["started_at"] if resumed else time.time()
         job, writer = run.job, run.writer

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -200,7 +200,7 @@ class LiveRuns:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+    async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]:
         """A background run's events after sequence number ``starting_after``, as they come,
         until it ends. The first batch is empty: it says the run is live.
 

@@ -74,7 +74,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Container, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -420,7 +420,7 @@ def _chunks(reply: SimReply) -> Iterator[ModelChunk]:
             yield ToolCallArgumentsDelta(index=index, delta=piece)
 
 
-async def stream_reply(reply: SimReply, *, sleep: Sleep = asyncio.sleep) -> AsyncIterator[ModelChunk]:
+async def stream_reply(reply: SimReply, *, sleep: Sleep = asyncio.sleep) -> AsyncGenerator[ModelChunk, None]:
     """Stream a planned reply as model chunks, pacing them by its ttft / itl.
 
     Sleeps ``ttft_ms`` before the first chunk and ``itl_ms`` before each following one;
@@ -464,7 +464,7 @@ class SimModel:
                 self._failed.add(reply.fail_key)
         return reply
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[ModelChunk, None]:
         """Run one model call (see the module docstring for the behaviour).
 
         Raises:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -70,7 +70,7 @@ class _FailureRecorder:
         self._sim = sim
         self.fail_status: int | None = None
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[ModelChunk]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[ModelChunk, None]:
         try:
             async for chunk in self._sim.stream(request):
                 yield chunk

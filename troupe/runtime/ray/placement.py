@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from troupe.protocol import ProtocolError
@@ -142,7 +142,7 @@ class HostActor(ConversationHost):
         self._idle_timeout_s = idle_timeout_s
         self._watcher: asyncio.Task[None] | None = None
 
-    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
+    async def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncGenerator[list[dict[str, Any]], None]:
         self._watch_idle()
         async with contextlib.aclosing(super().respond(job, stream=stream)) as batches:
             async for batch in batches:
@@ -180,7 +180,7 @@ class RayHostClient:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncIterator[list[dict[str, Any]]]:
+    def respond(self, job: TurnJob, *, stream: bool = True) -> AsyncGenerator[list[dict[str, Any]], None]:
         # When the client goes away the turn stops (its streaming task is cancelled).
         failed = (
             "The conversation host failed during the response; the conversation's history is intact, "
@@ -188,12 +188,12 @@ class RayHostClient:
         )
         return self._stream("respond", job, stream=stream, failed=failed)
 
-    def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncIterator[list[dict[str, Any]]]:
+    def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]:
         # When the follower goes away only the following stops; the run goes on.
         failed = "The conversation host failed while the response was followed."
         return self._stream("follow", tenant, response_id, starting_after, failed=failed)
 
-    async def _stream(self, method: str, *args: Any, failed: str, **kwargs: Any) -> AsyncIterator[list[dict[str, Any]]]:
+    async def _stream(self, method: str, *args: Any, failed: str, **kwargs: Any) -> AsyncGenerator[list[dict[str, Any]], None]:
         """A host method's batches over a Ray streaming generator; cancelled when not read to the end."""
         import ray
 
