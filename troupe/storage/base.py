@@ -252,7 +252,9 @@ class ResponseSummary:
     def of(cls, record: ResponseRecord) -> ResponseSummary:
         """The summary of a record, as a store keeps it (the same values as DuckDB's columns)."""
         response = record.response
-        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        usage = response.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         conversation, error = response.get("conversation"), response.get("error")
         return cls(
             tenant=record.tenant,

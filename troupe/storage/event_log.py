@@ -111,7 +111,7 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
 
 def _as_started(response: dict[str, Any], status: Any) -> dict[str, Any]:
     """``response`` as it was before its first output, in ``status``: the fields its end sets unset."""
-    unset = {"completed_at": None, "error": None, "incomplete_details": None, "output": [], "usage": None}
+    unset: dict[str, Any] = {"completed_at": None, "error": None, "incomplete_details": None, "output": [], "usage": None}
     return {**response, **unset, "status": status}
 
 
@@ -124,13 +124,13 @@ def pack(events: list[dict[str, Any]], response: dict[str, Any]) -> dict[str, An
     texts: dict[tuple[str, int], list[Any]] = {}  # (delta type, index) -> [its item's text, how much runs hold]
     first = events[0]["sequence_number"] if events else 0
     for position, event in enumerate(events):
-        type_ = event.get("type")
-        shape = _SHAPES.get(type_)  # type: ignore[arg-type]
+        type_ = event.get("type", "")  # no event type is "": an untyped event is a row as it is
+        shape = _SHAPES.get(type_)
         if shape is None or event["sequence_number"] != first + position or tuple(event) != shape[0]:
             rows.append(event)
             continue
         keys, carried = shape
-        t = types.setdefault(type_, len(types))  # type: ignore[arg-type]
+        t = types.setdefault(type_, len(types))
         if carried == "response":
             status = event["response"].get("status")
             if event["response"] == response:
@@ -144,7 +144,7 @@ def pack(events: list[dict[str, Any]], response: dict[str, Any]) -> dict[str, An
         if not _packable(event, keys, output, i):
             rows.append(event)
             continue
-        value = event[carried] if carried else None
+        value: Any = event[carried] if carried else None
         if carried == "delta":
             text = texts.get((type_, i))
             if text is None:

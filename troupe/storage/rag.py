@@ -250,7 +250,8 @@ class RagStore(Files):
         return self._page(sql, [tenant], anchor, [tenant], after, before, limit, order, lambda r: _store_object(r[2:]))
 
     def update_vector_store(self, tenant: str, vector_store_id: str, changes: dict[str, Any]) -> dict[str, Any] | None:
-        sets, params = ["last_active_at = ?"], [time.time()]
+        sets: list[str] = ["last_active_at = ?"]
+        params: list[Any] = [time.time()]
         for column in ("name", "metadata", "expires_after"):
             if column in changes:
                 value = changes[column]

@@ -104,7 +104,7 @@ def bm25(conn: duckdb.DuckDBPyConnection, scope: Scope, hashes: Sequence[int], k
         " / (h.tf + ? * (1 - ? + ? * h.length / ?))) AS score"
         " FROM hits h JOIN df d USING (term) GROUP BY h.chunk_id ORDER BY score DESC, h.chunk_id LIMIT ?"
     )
-    params = [*scope.keys, *terms] + ([*scope.keys, *terms] if scope.filtered else [])
+    params: list[Any] = [*scope.keys, *terms] + ([*scope.keys, *terms] if scope.filtered else [])
     params += [scope.chunks, BM25_K1, BM25_K1, BM25_B, BM25_B, max(scope.mean_length, 1e-9), k]
     return [row[0] for row in conn.execute(sql, params).fetchall()]
 

@@ -37,6 +37,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult, StorageError
 
@@ -152,7 +153,7 @@ def query_server(
                 f"no Troupe storage actor in the Ray namespace {namespace!r} at {address} "
                 "(the server's runtime.namespace: give its --config)"
             ) from exc
-        ref = handle.call.remote("run_sql", (sql,), {"max_rows": max_rows, "timeout_s": timeout_s})
+        ref: ray.ObjectRef[Any] = handle.call.remote("run_sql", (sql,), {"max_rows": max_rows, "timeout_s": timeout_s})
         return ray_result_sync(ref, own=StorageError)
     finally:
         if joined:

@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 
 from .. import journal, schema
-from ..base import Order, Page, StorageError, StoreLocked
+from ..base import Order, Page, ResponseRecord, StorageError, StoreLocked
 from ..rewrite import rewrite
 from ..sql import run_read_only
 
@@ -83,6 +83,13 @@ def transaction(
         raise
 
 
+def one_row(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The row of a query that always makes exactly one (an aggregate without GROUP BY, a setting)."""
+    if row is None:
+        raise StorageError("DuckDB returned no row for a query that always makes one")
+    return row
+
+
 class Connection:
     """One DuckDB connection to the store's database and the lock around it, with the helpers
     the area classes build on (the areas' methods are documented on their protocols)."""
@@ -112,20 +119,27 @@ class Connection:
                 log.warning("rewriting %s whole: it was written before credentials were kept off disk", self.path)
                 rewrite(self.path, row_group_size=ROW_GROUP_ROWS)
                 self._conn = self._connect(memory_limit)
-            self._release_freed_memory()
+            self._release_freed_memory(self._conn)
             self._migrate()
             # The next responses.seq: read once, then counted here (under the lock).
-            self._next_response_seq: int = self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses")[0]
+            self._next_response_seq: int = one_row(self._fetchone("SELECT coalesce(max(seq) + 1, 0) FROM responses"))[0]
             # The next value_parts id (ids a rolled-back transaction took are never used: harmless).
-            self._next_parts_id: int = self._fetchone("SELECT coalesce(max(id) + 1, 0) FROM value_parts")[0]
+            self._next_parts_id: int = one_row(self._fetchone("SELECT coalesce(max(id) + 1, 0) FROM value_parts"))[0]
             # Rows of runs: a batch of responses looks for its runs only while there are some.
-            self._open_runs: int = self._fetchone("SELECT count(*) FROM runs")[0]
+            self._open_runs: int = one_row(self._fetchone("SELECT count(*) FROM runs"))[0]
             if self.path != ":memory:":
                 # Responses made durable in the journal but not yet stored here (a crash).
                 journal.replay_all(self, journal.journal_dir(self.path))
         except BaseException:
             self._conn.close()
             raise
+
+    def write_responses(
+        self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""
+    ) -> None:
+        """Stored by :class:`~.responses.ResponseTables` (which overrides this); declared here as
+        :meth:`__init__` replays the journal through it (``journal.replay_all``)."""
+        raise NotImplementedError
 
     def _connect(self, memory_limit: str | None) -> duckdb.DuckDBPyConnection:
         """A connection to :attr:`path`, with row groups of :data:`ROW_GROUP_ROWS` rows (module docstring, Memory).
@@ -149,7 +163,8 @@ class Connection:
             conn.execute("SET memory_limit = ?", [memory_limit])
         return conn
 
-    def _release_freed_memory(self) -> None:
+    @staticmethod
+    def _release_freed_memory(conn: duckdb.DuckDBPyConnection) -> None:
         """Turn on the allocator's background threads: freed memory goes back to the OS (module docstring).
 
         A SET rather than a ``connect`` option: DuckDB refuses to open a file that is already
@@ -158,25 +173,25 @@ class Connection:
         works as before.
         """
         try:
-            self._conn.execute("SET allocator_background_threads = true")
+            conn.execute("SET allocator_background_threads = true")
         except duckdb.Error:
             pass
 
     def _stored_version(self) -> int:
         """The schema version of the file as opened (0: a new file)."""
         with self._locked() as conn:
-            (tables,) = conn.execute(
+            (tables,) = one_row(conn.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_catalog = current_database()"
                 " AND table_name = ?", [schema.VERSION_TABLE],
-            ).fetchone()  # fmt: skip
+            ).fetchone())  # fmt: skip
             if not tables:
                 return 0
-            return conn.execute(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}").fetchone()[0]
+            return one_row(conn.execute(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}").fetchone())[0]
 
     def _migrate(self) -> None:
         with self._transaction() as conn:
             conn.execute(schema.CREATE_VERSION_TABLE)
-            current = conn.execute(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}").fetchone()[0]
+            current = one_row(conn.execute(f"SELECT coalesce(max(version), 0) FROM {schema.VERSION_TABLE}").fetchone())[0]
             if current > schema.SCHEMA_VERSION:
                 raise StorageError(
                     f"{self.path!r} has schema version {current}, newer than the {schema.SCHEMA_VERSION} this Troupe "
@@ -201,7 +216,7 @@ class Connection:
     @property
     def schema_version(self) -> int:
         """The schema version of the open database (always :data:`~troupe.storage.schema.SCHEMA_VERSION` once open)."""
-        return self._fetchone(f"SELECT max(version) FROM {schema.VERSION_TABLE}")[0]
+        return one_row(self._fetchone(f"SELECT max(version) FROM {schema.VERSION_TABLE}"))[0]
 
     @contextmanager
     def _locked(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -456,9 +471,9 @@ class Connection:
         if after is not None:
             # With duplicate ids the cursor is the first one in iteration order.
             pick = "min" if order == "asc" else "max"
-            anchor = self._fetchone(
+            anchor = one_row(self._fetchone(
                 f"SELECT {pick}({key}) FROM {table} WHERE {where} AND item_id = ?", [*params, after]
-            )
+            ))
             if anchor[0] is None:
                 return Page(data=[], has_more=False)
         return self._paged(table, where, params, (key,), anchor, limit, order, "item, item_parts")
@@ -478,11 +493,11 @@ class Connection:
         ``"122.0 MiB"`` for ``"128MB"``), ``used_bytes`` (what its allocations hold now, the buffer
         pool included) and ``temporary_bytes`` (what it spilled to the temp directory)."""
         with self._locked() as conn:
-            limit = conn.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-            used, spilled = conn.execute(
+            limit = one_row(conn.execute("SELECT current_setting('memory_limit')").fetchone())[0]
+            used, spilled = one_row(conn.execute(
                 "SELECT coalesce(sum(memory_usage_bytes), 0), coalesce(sum(temporary_storage_bytes), 0)"
                 " FROM duckdb_memory()"
-            ).fetchone()
+            ).fetchone())
         return {"limit": limit, "used_bytes": int(used), "temporary_bytes": int(spilled)}
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:

@@ -16,7 +16,7 @@ from ..base import (
 )
 from ..contract import Console
 from ..sql import run_read_only
-from .connection import Connection, check_page_args
+from .connection import Connection, check_page_args, one_row
 
 __all__ = ["ConsoleReads"]
 
@@ -60,15 +60,16 @@ class ConsoleReads(Connection, Console):
 
     def response_stats(self, tenant: str | None, since: float, until: float) -> ResponseStats:
         """See :meth:`Console.response_stats`. ``quantile_cont`` interpolates as :func:`~troupe.storage.base.quantile`."""
-        where, params = "ended_at >= ? AND ended_at < ?", [since, until]
+        where = "ended_at >= ? AND ended_at < ?"
+        params: list[Any] = [since, until]
         if tenant is not None:
             where, params = where + " AND tenant = ?", [*params, tenant]
         with self._locked() as conn:
-            total, ttft, e2e, threads = conn.execute(
+            total, ttft, e2e, threads = one_row(conn.execute(
                 "SELECT count(*), quantile_cont(ttft_s, [0.5, 0.99]), quantile_cont(e2e_s, [0.5, 0.99]),"
                 f" count(DISTINCT (tenant, thread_id)) FROM responses WHERE {where}",
                 params,
-            ).fetchone()
+            ).fetchone())
             by_status = conn.execute(
                 f"SELECT coalesce(status, ''), count(*) FROM responses WHERE {where} GROUP BY ALL ORDER BY ALL", params
             ).fetchall()

@@ -25,7 +25,7 @@ class ConversationTables(Connection, Conversations):
         Raises:
             StorageError: the id is taken (for this tenant) or a value is not JSON.
         """
-        conversation_id = conversation.get("id")
+        conversation_id: str = conversation["id"]  # the contract's Conversation object has its id
         row = (
             tenant,
             conversation_id,

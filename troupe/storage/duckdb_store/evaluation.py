@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from .. import schema
 from ..base import EvalResultRecord, EvalRunRecord
 from ..contract import Evaluation
-from .connection import Connection
+from .connection import Connection, one_row
 
 __all__ = ["EvalTables"]
 
@@ -60,7 +60,7 @@ class EvalTables(Connection, Evaluation):
             StorageError: the file cannot be written.
         """
         with self._locked() as conn:
-            count = conn.execute("SELECT count(*) FROM eval_results WHERE run_id = ?", [run_id]).fetchone()[0]
+            count = one_row(conn.execute("SELECT count(*) FROM eval_results WHERE run_id = ?", [run_id]).fetchone())[0]
             # COPY takes no parameter for its target: quote the path as a string literal.
             target = "'" + os.fspath(path).replace("'", "''") + "'"
             conn.execute(

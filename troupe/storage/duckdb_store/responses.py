@@ -35,7 +35,13 @@ class ResponseTables(Connection, Responses):
         on_commit: list[Callable[[], None]] = []
         with self._transaction(on_commit) as conn:
             seq = self._next_response_seq
-            responses, items, traces, appended, parts, logs = [], [], [], [], [], []
+            # Rows of responses, response_items, step_traces, conversation_items and response_events.
+            responses: list[tuple[Any, ...]] = []
+            items: list[tuple[Any, ...]] = []
+            traces: list[tuple[Any, ...]] = []
+            appended: list[tuple[Any, ...]] = []
+            logs: list[tuple[Any, ...]] = []
+            parts: list[tuple[int, int, str]] = []
             next_seq: dict[tuple[str, str], int | None] = {}
             for offset, record in enumerate(records):
                 rid = record.response.get("id")
@@ -199,8 +205,8 @@ class ResponseTables(Connection, Responses):
             " error FROM step_traces WHERE tenant = ? AND response_id = ? ORDER BY seq",
             [tenant, response_id],
         )
-        fields = ("response_id", "seq", "kind", "name", "call_id", "started_at", "duration_s", "ttft_s")
-        fields += ("input_tokens", "output_tokens", "error")
+        fields = ("response_id", "seq", "kind", "name", "call_id", "started_at", "duration_s", "ttft_s",
+                  "input_tokens", "output_tokens", "error")  # fmt: skip
         return [StepTrace(**dict(zip(fields, row, strict=True))) for row in rows]
 
     def _end_runs(self, conn: duckdb.DuckDBPyConnection, records: Sequence[ResponseRecord]) -> int:
