@@ -459,12 +459,12 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                     raise conversation_not_found(thread)
             return thread
         if request.previous_response_id is not None:
-            thread = thread_of_response(request.previous_response_id)
-            if thread is None or self.placement.would_start_process(thread):
-                thread = await self.store.get_thread_id(tenant, request.previous_response_id)
-                if thread is None:
+            named = thread_of_response(request.previous_response_id)
+            if named is None or self.placement.would_start_process(named):
+                named = await self.store.get_thread_id(tenant, request.previous_response_id)
+                if named is None:
                     raise previous_response_not_found(request.previous_response_id)
-            return thread
+            return named
         return new_id("thread")
 
     async def get_response(self, tenant: str, response_id: str) -> dict[str, Any]:
@@ -491,7 +491,11 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """
         taken = 0
         for run in await self.store.unfinished_runs():
-            live = await self._live(run.tenant, run.response_id, lambda h, r=run: h.live_response(r.tenant, r.response_id))
+
+            def ask(host: HostClient, run: RunRecord = run) -> Awaitable[dict[str, Any] | None]:
+                return host.live_response(run.tenant, run.response_id)
+
+            live = await self._live(run.tenant, run.response_id, ask)
             if live is None and await self.store.get_response(run.tenant, run.response_id) is None:
                 await self._take_over(run)
                 taken += 1
@@ -726,7 +730,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """A stored response's step traces as plain dicts (for analytics and tests)."""
         await self.get_response(tenant, response_id)
         return [
-            {f: getattr(t, f) for f in t.__slots__}  # type: ignore[attr-defined]
+            {f: getattr(t, f) for f in t.__slots__}
             for t in await self.store.step_traces(tenant, response_id)
         ]
 

@@ -413,6 +413,7 @@ class ConversationHost:
                             if obs is not None:
                                 obs.step_started(event)
                         else:
+                            assert isinstance(event, Checkpoint)  # the rest of _NOT_WIRE
                             await self._checkpoint(run, event, ttft_s, obs)
                         continue
                     wire = writer.write(event)

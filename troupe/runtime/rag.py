@@ -132,7 +132,7 @@ class VectorStores:
         if self.settings.embedder(model) is None:
             raise InvalidRequest(f"The embedding model '{model}' does not exist.", param="embedding_model",
                                  code="model_not_found")  # fmt: skip
-        store = {"id": vector_store_id(), "created_at": time.time(), "name": name, "description": description,
+        store: dict[str, Any] = {"id": vector_store_id(), "created_at": time.time(), "name": name, "description": description,
                  "metadata": metadata, "expires_after": expires_after}  # fmt: skip
         await self.store.create_vector_store(tenant, store, embedding_model=model)
         if file_ids:
@@ -203,7 +203,7 @@ class VectorStores:
 
     async def create_batch(self, tenant: str, store_id: str, entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Attach files as one batch and start their ingestion; the ``VectorStoreFileBatch``."""
-        batch = {"id": batch_id(), "created_at": time.time()}
+        batch: dict[str, Any] = {"id": batch_id(), "created_at": time.time()}
         self._start(await self.store.add_files(tenant, store_id, list(entries), batch=batch))
         return await self.get_batch(tenant, store_id, batch["id"])
 

@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from troupe.storage import ResponseRecord, RunRecord, RunStep
 from troupe.storage.contract import FILES_METHODS, STORE_METHODS, Store
 from troupe.storage.group_commit import GroupCommitWriter
-from troupe.storage.journal import JournaledWriter, journal_dir
+from troupe.storage.journal import JournaledWriter, JournalStore, journal_dir
 from troupe.storage.rag_executor import RagExecutor
 
 __all__ = ["AsyncStore", "Forwarding", "NotAStoreMethod", "ROUTES", "StoreClient", "journal_of", "open_store"]
@@ -69,7 +69,16 @@ class NotAStoreMethod(AttributeError):
         super().__init__(f"{name!r} is not a method of the store contract (troupe.storage.contract)")
 
 
-def open_store(path: str, memory_limit: str = "") -> Store:
+class JournaledStore(Store, JournalStore, Protocol):
+    """The store an :class:`AsyncStore` runs (``DuckDBStore``): the contract, and the position of
+    a response journal kept with the responses it stored (:class:`~troupe.storage.journal.JournalStore`)."""
+
+    def write_responses(
+        self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""
+    ) -> None: ...
+
+
+def open_store(path: str, memory_limit: str = "") -> JournaledStore:
     """The DuckDB store at ``path``; ``:memory:`` keeps everything in memory.
 
     ``memory_limit``: DuckDB's ``memory_limit`` (``"128MB"``); ``""`` keeps DuckDB's default.
@@ -167,7 +176,7 @@ class AsyncStore(Forwarding):
     """
 
     def __init__(
-        self, store: Store, *, journal: str | None = None, on_commit: Callable[[str, int, float], None] | None = None
+        self, store: JournaledStore, *, journal: str | None = None, on_commit: Callable[[str, int, float], None] | None = None
     ) -> None:
         """``journal``: the journal directory of ``store``, a ``DuckDBStore`` on a file (replayed
         already). ``on_commit(writer, records, seconds)``: told of every group commit, by writer
@@ -204,7 +213,7 @@ class AsyncStore(Forwarding):
         """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
         return cls(open_store(path, memory_limit), journal=journal_of(path), on_commit=on_commit)
 
-    async def metrics_snapshot(self) -> None:
+    async def metrics_snapshot(self) -> dict[str, Any] | None:
         """The store runs in this process: its metrics are this process's."""
         return None
 

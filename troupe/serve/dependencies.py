@@ -103,12 +103,12 @@ class TroupeApp(FastAPI):
 
 def context(request: Request) -> AppContext:
     """The :class:`AppContext` of the app serving ``request``."""
-    return request.app.context  # type: ignore[no-any-return]
+    return request.app.context
 
 
 def runtime(request: Request) -> Runtime:
     """The :class:`Runtime` that serves ``request``."""
-    return request.app.context.get_runtime()  # type: ignore[no-any-return]
+    return request.app.context.get_runtime()
 
 
 # -- dependencies ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -55,9 +55,11 @@ class EventStreamResponse(StreamingResponse):
         self._keepalive_s = keepalive_s
         self._on_close = on_close
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        super().__init__(self._frames(), media_type=SSE_MEDIA_TYPE, headers=headers)
+        # Kept as it is typed (Starlette's body_iterator is only an AsyncIterable): _finish closes it.
+        self._frame_stream = self._frames()
+        super().__init__(self._frame_stream, media_type=SSE_MEDIA_TYPE, headers=headers)
 
-    async def _frames(self) -> AsyncIterator[bytes]:
+    async def _frames(self) -> AsyncGenerator[bytes, None]:
         async for batch in self._batches:
             if batch:
                 yield b"".join(encode_sse(event) for event in batch)
@@ -146,8 +148,8 @@ class EventStreamResponse(StreamingResponse):
         await asyncio.gather(*tasks, return_exceptions=True)
         # `async for` never closes what it iterates, so closing the frame generator leaves
         # the runtime's iterator open: close both (closing a finished one is a no-op).
-        for iterator in (self.body_iterator, self._batches):
+        for iterator in (self._frame_stream, self._batches):
             with contextlib.suppress(Exception):  # clean-up must reach the runtime's iterator
-                await iterator.aclose()  # type: ignore[attr-defined]
+                await iterator.aclose()
         if self._on_close is not None:
             self._on_close()
