@@ -47,6 +47,7 @@ chromium:
 test: $(STAMP) chromium
 	$(BIN)/ruff check troupe tests benchmarks
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 ifdef PYTEST_ARGS
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 else
