@@ -5,7 +5,7 @@
     .venv/bin/python -m benchmarks.durable_runs --quick                 # smoke test: tiny counts, benchmarks/scratch/
 
 A durable run checkpoints at every step boundary: its loop yields a ``Checkpoint`` and its
-host stores it (``ConversationHost._checkpoint`` → ``checkpoint_run``) before it takes the
+host stores it (``ConversationHost._checkpoint`` → ``checkpoint_steps``) before it takes the
 loop's next event; a host killed mid-run restarts in place and the runtime resumes the run
 from its last step. A background response (``background: true``) is durable from its start
 (its ``runs`` row, ``start_run``, is written before it is answered). A stored foreground
@@ -23,7 +23,7 @@ with a fresh DuckDB file under ``benchmarks/scratch/durable/``: one with
 ``durable_foreground=False``:
 
 1. **Checkpoint cost per step**, where the host pays it: ``start_run`` and
-   ``checkpoint_run(RunStep(...))`` through a ``RayStoreClient.by_name`` from inside a Ray
+   ``checkpoint_steps([RunStep(...)])`` through a ``RayStoreClient.by_name`` from inside a Ray
    actor (a stand-in host defined here), timed around the ``await``: the pickling, the hop to
    the storage actor, the group commit (the wait for the batch, its transaction), the reply.
    The payloads are the three checkpoints of one run of a tool loop whose model turn thinks
@@ -183,7 +183,7 @@ class CheckpointWriter:
 
     async def write(self, response_ids: list[str], request: dict[str, Any], steps: list[tuple[str, dict[str, Any]]],
                     concurrency: int) -> list[tuple[str, float]]:  # fmt: skip
-        """For each run: ``start_run``, each step's ``checkpoint_run`` in order, ``end_run``;
+        """For each run: ``start_run``, each step's ``checkpoint_steps`` in order, ``end_run``;
         ``concurrency`` runs at once. The time of each call but ``end_run``, by kind (seconds)."""
         from troupe.protocol import thread_of_response
         from troupe.storage import RunRecord, RunStep
@@ -201,7 +201,7 @@ class CheckpointWriter:
                 for seq, (kind, data) in enumerate(steps):
                     step = RunStep(tenant=TENANT, response_id=rid, seq=seq, data=data)
                     started = time.perf_counter()
-                    await self.store.checkpoint_run(step)
+                    await self.store.checkpoint_steps([step])
                     samples.append((kind, time.perf_counter() - started))
                 await self.store.end_run(TENANT, rid)
 
@@ -257,7 +257,7 @@ async def checkpoint_cost(settings: Any, args: argparse.Namespace) -> dict[str, 
                 summary = summarize([seconds for k, seconds in samples if k == kind])
                 by_kind[kind] = None if summary is None else summary.scaled(1000).to_dict(3)
             checkpoints = sum(1 for k, _ in samples if k != "start_run")
-            # Every start_run and checkpoint_run is one item of the runs writer; nothing else writes meanwhile.
+            # Every start_run and checkpoint_steps is one item of the runs writer; nothing else writes meanwhile.
             writes = None if before is None or after is None else after - before
             configs.append({"writers": concurrent, "actors": len(hosts), "runs": runs, "wall_s": round(wall, 3),
                             "checkpoints_per_s": round(checkpoints / wall, 1), "transactions": writes,
@@ -668,7 +668,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         "## 1. Checkpoint cost per step",
         "",
-        "`start_run` and `checkpoint_run` through `RayStoreClient.by_name` from inside a Ray actor (where a pooled host",
+        "`start_run` and `checkpoint_steps` through `RayStoreClient.by_name` from inside a Ray actor (where a pooled host",
         "makes them), timed around the call; on the storage actor they are group-committed (`AsyncStore.runs`: many",
         "runs' steps in one transaction). Per run, `start_run` then the 3 checkpoints of one run of `REASONING_LOOP`",
         "(a tool loop whose model turn thinks 64 tokens), built by the real loop and `WireWriter` over sim turns: "

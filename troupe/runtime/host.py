@@ -446,14 +446,18 @@ class ConversationHost:
     ) -> None:
         """Store a step of a durable run with the wire events and traces since its last step.
 
-        Steps reach the store in order, each write after the one before it. The loop waits for
-        the steps that gate a tool (``_GATING_STEPS``) and for a run's first step (which makes it
-        durable); the others are written behind it, and :meth:`_written` waits for them before
-        the response is stored or the run ends. A foreground run becomes durable here, at its
+        Steps reach the store in order, one batch at a time: those the loop makes while a batch
+        is being written go together in the next call (the steps of tools that end together, and
+        the end of their tool step). The loop waits for the steps that gate a tool
+        (``_GATING_STEPS``) and for a run's first step (which makes it durable); the others are
+        written behind it, and :meth:`_written` waits for them before the response is stored or
+        the run ends. A foreground run becomes durable here, at its
         first step: before it, no tool ran, and a host that dies fails the request as a retry
         would not regret. A write that fails fails the run at the next step the loop waits for,
         or at its end."""
         assert run.events is not None
+        if run.write_error is not None:
+            raise run.write_error
         gating = not run.durable or isinstance(checkpoint.step, _GATING_STEPS)
         start = None if run.durable else _run_record(run.job, self.credential_keys)
         data = {
@@ -465,29 +469,37 @@ class ConversationHost:
         }
         step = RunStep(tenant=run.job.tenant, response_id=run.job.response_id, seq=run.steps, data=data)
         run.steps, run.logged, run.traced = run.steps + 1, len(run.events), len(run.traces)
-        run.writing = asyncio.ensure_future(self._write_step(run.writing, step, start, obs))
+        run.unwritten.append(step)
+        if start is not None:
+            run.unwritten_start = start
+        if run.writing is None:
+            run.writing = asyncio.ensure_future(self._write_steps(run, obs))
         if gating:
             await self._written(run)
         run.durable = True
 
-    async def _write_step(
-        self, before: asyncio.Task[None] | None, step: RunStep, start: RunRecord | None, obs: TurnObserver | None
-    ) -> None:
-        if before is not None:
-            await before  # in order; a write that failed fails the ones after it
-        begun = time.time()
-        await self.store.checkpoint_run(step, start)
-        if obs is not None:
-            obs.wrote("checkpoint", begun, time.time())
+    async def _write_steps(self, run: LiveRun, obs: TurnObserver | None) -> None:
+        """Hand the run's unwritten steps to the store, a batch per call, until none is left."""
+        try:
+            while run.unwritten and run.write_error is None:
+                steps, start = run.unwritten, run.unwritten_start
+                run.unwritten, run.unwritten_start = [], None
+                begun = time.time()
+                await self.store.checkpoint_steps(steps, start)
+                if obs is not None:
+                    obs.wrote("checkpoint", begun, time.time())
+        except Exception as exc:  # noqa: BLE001 - kept for the run: raised where it waits for its steps
+            run.write_error = exc
+        finally:
+            run.writing = None
 
     @staticmethod
     async def _written(run: LiveRun) -> None:
-        """Wait for the run's checkpoint writes in flight; raises the first that failed."""
-        writing = run.writing
-        if writing is not None:
-            await asyncio.shield(writing)  # a cancelled turn does not cancel its writes
-            if run.writing is writing:
-                run.writing = None
+        """Wait until the run's steps are all written; raises why a write failed."""
+        while run.writing is not None:
+            await asyncio.shield(run.writing)  # a cancelled turn does not cancel its writes
+        if run.write_error is not None:
+            raise run.write_error
 
     def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:
         """The request's ``mcp`` tools, resolved (configured labels, secrets) and checked (URL policy).

@@ -38,7 +38,7 @@ from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.events import ResponseStarted
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import InvalidRequest, NotFound, parse_create_request
-from troupe.storage import ResponseRecord, RunRecord, StepTrace, event_log
+from troupe.storage import ResponseRecord, RunRecord, RunStep, StepTrace, event_log
 
 if TYPE_CHECKING:
     from troupe.protocol.job import TurnJob
@@ -101,9 +101,14 @@ class LiveRun:
     """How many of :attr:`traces` the checkpoints hold."""
     started_at: float = 0.0
     """When its loop first started (Unix seconds; a resumed run keeps its first start)."""
+    unwritten: list[RunStep] = field(default_factory=list)
+    """Checkpointed steps not yet handed to the store, in order (``ConversationHost._checkpoint``)."""
+    unwritten_start: RunRecord | None = None
+    """The run's ``runs`` row, to be written with the first of :attr:`unwritten`."""
     writing: asyncio.Task[None] | None = None
-    """The last checkpoint write in flight (each awaits the one before it: steps reach the store
-    in order); None once every write is done. See ``ConversationHost._checkpoint``."""
+    """The task writing :attr:`unwritten`, batch after batch; None when nothing is left."""
+    write_error: BaseException | None = None
+    """Why a write failed: the run writes no step after it (its steps stay a prefix) and fails."""
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
     """Followers waiting for the next events (each its own future: none misses a wake-up)."""
 

@@ -5,7 +5,7 @@ console): every method of the store contract (:mod:`troupe.storage.contract`: re
 runs, conversations, prompts, evaluation, console reads, files and vector stores) as a
 coroutine of the same name, arguments and result, plus the writes that are behaviour rather
 than forwarding: :meth:`~StoreClient.write_response` (one finished response, returns once it
-is durable), :meth:`~StoreClient.start_run` and :meth:`~StoreClient.checkpoint_run`
+is durable), :meth:`~StoreClient.start_run` and :meth:`~StoreClient.checkpoint_steps`
 (group-committed), :meth:`~StoreClient.flush`.
 
 No method of the contract is written out here: a client forwards any name the protocols
@@ -123,9 +123,9 @@ class StoreClient(Protocol):
         """Record a durable run as accepted (group-committed with other runs' progress)."""
         ...
 
-    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
-        """Store a run's step; ``start``: the run's ``runs`` row, written with it (a foreground
-        run's first step)."""
+    async def checkpoint_steps(self, steps: Sequence[RunStep], start: RunRecord | None = None) -> None:
+        """Store a run's next steps, in order; ``start``: the run's ``runs`` row, written with
+        them (a foreground run's first step). One call, group-committed with other runs' progress."""
         ...
 
     async def metrics_snapshot(self) -> dict[str, Any] | None:
@@ -239,11 +239,10 @@ class AsyncStore(Forwarding):
     async def start_run(self, run: RunRecord) -> None:
         await self.runs.submit(run)
 
-    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
-        if start is None:
-            await self.runs.submit(step)
-        else:  # queued together: one transaction (unless the batch is full)
-            await asyncio.gather(self.runs.submit(start), self.runs.submit(step))
+    async def checkpoint_steps(self, steps: Sequence[RunStep], start: RunRecord | None = None) -> None:
+        items: list[RunRecord | RunStep] = [start, *steps] if start is not None else list(steps)
+        # Queued together, in order: one transaction (unless the batch is full).
+        await asyncio.gather(*(self.runs.submit(item) for item in items))
 
     async def flush(self) -> None:
         if isinstance(self.writer, JournaledWriter):

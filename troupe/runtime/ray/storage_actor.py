@@ -197,8 +197,8 @@ class RayStoreClient(Forwarding):
     async def start_run(self, run: RunRecord) -> None:
         await self._call(self.handle.start_run, run)
 
-    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
-        await self._call(self.handle.checkpoint_run, step, start)
+    async def checkpoint_steps(self, steps: Sequence[RunStep], start: RunRecord | None = None) -> None:
+        await self._call(self.handle.checkpoint_steps, list(steps), start)
 
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         return await RayStoreClient._call(self, self.handle.metrics_snapshot)
@@ -300,8 +300,8 @@ class JournalingStoreClient(RayStoreClient):
     async def start_run(self, run: RunRecord) -> None:
         await RayStoreClient._call(self, self.handle.start_run, run)
 
-    async def checkpoint_run(self, step: RunStep, start: RunRecord | None = None) -> None:
-        await RayStoreClient._call(self, self.handle.checkpoint_run, step, start)
+    async def checkpoint_steps(self, steps: Sequence[RunStep], start: RunRecord | None = None) -> None:
+        await RayStoreClient._call(self, self.handle.checkpoint_steps, list(steps), start)
 
     async def close(self) -> None:
         """Ship what is journaled, then release the journal (the actor deletes it later).

@@ -72,7 +72,7 @@ def methods_of(*protocols: type) -> frozenset[str]:
 
 WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "start_run", "checkpoint_run"})
 """Store methods the async store does not forward as they are: their writes are group-committed
-(``write_response``, ``start_run``, ``checkpoint_run`` of the store client, journal first)."""
+(``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
 STORE_METHODS = methods_of(Responses, Conversations, Prompts, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
 """What the async store forwards to the store's thread, by name."""
