@@ -20,8 +20,7 @@ Example::
         for event in batch: ...
     await runtime.close()
 
-One long module because it is the facade: every call of the API enters here, and most
-only route to a host or to storage.
+Every call of the API enters here; most only route to a host or to storage.
 """
 
 from __future__ import annotations

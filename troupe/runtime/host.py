@@ -16,8 +16,8 @@ chain. A finished response is made durable in storage (its journal) *before* its
 terminal event is released, so a client that saw ``response.completed`` can
 always retrieve the response.
 
-One long module because a turn's life on its host (accepted, queued on its thread's lock,
-run, stored, cancelled or driven in the background) is one sequence over the host's state.
+A turn's life on its host (accepted, queued on its thread's lock, run, stored, cancelled or
+driven in the background) is one sequence over the host's state, read top to bottom here.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Example::
     app = create_app(get_runtime, settings)   # calls install_openapi(app)
     app.openapi()["paths"]["/v1/responses"]["post"]["requestBody"]
 
-One long module because the OpenAPI description of every route, generated from the same validators the routes use.
+Every route's description is generated from the same validators the routes use.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ records beside it are stored as usual.
 A crash in the middle of an append leaves a torn last line, which :func:`read` ignores: its
 record's ``submit`` had not returned.
 
-One long module because the journal's file format, its replay and the writer that fills it change together.
+The journal's file format, its replay and the writer that fills it change together.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ Conventions shared by every table:
   order) breaks ``created_at`` ties, ``conversation_items.seq`` is the append
   order.
 
-One long module because the migrations are the schema's history: every version's DDL stays,
-with why it was made, next to the record-to-row mappings of the newest.
+The migrations are the schema's history: every version's DDL stays, with why it was made,
+next to the record-to-row mappings of the newest.
 """
 
 from __future__ import annotations
