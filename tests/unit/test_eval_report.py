@@ -102,3 +102,28 @@ def test_every_eval_module_exports_what_it_names() -> None:
         module = importlib.import_module(name)
         assert module.__doc__, name
         assert [n for n in module.__all__ if not hasattr(module, n)] == [], name
+
+
+def test_the_report_without_matplotlib_prints_its_tables_and_says_how_to_get_charts(tmp_path: Path) -> None:
+    # matplotlib is the charts extra (pip install 'troupe[charts]'), not a core dependency.
+    import subprocess
+    import sys
+
+    from troupe.storage.duckdb_store import DuckDBStore
+
+    db = tmp_path / "t.duckdb"
+    store = DuckDBStore(str(db))
+    store.put_eval_run(EvalRunRecord(run_id="A", created_at=1_760_000_000, dataset="d.jsonl", cases=3, samples=2,
+                                     status="finished", finished_at=1_760_000_012))  # fmt: skip
+    store.write_eval_results(RUN_A)
+    store.close()
+    charts = tmp_path / "charts"
+    blocked = (
+        "import sys; sys.modules['matplotlib'] = None; from troupe.cli import main; "
+        f"sys.exit(main(['eval', 'report', 'A', '--db', {str(db)!r}, '--charts', {str(charts)!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Eval run A (finished)" in done.stdout and "Success rate by tag" in done.stdout
+    assert "charts: none, matplotlib is not installed" in done.stderr and "troupe[charts]" in done.stderr
+    assert not charts.exists()

@@ -1,8 +1,8 @@
 """PNG charts of a benchmark report: latency CDFs and latency against concurrency.
 
 Uses matplotlib with its non-interactive ``Agg`` backend (no display needed). matplotlib is an
-optional dependency (``pip install 'troupe[bench]'``); :func:`require_matplotlib` says so
-plainly when it is missing.
+optional dependency (``pip install 'troupe[charts]'``); :func:`~troupe._charts.require_matplotlib`
+says so plainly when it is missing.
 
 Example::
 
@@ -15,27 +15,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from troupe._charts import require_matplotlib
+
 from .stats import cdf, thin
 
 __all__ = ["require_matplotlib", "plot_cdfs", "plot_vs_concurrency", "write_plots"]
 
 _CDF_POINTS = 400
-
-
-def require_matplotlib() -> Any:
-    """``matplotlib.pyplot`` on the Agg backend.
-
-    Raises:
-        RuntimeError: matplotlib is not installed (the message says how to get it).
-    """
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise RuntimeError("plots need matplotlib: pip install 'troupe[bench]' (or matplotlib)") from exc
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _cdf_axes(ax: Any, runs: Sequence[dict[str, Any]], key: str, title: str) -> bool:

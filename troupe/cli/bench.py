@@ -80,11 +80,11 @@ def bench(
     from troupe.bench.runner import BenchSpec, run_bench
 
     if plot:
-        from troupe.bench.plots import require_matplotlib
+        from troupe._charts import ChartsUnavailable, require_matplotlib
 
         try:
             require_matplotlib()
-        except RuntimeError as exc:
+        except ChartsUnavailable as exc:
             fail("bench", str(exc), 2)
     spec = BenchSpec(
         url=url, model=model, api_key=api_key, input=input_text, body=body or {}, stream=stream,

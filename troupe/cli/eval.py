@@ -161,10 +161,15 @@ def report(run_id: str, charts: str | None, no_charts: bool, as_json: bool, fail
     else:
         click.echo(render_report(found, summary, results, failures=failures))
     if not no_charts:
+        from troupe._charts import INSTALL_HINT, ChartsUnavailable
         from troupe.eval.charts import write_charts
 
-        paths = write_charts(results, summary, charts or os.path.join("eval-reports", run_id), title=run_id)
-        click.echo(f"\ncharts: {', '.join(str(p) for p in paths)}", err=as_json)
+        try:
+            paths = write_charts(results, summary, charts or os.path.join("eval-reports", run_id), title=run_id)
+        except ChartsUnavailable:
+            click.echo(f"\ncharts: none, matplotlib is not installed ({INSTALL_HINT}; --no-charts says nothing)", err=True)
+        else:
+            click.echo(f"\ncharts: {', '.join(str(p) for p in paths)}", err=as_json)
     return 0
 
 

@@ -59,10 +59,13 @@ def trace(response_id: str, png: str | None, url: str, api_key: str | None, db: 
         fail("trace", f"response {response_id!r} has no step traces")
     click.echo(_table(response_id, bars))
     if png is not None:
+        from troupe._charts import ChartsUnavailable
         from troupe.console.plot import timeline_figure
 
         try:
             timeline_figure(bars, title=response_id).savefig(png, dpi=120)
+        except ChartsUnavailable as exc:
+            fail("trace", str(exc))
         except OSError as exc:
             fail("trace", f"cannot write {png!r}: {exc.strerror}")
         click.echo(f"wrote {png}")

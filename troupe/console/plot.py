@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from troupe._charts import require_matplotlib
+
 from .timeline import Bar
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ def timeline_figure(bars: Sequence[Bar], *, title: str = "") -> Figure:
     The axes hold exactly one :class:`~matplotlib.patches.Rectangle` per bar (in order, in
     one ``BarContainer``), ``x`` its start and ``width`` its duration in seconds.
     """
+    require_matplotlib()  # ChartsUnavailable without it
     # Figure (not pyplot): no global state and no GUI backend; savefig uses Agg.
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch

@@ -18,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from troupe._charts import require_matplotlib
+
 from .metrics import ResultLike, Summary
 
 __all__ = ["write_charts"]
@@ -26,7 +28,12 @@ __all__ = ["write_charts"]
 def write_charts(
     results: Sequence[ResultLike], summary: Summary, directory: str | os.PathLike[str], *, title: str = ""
 ) -> list[Path]:
-    """Draw the run's charts into ``directory`` (created if missing); the paths written."""
+    """Draw the run's charts into ``directory`` (created if missing); the paths written.
+
+    Raises:
+        ChartsUnavailable: matplotlib is not installed (``pip install 'troupe[charts]'``).
+    """
+    require_matplotlib()  # ChartsUnavailable without it
     # Figure (not pyplot): no global state and no GUI backend; savefig uses Agg.
     from matplotlib.figure import Figure
 
