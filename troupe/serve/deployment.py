@@ -23,11 +23,13 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import ray
@@ -426,7 +428,37 @@ def _check_free(host: str, ports: range) -> None:
                 raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
+_LOW_PORTS = range(20000, 32000)
+"""Where ports to be bound later are picked: below Linux's default ephemeral range (32768-60999),
+from which the kernel hands out the ports of every ``bind(0)`` and outgoing connection; room is
+left above for a replica port range (:func:`free_port_range`)."""
+
+
+def _ephemeral_ports() -> range:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(low, high + 1)
+
+
 def _free_port(host: str) -> int:
+    """A port free on ``host`` now, to be bound later (Serve's proxy, a replica's port range).
+
+    Taken below the kernel's ephemeral range where it can: a port ``bind(0)`` returns is one the
+    kernel may give the next process that binds port 0 or connects out (a Ray worker's gRPC
+    server, say) before ours is bound, and Serve then fails with "Failed to bind to address"."""
+    ephemeral = _ephemeral_ports()
+    for _ in range(64):
+        port = random.choice(_LOW_PORTS)
+        if port in ephemeral:
+            break  # a machine whose ephemeral range covers them: let the kernel choose
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
