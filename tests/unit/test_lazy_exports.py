@@ -8,13 +8,15 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 import troupe.agentloop
+import troupe.observe
 
-LAZY_PACKAGES = ["troupe.runtime", "troupe.agentloop", "troupe.bench", "troupe.console"]
+LAZY_PACKAGES = ["troupe.runtime", "troupe.agentloop", "troupe.bench", "troupe.console", "troupe.observe"]
 
 CHECK = """
 import importlib, sys
@@ -44,11 +46,12 @@ def test_the_package_imports_its_modules_on_first_use_and_exports_their_objects(
     assert result.stdout.splitlines()[-1] == "ok"
 
 
-def test_agentloops_all_and_imports_for_type_checkers_are_its_exports() -> None:
+@pytest.mark.parametrize("package", [troupe.agentloop, troupe.observe], ids=lambda p: p.__name__)
+def test_all_and_imports_for_type_checkers_are_the_exports(package: types.ModuleType) -> None:
     # Its __init__ repeats the exports as imports under TYPE_CHECKING, for editors: the same names, from the same modules.
-    tree = ast.parse(Path(troupe.agentloop.__file__).read_text())
+    tree = ast.parse(Path(package.__file__).read_text())  # type: ignore[arg-type]
     guarded = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
     imported = {("." + node.module, alias.name) for node in guarded.body for alias in node.names}  # type: ignore[attr-defined]
-    exported = {(home, name) for home, names in troupe.agentloop._HOMES.items() for name in names}
+    exported = {(home, name) for home, names in package._HOMES.items() for name in names}
     assert imported == exported
-    assert sorted(troupe.agentloop.__all__) == sorted(name for _, name in exported)
+    assert sorted(package.__all__) == sorted(name for _, name in exported)

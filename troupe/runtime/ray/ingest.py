@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from troupe.rag.records import IngestTicket
 from troupe.runtime._ingest import Outcome, ingest
 from troupe.runtime.settings import ModelSpec
+
+if TYPE_CHECKING:  # not at run time: an ingestion task's worker imports this module, kept light
+    from troupe.runtime.rag import StartIngest
 
 __all__ = ["ingest_on_ray", "ray_ingestion"]
 
@@ -46,9 +49,9 @@ def _ray_ingest() -> Any:
     return _INGEST_TASK
 
 
-def ray_ingestion(num_cpus: float, storage: Any):  # noqa: ANN201 - a StartIngest
+def ray_ingestion(num_cpus: float, storage: Any) -> StartIngest:
     """Start each ticket's ingestion as a Ray task of ``num_cpus`` CPUs, reaching the storage
-    actor ``storage`` (its handle); a :data:`~troupe.runtime.rag.StartIngest`."""
+    actor ``storage`` (its handle)."""
 
     def start(tickets: list[IngestTicket], specs: dict[str, ModelSpec | None]) -> list[asyncio.Future[Any]]:
         task = _ray_ingest().options(num_cpus=num_cpus, max_retries=0)
