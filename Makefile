@@ -8,13 +8,14 @@ STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
-PIP_INSTALL := $(BIN)/pip install --quiet -c $(LOCK)
+# uv installs the lock in seconds where pip took most of a minute (both read constraints.txt).
+PIP_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python -c $(LOCK)
 
 .PHONY: install run sim test bench clean chromium lock upgrade
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet pip==$(PIP_VERSION)
+	$(BIN)/pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
 	$(PIP_INSTALL) -e '.[test]'
 	touch $(STAMP)
 
@@ -68,7 +69,6 @@ bench: $(STAMP)
 # `make upgrade` takes the newest release of everything. Both then install the new lock and
 # run the tests; commit constraints.txt with the run's result.
 lock upgrade: $(STAMP)
-	$(BIN)/pip install --quiet uv==$(UV_VERSION)
 	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --universal --python-version 3.11 \
 	    --quiet $(if $(filter upgrade,$@),--upgrade) -o $(LOCK)
 	$(MAKE) test

@@ -26,9 +26,13 @@ from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
 PLACEMENTS = ("replica", "pooled", "dedicated")
-# The HTTP suite and the Agents SDK tests run on every placement. Suites about one part
-# (MCP, the bench CLI) skip dedicated: its hosts are the pooled ones' class (ConversationHost),
-# and it starts a process per conversation, seconds each on 2 cores.
+# The HTTP suite (the `url` and `client` fixtures), the Agents SDK and the part suites (MCP, the
+# bench CLI) run in process, in the ingress replica and on pooled host actors. Dedicated hosts are
+# the pooled ones' class (ConversationHost) behind other routing, and start a process per
+# conversation (seconds each on 2 cores): the tests of what that routing does differently (a
+# running response found by its conversation's actor for cancel and follow, a host's death,
+# idle exit) run on it too, marked `every_placement` (the `url` fixture) or parametrized over
+# PLACEMENTS; tests/integration/test_runtime_ray.py runs its suite on it.
 PART_PLACEMENTS = ("replica", "pooled")
 
 # The stdio MCP test server, runnable from any working directory (a Ray worker's may differ).
@@ -105,7 +109,15 @@ def local_url() -> Iterator[str]:
     yield from served_local(ServerSettings())
 
 
-@pytest.fixture(params=["local", *PLACEMENTS])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test using ``url`` (or ``client``) runs in process and on PART_PLACEMENTS; one marked
+    ``every_placement`` on the dedicated placement too."""
+    if "url" in metafunc.fixturenames:
+        every = metafunc.definition.get_closest_marker("every_placement") is not None
+        metafunc.parametrize("url", ["local", *(PLACEMENTS if every else PART_PLACEMENTS)], indirect=True)
+
+
+@pytest.fixture
 def url(request) -> str:
     """The server root of the in-process app and of each deployment (``/v1`` is appended by the tests)."""
     if request.param == "local":

@@ -6,11 +6,13 @@ import pytest
 from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 
+from .conftest import PART_PLACEMENTS
+
 # The SDK would otherwise export traces to OpenAI; there is no network here and no need.
 set_tracing_disabled(True)
 
 
-@pytest.fixture(params=["replica", "pooled", "dedicated"])
+@pytest.fixture(params=PART_PLACEMENTS)
 async def client(request, troupe_apps):
     client = AsyncOpenAI(base_url=f"{troupe_apps[request.param]}/v1", api_key="unused", max_retries=0)
     yield client

@@ -1,5 +1,6 @@
 """Background responses and cancel through the ``openai`` SDK, on every deployment (``url``:
-in-process, and Ray Serve with replica, pooled and dedicated placement)."""
+in-process, and Ray Serve with replica and pooled placement; what finds a running response's
+host, cancel and follow, on the dedicated placement too)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def test_the_sdk_stream_helper_accumulates_a_background_stream(client):
     assert final.status == "completed" and final.output_text == "one two" and final.background is True
 
 
+@pytest.mark.every_placement  # the conversation's own actor is found to cancel or follow it
 def test_cancel_a_queued_response_and_it_never_runs(client):
     conversation = client.conversations.create()
     busy = client.responses.create(model="sim", input=SLEEP_30_S, conversation=conversation.id, background=True)
@@ -65,6 +67,7 @@ def test_cancel_a_queued_response_and_it_never_runs(client):
     assert done.status == "cancelled" and done.output == []
 
 
+@pytest.mark.every_placement  # the conversation's own actor is found to cancel or follow it
 def test_cancel_an_in_progress_response_prevents_its_completion(client):
     started = client.responses.create(model="sim", input="[[latency ttft=3000]] [[say never]]", background=True)
     assert started.status == "queued"
@@ -82,6 +85,7 @@ def test_background_needs_store(client):
     assert err.value.body["param"] == "background"
 
 
+@pytest.mark.every_placement  # the conversation's own actor is found to cancel or follow it
 def test_cancel_a_running_response_stops_its_tool_call(client):
     started = client.responses.create(model="sim", input=SLEEP_30_S, background=True)
 
@@ -109,6 +113,7 @@ def test_cancel_a_finished_response_is_refused(client):
         client.responses.cancel("resp_0123456789abcdef")
 
 
+@pytest.mark.every_placement  # the conversation's own actor is found to cancel or follow it
 def test_cancel_a_foreground_stream_from_another_connection(client):
     types: list[str] = []
     first_call = threading.Event()
@@ -133,6 +138,7 @@ def test_cancel_a_foreground_stream_from_another_connection(client):
     wait_for(lambda: status_of(client, response_id[0]) == "cancelled", what="the cancelled response")
 
 
+@pytest.mark.every_placement  # the conversation's own actor is found to cancel or follow it
 def test_background_stream_dropped_and_resumed_equals_the_whole_stream(client):
     first = []
     stream = client.responses.create(model="sim", input="[[latency itl=20]] [[tokens 30]]", background=True,

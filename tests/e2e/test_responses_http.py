@@ -1,7 +1,8 @@
 """The HTTP API driven by the ``openai`` SDK, against three deployments of the same app.
 
 ``url`` runs every test on: the app over ``Runtime.local`` (in-process, uvicorn), and
-the Ray Serve application with pooled and with dedicated placement (tests/e2e/conftest.py).
+the Ray Serve application with replica and with pooled placement (tests/e2e/conftest.py says
+why dedicated runs only the tests of its own routing).
 The API-key tests use a local server with two keys (two tenants): authentication is the
 HTTP layer's, the same in every deployment. Raw ``httpx`` checks SSE framing and headers.
 """

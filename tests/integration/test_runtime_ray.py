@@ -40,6 +40,15 @@ def hosts_of(namespace):
     return hosts
 
 
+async def busy_hosts(namespace):
+    """The hosts of one test's namespace that are running a turn now. Killing only those keeps
+    the idle ones of earlier tests (a dedicated host per conversation) from restarting with
+    them, a process each."""
+    hosts = hosts_of(namespace)
+    answers = await asyncio.gather(*(h.ping.remote() for h in hosts), return_exceptions=True)
+    return [h for h, a in zip(hosts, answers, strict=True) if isinstance(a, int) and a > 0]
+
+
 def kill_namespace(namespace):
     """Kill the named actors this test started; one that exits meanwhile (idle) is already gone."""
     for actor in ray.util.list_named_actors(all_namespaces=True):
@@ -193,7 +202,9 @@ async def test_a_killed_host_fails_the_turn_clearly_and_history_survives(runtime
     first = await runtime.respond("", req(input="keep me"))
     stream = await runtime.stream("", req(input="[[latency itl=200]] [[tokens 50]]", previous_response_id=first["id"]))
     events = list(await anext(stream))
-    for host in hosts_of(namespace):
+    running = await busy_hosts(namespace)
+    assert running, "the turn runs on a host of this namespace"
+    for host in running:
         ray.kill(host, no_restart=False)
     async for batch in stream:
         events.extend(batch)
@@ -209,17 +220,15 @@ async def test_non_streaming_turn_on_a_killed_host_raises_server_error(runtime, 
     task = asyncio.create_task(
         runtime.respond("", req(input="[[latency ttft=3000]] [[say late]]", previous_response_id=first["id"]))
     )
-    # Wait until the turn is running on its host, then kill the hosts of this namespace.
-    hosts = hosts_of(namespace)
-    assert hosts
+    # Wait until the turn is running on its host, then kill that host.
+    running: list = []
 
-    async def running() -> bool:
-        # A host killed by an earlier test may still be restarting: it runs nothing yet.
-        answers = await asyncio.gather(*(h.ping.remote() for h in hosts), return_exceptions=True)
-        return any(a is not None and not isinstance(a, BaseException) and a > 0 for a in answers)
+    async def found() -> bool:
+        running[:] = await busy_hosts(namespace)
+        return bool(running)
 
-    await wait_until(running, what="the turn running on a host")
-    for h in hosts:
+    await wait_until(found, what="the turn running on a host")
+    for h in running:
         ray.kill(h, no_restart=False)
     with pytest.raises(HostFailed):
         await task
