@@ -357,3 +357,41 @@ async def test_a_call_a_host_died_during_is_not_run_twice():
     call, message = resumed.response["output"]
     assert call["status"] == "failed" and call["code"] == "print(1)"
     assert message["content"][0]["text"] == INTERRUPTED
+
+
+async def test_a_call_that_never_runs_closes_incomplete_and_makes_no_container():
+    runner = ToyCodeRunner()
+    outcome = await run(body("[[python]]\nprint(1)", tool_choice="none"), SimModel(), code_runner=runner)
+    check_stream(outcome)
+    call = outcome.response["output"][0]
+    assert (call["status"], call["code"], call["container_id"]) == ("incomplete", "print(1)", "")
+    assert runner.asked == [] and runner.runs == []
+    plain = await run(body("[[say no code today]]"), SimModel(), code_runner=runner)
+    assert plain.output_types == ["message"] and runner.asked == [], "no container unless the model calls the tool"
+
+
+async def test_a_model_that_fails_while_writing_the_code_leaves_no_item_open():
+    from tests.fakes import FunctionModel
+    from troupe.agentloop.model import ModelError, ToolCallArgumentsDelta, ToolCallStart
+
+    def failing(request: Any) -> Any:
+        yield ToolCallStart(index=0, call_id="call_1", name=PYTHON)
+        yield ToolCallArgumentsDelta(index=0, delta='{"code": "print(')
+        raise ModelError("connection reset", status=502)
+
+    runner = ToyCodeRunner()
+    outcome = await run(body("x", model="m"), FunctionModel(failing), code_runner=runner)
+    check_stream(outcome)
+    call = outcome.response["output"][0]
+    assert (call["status"], call["code"], call["container_id"]) == ("incomplete", "print(", "cntr_1")
+    assert outcome.response["status"] == "failed" and runner.runs == []
+
+
+def test_the_sim_directive():
+    from troupe.sim.directives import parse_directives
+
+    found = parse_directives("Plot it. [[python]]\nrows = [[1, 2], [3]]\nprint('[[say x]]')\n[[/python]] [[think ok]]")
+    [call] = found.calls
+    assert (call.name, json.loads(call.arguments or "")) == (PYTHON, {"code": "rows = [[1, 2], [3]]\nprint('[[say x]]')"})
+    assert found.answer is None and found.think == "ok" and found.plain == "Plot it."
+    assert json.loads(parse_directives("[[python]] print(2)").calls[0].arguments or "") == {"code": "print(2)"}
