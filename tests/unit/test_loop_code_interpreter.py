@@ -355,7 +355,7 @@ async def test_a_call_a_host_died_during_is_not_run_twice():
     resumed = await _next_host(request, runner, events, steps)
     assert runner.runs == [], "code is not idempotent: never run again"
     call, message = resumed.response["output"]
-    assert call["status"] == "failed" and call["code"] == "print(1)"
+    assert (call["status"], call["code"], call["container_id"]) == ("failed", "print(1)", "cntr_1")
     assert message["content"][0]["text"] == INTERRUPTED
 
 
@@ -395,3 +395,16 @@ def test_the_sim_directive():
     assert (call.name, json.loads(call.arguments or "")) == (PYTHON, {"code": "rows = [[1, 2], [3]]\nprint('[[say x]]')"})
     assert found.answer is None and found.think == "ok" and found.plain == "Plot it."
     assert json.loads(parse_directives("[[python]] print(2)").calls[0].arguments or "") == {"code": "print(2)"}
+
+
+async def test_a_call_sent_as_input_goes_upstream_and_names_the_container_to_reuse():
+    sent = {"type": "code_interpreter_call", "id": "ci_sent", "code": "x = 1", "container_id": "cntr_7",
+            "outputs": [{"type": "logs", "logs": "ok\n"}], "status": "completed"}  # fmt: skip
+    runner = ToyCodeRunner(containers=["cntr_7"])
+    runner.variables["cntr_7"]["x"] = 1  # as the call left it
+    model = RecordingModel(SimModel())
+    request = body("", input=[{"role": "user", "content": "x"}, sent, {"role": "user", "content": "[[python]]\nprint(x)"}])
+    outcome = await run(request, model, code_runner=runner)
+    assert runner.asked == [({"type": "auto"}, "cntr_7")] and outcome.text == "1"
+    first = model.calls[0].messages
+    assert first[1]["tool_calls"][0]["id"] == "ci_sent" and first[2] == {"role": "tool", "tool_call_id": "ci_sent", "content": "ok"}

@@ -252,8 +252,9 @@ class WireWriter:
                 self._output[i] = {**self._output[i], "status": "interpreting"}
                 return [self._item_event("response.code_interpreter_call.interpreting", item_id)]
             case ev.CodeInterpreterCallDone(item_id=item_id, container_id=container_id, status=status, outputs=outputs):
-                code = self._output[self._index[item_id]]["code"]
-                item = _code_interpreter_call(item_id, code, container_id, outputs, status)
+                opened = self._output[self._index[item_id]]
+                # A call that could not resolve its container keeps the one its item opened with.
+                item = _code_interpreter_call(item_id, opened["code"], container_id or opened["container_id"], outputs, status)
                 if status != "completed":  # no code_interpreter_call.failed/.incomplete event: the item says it
                     return [self._done(item)]
                 return [self._item_event("response.code_interpreter_call.completed", item_id), self._done(item)]
