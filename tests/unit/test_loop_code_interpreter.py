@@ -296,6 +296,17 @@ def test_the_code_streams_as_it_is_written():
     raw = CodeStream()
     assert raw.feed("print(1)") == "print(1)" and code_of("print(1)") == "print(1)", "raw code, as some models send it"
     assert code_of('{"code": 3}') == "" and code_of("{broken") == ""
+    quoted = CodeStream()
+    assert quoted.feed('"print(1)"') == "" and quoted.rest(code_of('"print(1)"')) == "print(1)", "a JSON string: whole"
+
+
+def test_long_logs_are_shown_cut_in_the_middle():
+    from troupe.agentloop.code_interpreter import LOGS_SHOWN
+
+    logs = "a" * LOGS_SHOWN + "b" * 100 + "\nValueError: the end"
+    shown = format_output(CodeRun(logs=logs))
+    assert shown.startswith("a" * (LOGS_SHOWN // 2) + "\n[…") and shown.endswith("ValueError: the end")
+    assert len(shown) < LOGS_SHOWN + 100 and f"[… {len(logs) - LOGS_SHOWN} characters of output cut …]" in shown
 
 
 def test_what_the_model_is_shown():

@@ -34,8 +34,8 @@ resolved once per response, when the model's first call of the tool starts strea
 ``code_interpreter_call`` (history or input) ran in when that one is still active, and creates
 one otherwise. Every call of the response then runs there.
 
-**What the model sees.** The tool's output is the run's logs (stdout, stderr, the traceback),
-then what else happened, in brackets: a limit that stopped it, the number of images the user
+**What the model sees.** The tool's output is the run's logs (stdout, stderr, the traceback;
+past :data:`LOGS_SHOWN` characters, their start and end), then what else happened, in brackets: a limit that stopped it, the number of images the user
 was shown, and the files the call wrote, each as the ``sandbox:`` link to give the user::
 
     3.14159
@@ -93,6 +93,10 @@ INCLUDE_OUTPUTS = "code_interpreter_call.outputs"
 """The ``include`` value that puts a call's ``outputs`` in its item."""
 
 MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
+
+LOGS_SHOWN = 20_000
+"""The most characters of a run's logs the model is shown: its start and its end (where a
+traceback is), with what was cut said between. The item's ``logs`` keep what the runner gave."""
 
 _DESCRIPTION = (
     "Run Python code in a stateful sandbox (like a Jupyter notebook): variables, imports and files "
@@ -318,6 +322,8 @@ def _code_prefix(arguments: str) -> str | None:
     stripped = arguments.lstrip()
     if not stripped:
         return None
+    if stripped.startswith('"'):
+        return None  # a JSON string: told whole when it ends
     if not stripped.startswith("{"):
         return arguments  # the code itself (code_of takes it as it is)
     opened = _CODE_OPENS.match(arguments)
@@ -348,7 +354,11 @@ def _code_prefix(arguments: str) -> str | None:
 
 def format_output(run: CodeRun) -> str:
     """What the model is shown for a run: its logs, then what else happened (module docstring)."""
-    lines = [run.logs.rstrip("\n") if run.logs.strip() else "(The code printed nothing.)"]
+    logs = run.logs.rstrip("\n")
+    if len(logs) > LOGS_SHOWN:
+        half = LOGS_SHOWN // 2
+        logs = f"{logs[:half]}\n[… {len(logs) - 2 * half} characters of output cut …]\n{logs[-half:]}"
+    lines = [logs if logs.strip() else "(The code printed nothing.)"]
     if run.limit:
         lines.append(f"[The run was stopped: it hit its {run.limit} limit.]")
     if run.images:
