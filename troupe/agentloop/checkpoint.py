@@ -35,8 +35,9 @@ tools:
 * a call whose result is checkpointed (``tool``) is never run again: its stored result is used;
 * a call of the last turn with no result checkpointed may have been running when the host
   died. It runs again only if its tool is idempotent (``idempotent = true`` in ``[[tools]]``,
-  or an MCP tool whose annotations say ``idempotentHint``); otherwise the model is told,
-  in the call's output, that the call was interrupted (:data:`INTERRUPTED`).
+  or an MCP tool whose annotations say ``idempotentHint``; a ``code_interpreter`` call never
+  is, for code changes its container); otherwise the model is told, in the call's output,
+  that the call was interrupted (:data:`INTERRUPTED`).
 
 Because a ``model`` step is stored before the loop starts the turn's tools, a call that ran
 always has its turn stored: the model is never asked again for a turn whose tools ran.
