@@ -107,7 +107,7 @@ class RecordingModel:
             yield chunk
 
 
-__all__ = ["ScriptedModel", "FunctionModel", "RecordingModel", "FunctionMcpClient", "text_turn", "tool_turn",
+__all__ = ["ScriptedModel", "FunctionModel", "RecordingModel", "FunctionMcpClient", "ToyCodeRunner", "text_turn", "tool_turn",
            "ModelError"]  # fmt: skip
 
 
@@ -182,3 +182,112 @@ class WordsFileSearcher:
                     found.append({"file_id": file_id, "filename": filename, "score": score, "text": text,
                                   "attributes": {}})  # fmt: skip
         return sorted(found, key=lambda r: -r["score"])[:max_num_results]
+
+
+class ToyCodeRunner:
+    """A small, real :class:`troupe.agentloop.code_interpreter.CodeRunner` for loop unit tests:
+    containers are dicts of variables and files, and code is a few kinds of lines, run one by one:
+
+    * ``NAME = EXPR`` and ``print(EXPR, …)``: arithmetic on numbers, strings and the variables
+      (kept between runs of one container);
+    * ``open("/mnt/data/NAME", "w").write(EXPR)``: writes a container file (``cfile_<n>``);
+    * ``plt.show()``: shows a figure (an image URL);
+    * ``while True: pass``: runs into the time limit (``limit="timeout"``);
+    * ``crash()``: the runner itself fails (an exception: the call cannot run);
+    * anything else, or an unknown name: raises, as Python would (a traceback in the logs).
+
+    The e2e tests run real sandboxes; this one lets the loop's code_interpreter logic be tested
+    with plain values. It records the containers it made and every run.
+    """
+
+    def __init__(self, *, containers: Sequence[str] = (), broken: bool = False) -> None:
+        self.variables: dict[str, dict[str, Any]] = {c: {} for c in containers}
+        self.files: dict[str, dict[str, str]] = {c: {} for c in containers}
+        self.created: list[dict[str, Any]] = []
+        self.asked: list[tuple[Any, str | None]] = []
+        self.runs: list[tuple[str, str]] = []
+        self.broken = broken
+        self._files = 0
+
+    def expire(self, container_id: str) -> None:
+        self.variables.pop(container_id, None)
+
+    async def container_for(self, spec: str | dict[str, Any], *, reuse: str | None) -> str:
+        from troupe.agentloop.code_interpreter import ContainerNotFound
+
+        self.asked.append((spec, reuse))
+        if self.broken:
+            raise RuntimeError("no sandbox is available")
+        if isinstance(spec, str):
+            if spec not in self.variables:
+                raise ContainerNotFound(spec)
+            return spec
+        if reuse is not None and reuse in self.variables:
+            return reuse
+        container_id = f"cntr_{len(self.created) + 1}"
+        self.created.append(dict(spec))
+        self.variables[container_id], self.files[container_id] = {}, {}
+        return container_id
+
+    async def run(self, container_id: str, code: str) -> Any:
+        import ast
+        import re
+
+        from troupe.agentloop.code_interpreter import CodeRun, ContainerFile, ContainerNotFound
+
+        self.runs.append((container_id, code))
+        if container_id not in self.variables:
+            raise ContainerNotFound(container_id)
+        scope, logs, images, written = self.variables[container_id], [], [], []
+
+        def value(expr: str) -> Any:
+            node = ast.parse(expr.strip(), mode="eval").body
+
+            def ev(n: ast.AST) -> Any:
+                match n:
+                    case ast.Constant(value=v):
+                        return v
+                    case ast.Name(id=name):
+                        if name not in scope:
+                            raise NameError(f"name '{name}' is not defined")
+                        return scope[name]
+                    case ast.BinOp(left=left, op=op, right=right):
+                        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+                               ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}  # fmt: skip
+                        return ops[type(op)](ev(left), ev(right))
+                    case ast.UnaryOp(op=ast.USub(), operand=operand):
+                        return -ev(operand)
+                raise SyntaxError("unsupported expression")
+
+            return ev(node)
+
+        for line in code.splitlines():
+            line = line.strip()
+            try:
+                if not line or line.startswith("#"):
+                    continue
+                if line == "while True: pass":
+                    return CodeRun(logs="".join(logs) + "TimeoutError: the run took longer than 1 s\n",
+                                   limit="timeout", images=tuple(images))  # fmt: skip
+                if line == "crash()":
+                    raise ConnectionError("the container's kernel is unreachable")
+                if line == "plt.show()":
+                    images.append(f"https://files.example/{container_id}/figure-{len(images) + 1}.png")
+                elif match := re.fullmatch(r"print\((.*)\)", line):
+                    logs.append(" ".join(str(value(part)) for part in match[1].split(",")) + "\n")
+                elif match := re.fullmatch(r"open\(['\"](/mnt/data/[^'\"]+)['\"], ['\"]w['\"]\)\.write\((.*)\)", line):
+                    path = match[1]
+                    value(match[2])
+                    if path not in self.files[container_id]:
+                        self._files += 1
+                        self.files[container_id][path] = f"cfile_{self._files}"
+                    file_id = self.files[container_id][path]
+                    written.append(ContainerFile(file_id=file_id, filename=path.rsplit("/", 1)[-1], path=path))
+                elif match := re.fullmatch(r"([A-Za-z_]\w*) = (.*)", line):
+                    scope[match[1]] = value(match[2])
+                else:
+                    raise SyntaxError("invalid syntax")
+            except (NameError, SyntaxError, ZeroDivisionError, TypeError) as exc:
+                trace = f"Traceback (most recent call last):\n  line: {line}\n{type(exc).__name__}: {exc}\n"
+                return CodeRun(logs="".join(logs) + trace, failed=True, images=tuple(images), files=tuple(written))
+        return CodeRun(logs="".join(logs), images=tuple(images), files=tuple(written))

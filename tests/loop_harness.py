@@ -72,12 +72,13 @@ async def run(
     mcp_client: Any = None,
     context_window: int | None = None,
     file_searcher: Any = None,
+    code_runner: Any = None,
 ) -> Outcome:
     """One response through prepare → run_loop → WireWriter, streamed or collected."""
     request = parse_create_request(body)
     prepared = prepare(
         request, history, executors, mcp_client=mcp_client, mcp_servers=mcp_servers_of(body),
-        file_searcher=file_searcher,
+        file_searcher=file_searcher, code_runner=code_runner,
     )  # fmt: skip
     writer = WireWriter(request, response_id=new_id("resp"), created_at=1_700_000_000)
     events = run_loop(prepared, model=model, executors=executors, settings=settings, context_window=context_window)
@@ -148,7 +149,7 @@ def check_stream(outcome: Outcome) -> Response | None:
             assert isinstance(event["response"]["created_at"], int), "strict clients need an integer created_at"
         model = OPEN_RESPONSES_EVENTS.get(event["type"])
         # OR nests errors; we send the openai SDK's flat error shape. OR models url citations only.
-        or_models_it = '"file_citation"' not in json.dumps(event)
+        or_models_it = not any(kind in json.dumps(event) for kind in ('"file_citation"', '"container_file_citation"'))
         if model is not None and event["type"] != "error" and or_models_it and (or_can_model or "response" not in event and "item" not in event):
             model.model_validate(event)
     if or_can_model:

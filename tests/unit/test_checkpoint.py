@@ -18,6 +18,7 @@ from troupe.agentloop.checkpoint import (
     TurnStep,
     step_from_data,
 )
+from troupe.agentloop.code_interpreter import CodeRun, ContainerFile
 from troupe.agentloop.driver import prepare, run_loop
 from troupe.agentloop.events import Checkpoint
 from troupe.agentloop.model import TokenUsage, ToolCall, TurnEnd
@@ -47,6 +48,20 @@ STORED = {
     "tools": {"kind": "tools"},
     "compaction": {"kind": "compaction", "summary": "Summary of 5 messages: 1 system, 3 user, 1 assistant.",
                    "usage": [900, 40, 0, 0]},  # fmt: skip
+    # code_interpreter (the keys are only there when a turn opened, or a call ran, code)
+    "model with code": {
+        "kind": "model",
+        "turn": {"text": "", "reasoning": "", "tool_calls": [["call_3", "python", '{"code": "print(1)"}']],
+                 "finish_reason": "tool_calls", "usage": [50, 6, 0, 0]},  # fmt: skip
+        "had_tools": True,
+        "mcp_items": {},
+        "fs_items": {},
+        "ci_items": {"call_3": "ci_01"},
+    },
+    "tool with a run": {"kind": "tool", "call_id": "call_3", "output": "1", "error": None, "started": 1.7e9,
+                        "ended": 1.7e9 + 2, "detail": {"container_id": "cntr_1", "run": {
+                            "logs": "1\n", "images": [], "failed": False, "limit": None,
+                            "files": [["cfile_1", "a.csv", "/mnt/data/a.csv"]]}}},  # fmt: skip
 }
 
 TYPED = {
@@ -72,6 +87,17 @@ TYPED = {
         summary="Summary of 5 messages: 1 system, 3 user, 1 assistant.",
         usage=TokenUsage(input_tokens=900, output_tokens=40),
     ),
+    "model with code": TurnStep(
+        turn=TurnEnd(tool_calls=(ToolCall(call_id="call_3", name="python", arguments='{"code": "print(1)"}'),),
+                     finish_reason="tool_calls", usage=TokenUsage(input_tokens=50, output_tokens=6)),  # fmt: skip
+        had_tools=True,
+        ci_items={"call_3": "ci_01"},
+    ),
+    "tool with a run": ToolResultStep(
+        call_id="call_3", output="1", error=None, started=1.7e9, ended=1.7e9 + 2,
+        detail={"container_id": "cntr_1", "run": CodeRun(
+            logs="1\n", files=(ContainerFile(file_id="cfile_1", filename="a.csv", path="/mnt/data/a.csv"),)).to_data()},
+    ),  # fmt: skip
 }
 
 
@@ -110,3 +136,15 @@ async def test_a_live_runs_checkpoints_are_stored_in_the_pinned_shapes() -> None
         assert list(data) == list(pinned), "the keys a stored step has, in order"
         assert json.loads(json.dumps(data)) == data, "plain JSON"
     assert steps[1]["output"] == "42" and steps[1]["error"] is None
+
+
+async def test_a_live_code_interpreter_runs_checkpoints_are_stored_in_the_pinned_shapes() -> None:
+    from tests.fakes import ToyCodeRunner
+
+    request = parse_create_request({"model": "sim", "input": "[[python]]\nprint(1)",
+                                    "tools": [{"type": "code_interpreter", "container": "auto"}]})  # fmt: skip
+    prepared = prepare(request, [], code_runner=ToyCodeRunner())
+    steps = [event.step.to_data() async for event in run_loop(prepared, model=SimModel(), checkpoints=True)
+             if isinstance(event, Checkpoint)]  # fmt: skip
+    assert [list(s) for s in steps[:2]] == [list(STORED["model with code"]), list(STORED["tool with a run"])]
+    assert list(steps[1]["detail"]["run"]) == list(STORED["tool with a run"]["detail"]["run"])

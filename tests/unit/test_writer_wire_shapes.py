@@ -18,7 +18,15 @@ import pydantic
 import pytest
 from openai.types.responses import ResponseStreamEvent
 
-from tests.fakes import FunctionMcpClient, FunctionModel, ScriptedModel, WordsFileSearcher, text_turn, tool_turn
+from tests.fakes import (
+    FunctionMcpClient,
+    FunctionModel,
+    ScriptedModel,
+    ToyCodeRunner,
+    WordsFileSearcher,
+    text_turn,
+    tool_turn,
+)  # fmt: skip
 from tests.loop_harness import Outcome, check_stream, history_of, run
 from troupe.agentloop.driver import LoopSettings
 from troupe.agentloop.events import ResponseStarted
@@ -64,6 +72,11 @@ WRITER_EVENT_TYPES = frozenset(
         "response.file_search_call.in_progress",
         "response.file_search_call.searching",
         "response.file_search_call.completed",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed",
         "response.output_text.annotation.added",
         "response.compaction.compacting",
         "error",
@@ -228,6 +241,16 @@ async def file_search() -> list[Outcome]:
     return [await run(body, SimModel(), file_searcher=searcher)]
 
 
+async def code_interpreter() -> list[Outcome]:
+    """Included outputs (logs, an image), a cited file, a run a limit stopped, a call that failed."""
+    tool = {"type": "code_interpreter", "container": "auto"}
+    code = "x = 6 * 7\nprint(x)\nopen('/mnt/data/x.txt', 'w').write(x)\nplt.show()"
+    body = {"model": "sim", "input": f"[[python]]\n{code}", "tools": [tool], "include": ["code_interpreter_call.outputs"]}
+    stopped = {"model": "sim", "input": "[[python]]\nwhile True: pass\n[[/python]] [[python]]\ncrash()", "tools": [tool]}
+    return [await run(body, SimModel(), code_runner=ToyCodeRunner()),
+            await run(stopped, SimModel(), code_runner=ToyCodeRunner())]  # fmt: skip
+
+
 async def compaction() -> list[Outcome]:
     history = [{"type": "message", "role": "user", "content": "x" * 400},
                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y" * 400}]}]
@@ -251,6 +274,7 @@ SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     mcp_failures,
     mcp_approval,
     file_search,
+    code_interpreter,
     compaction,
 ]
 

@@ -23,8 +23,8 @@ one-call functions are made of): :func:`prepare` a request, :func:`run_loop` it 
 :data:`LoopEvent` values (module ``events``: the loop's semantic events, step traces and
 checkpoints), and feed them to a :class:`WireWriter` (or :func:`collect_response`).
 
-The other modules (``chat``, ``checkpoint``, ``compaction``, ``context``, ``decide``,
-``file_search``, ``mcp``, ``transcript``) are the loop's internals, imported by Troupe's own
+The other modules (``chat``, ``checkpoint``, ``code_interpreter``, ``compaction``, ``context``,
+``decide``, ``file_search``, ``mcp``, ``transcript``) are the loop's internals, imported by Troupe's own
 runtime: their names may change without notice. Names are imported on first use
 (:mod:`troupe._lazy`), so a Ray worker that imports ``troupe.agentloop.tools`` does not
 import the driver.

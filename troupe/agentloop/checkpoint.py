@@ -12,11 +12,13 @@ class                      ``kind``    when                                  hol
 =========================  ==========  ====================================  ===================================
 :class:`TurnStep`          model       a model call ended with a turn that   the turn, whether tools were
                                        has more to do (not the response's    callable, the ``mcp_call`` and
-                                       last turn: its response is stored     ``file_search_call`` items it
-                                       next)                                 opened (call id → item id)
+                                       last turn: its response is stored     ``file_search_call`` and
+                                       next)                                 ``code_interpreter_call`` items
+                                                                             it opened (call id → item id)
 :class:`ApprovedCallsStep` approved    approved MCP calls' items were opened those items (call id → item id)
-:class:`ToolResultStep`    tool        one server-side tool call ended       its call id, output and error, and
-                                                                             times
+:class:`ToolResultStep`    tool        one server-side tool call ended       its call id, output and error,
+                                                                             times, and what its item needs
+                                                                             (a code run's logs, images, files)
 :class:`ToolOutputsStep`   tools       the turn's tool outputs were emitted  nothing more
 :class:`CompactionStep`    compaction  the loop compacted the thread before  the summary the model wrote, and
                                        a model call (``context_management``) the usage of the call that wrote it
@@ -33,8 +35,9 @@ tools:
 * a call whose result is checkpointed (``tool``) is never run again: its stored result is used;
 * a call of the last turn with no result checkpointed may have been running when the host
   died. It runs again only if its tool is idempotent (``idempotent = true`` in ``[[tools]]``,
-  or an MCP tool whose annotations say ``idempotentHint``); otherwise the model is told,
-  in the call's output, that the call was interrupted (:data:`INTERRUPTED`).
+  or an MCP tool whose annotations say ``idempotentHint``; a ``code_interpreter`` call never
+  is, for code changes its container); otherwise the model is told, in the call's output,
+  that the call was interrupted (:data:`INTERRUPTED`).
 
 Because a ``model`` step is stored before the loop starts the turn's tools, a call that ran
 always has its turn stored: the model is never asked again for a turn whose tools ran.
@@ -91,15 +94,21 @@ class TurnStep:
     fs_items: dict[str, str] = field(default_factory=dict)
     """The ``file_search_call`` items the turn opened: call id → item id (absent from steps
     stored before file_search existed)."""
+    ci_items: dict[str, str] = field(default_factory=dict)
+    """The ``code_interpreter_call`` items the turn opened: call id → item id (stored only when
+    there are some)."""
 
     def to_data(self) -> dict[str, Any]:
-        return {"kind": "model", "turn": turn_data(self.turn), "had_tools": self.had_tools,
+        data: dict[str, Any] = {"kind": "model", "turn": turn_data(self.turn), "had_tools": self.had_tools,
                 "mcp_items": self.mcp_items, "fs_items": self.fs_items}  # fmt: skip
+        if self.ci_items:
+            data["ci_items"] = self.ci_items
+        return data
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> TurnStep:
         return cls(turn=turn_from_data(data["turn"]), had_tools=data["had_tools"], mcp_items=dict(data["mcp_items"]),
-                   fs_items=dict(data.get("fs_items") or {}))  # fmt: skip
+                   fs_items=dict(data.get("fs_items") or {}), ci_items=dict(data.get("ci_items") or {}))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,15 +141,21 @@ class ToolResultStep:
     started: float
     ended: float
     """Seconds on the loop's clock."""
+    detail: dict[str, Any] | None = None
+    """What the call's item needs beyond its output, as JSON (a ``code_interpreter`` run: its
+    container and :meth:`~troupe.agentloop.code_interpreter.CodeRun.to_data`); stored only when set."""
 
     def to_data(self) -> dict[str, Any]:
-        return {"kind": "tool", "call_id": self.call_id, "output": self.output, "error": self.error,
+        data: dict[str, Any] = {"kind": "tool", "call_id": self.call_id, "output": self.output, "error": self.error,
                 "started": self.started, "ended": self.ended}  # fmt: skip
+        if self.detail is not None:
+            data["detail"] = self.detail
+        return data
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> ToolResultStep:
         return cls(call_id=data["call_id"], output=data["output"], error=data["error"], started=data["started"],
-                   ended=data["ended"])  # fmt: skip
+                   ended=data["ended"], detail=data.get("detail"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, assert_never
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
+from troupe.protocol.ids import CODE_INTERPRETER_CALL
 
 from . import events as ev
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
@@ -48,6 +49,19 @@ from .checkpoint import (
     TurnStep,
     is_idempotent,
 )  # fmt: skip
+from .code_interpreter import (
+    INCLUDE_OUTPUTS,
+    PYTHON,
+    CodeInterpreterTool,
+    CodeRun,
+    CodeRunner,
+    CodeStream,
+    code_interpreter_spec,
+    code_of,
+    item_outputs,
+    last_container,
+)  # fmt: skip
+from .code_interpreter import citations as container_citations
 from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
@@ -98,6 +112,8 @@ class PreparedTurn:
     """The request's MCP servers (listed as the response starts, when not yet in the thread)."""
     file_search: FileSearchTool | None = None
     """The request's ``file_search`` tool, when it offers one (module :mod:`.file_search`)."""
+    code_interpreter: CodeInterpreterTool | None = None
+    """The request's ``code_interpreter`` tool, when it offers one (module :mod:`.code_interpreter`)."""
 
 
 def prepare(
@@ -108,6 +124,7 @@ def prepare(
     mcp_client: McpClient | None = None,
     mcp_servers: Sequence[McpServer] = (),
     file_searcher: FileSearcher | None = None,
+    code_runner: CodeRunner | None = None,
 ) -> PreparedTurn:
     """Validate the parts of ``request`` only the loop can judge, and build its transcript.
 
@@ -118,6 +135,7 @@ def prepare(
         mcp_client: how to reach MCP servers (None: MCP tools are refused).
         mcp_servers: the request's ``mcp`` tools, resolved (secrets included).
         file_searcher: searches vector stores (None: ``file_search`` tools are refused).
+        code_runner: runs code in containers (None: ``code_interpreter`` tools are refused).
 
     Returns:
         The prepared turn.
@@ -134,6 +152,7 @@ def prepare(
     tools = [plain(t) for t in (request.tools or [])]
     supported = _SUPPORTED_TOOL_TYPES | ({"mcp"} if mcp_client is not None else set())
     supported |= {"file_search"} if file_searcher is not None else set()
+    supported |= {"code_interpreter"} if code_runner is not None else set()
     for i, tool in enumerate(tools):
         if tool.get("type") not in supported:
             raise InvalidRequest(
@@ -144,6 +163,7 @@ def prepare(
     choice = plain(request.tool_choice)
     choice_types = ("function", "allowed_tools") + (("mcp",) if mcp_client is not None else ())
     choice_types += ("file_search",) if file_searcher is not None else ()
+    choice_types += ("code_interpreter",) if code_runner is not None else ()
     if isinstance(choice, dict) and choice.get("type") not in choice_types:
         raise InvalidRequest(
             f"tool_choice of type '{choice.get('type')}' is not supported by this server.",
@@ -166,14 +186,27 @@ def prepare(
         file_search = FileSearchTool(file_searcher, spec, next_marker(transcript.outputs_of(FILE_SEARCH)))
     functions = [t for t in tools if t.get("type") == "function"]
     declared = {t["name"] for t in functions}
-    offered = ([file_search] if file_search is not None else []) + list(executors)
+    code_interpreter = None
+    if code_runner is not None and (ci_spec := code_interpreter_spec(tools)) is not None:
+        index, container = ci_spec
+        if PYTHON in declared:  # its calls would be taken for the code interpreter's
+            raise InvalidRequest(
+                f"A function tool named '{PYTHON}' cannot be given with code_interpreter, which the model "
+                f"sees as '{PYTHON}'.", param="tools", code="invalid_value",
+            )  # fmt: skip
+        code_interpreter = CodeInterpreterTool(
+            code_runner, container, param=f"tools[{index}].container", reuse=last_container([*history, *accepted])
+        )
+    hosted: list[ToolExecutor] = [t for t in (file_search, code_interpreter) if t is not None]
+    offered = hosted + list(executors)
     definitions = functions + [d for ex in offered for d in ex.definitions() if d["name"] not in declared]
     allowed = None
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
+        hosted_names = {"file_search": FILE_SEARCH, "code_interpreter": PYTHON}
         allowed = frozenset(
-            t["name"] if t.get("type") == "function" else FILE_SEARCH
+            t["name"] if t.get("type") == "function" else hosted_names[t["type"]]
             for t in choice.get("tools", [])
-            if t.get("type") in ("function", "file_search")
+            if t.get("type") in ("function", *hosted_names)
         )
     policy = ToolPolicy(
         declared=frozenset(declared),
@@ -189,6 +222,7 @@ def prepare(
         policy=policy,
         mcp=mcp,
         file_search=file_search,
+        code_interpreter=code_interpreter,
     )
 
 
@@ -252,11 +286,15 @@ class _Run:
         self.model = model
         self.mcp = prepared.mcp
         self.fs = prepared.file_search
-        # The MCP servers and file_search act as executors too, consulted first.
-        hosted: list[ToolExecutor] = ([self.mcp] if self.mcp else []) + ([self.fs] if self.fs else [])
+        self.ci = prepared.code_interpreter
+        # The MCP servers, file_search and code_interpreter act as executors too, consulted first.
+        hosted: list[ToolExecutor] = [t for t in (self.mcp, self.fs, self.ci) if t is not None]
         self.executors: list[ToolExecutor] = hosted + list(executors)
         self.fs_items: dict[str, str] = {}  # call_id -> open file_search_call item id
         self.include_results = "file_search_call.results" in (self.req.include or [])
+        self.ci_items: dict[str, str] = {}  # call_id -> open code_interpreter_call item id
+        self.ci_interpreting: set[str] = set()  # code_interpreter_call items whose interpreting event was written
+        self.include_outputs = INCLUDE_OUTPUTS in (self.req.include or [])
         self.upstream_model = upstream_model or self.req.model
         self.cancel = cancel
         self.clock = clock
@@ -290,6 +328,9 @@ class _Run:
             if self.mcp is not None:
                 # Before the first event: a request's MCP server that cannot be listed is an HTTP 424.
                 await self.mcp.prefetch()
+            if self.ci is not None:
+                # Before the first event too: an explicit container that does not exist is an HTTP 404.
+                await self.ci.check()
             budget = self._budget()
             if budget is not None and self.req.truncation != "auto":
                 # Before the first event too: a thread that does not fit is OpenAI's HTTP 400.
@@ -331,6 +372,8 @@ class _Run:
                     yield ev.McpCallDone(item_id=item_id, error=McpError("The call was not run.").to_item_error())
                 for item_id in self.fs_items.values():
                     yield ev.FileSearchCallDone(item_id=item_id, queries=(), status="failed")
+                for item_id in self.ci_items.values():  # calls never run (tool_choice none, a model failure)
+                    yield self._code_interpreter_done(item_id, "", None, "incomplete")
                 yield ev.ResponseFinished(
                     status=action.status,
                     usage=self.state.usage,
@@ -470,11 +513,13 @@ class _Run:
         )
 
     def _open_call(
-        self, index: int, call_id: str, name: str, mcp_item_at: dict[int, str], function_item_at: dict[int, str]
+        self, index: int, call_id: str, name: str, mcp_item_at: dict[int, str], function_item_at: dict[int, str],
+        ci_item_at: dict[int, str],
     ) -> ev.LoopEvent | None:
         """Open the item a model's tool call streams as, and remember it by the call's index (in
-        ``mcp_item_at`` or ``function_item_at``): an ``mcp_call``, a ``function_call``, or nothing
-        for an MCP call that waits for approval (it becomes an approval request once the turn ends)."""
+        ``mcp_item_at``, ``function_item_at`` or ``ci_item_at``): an ``mcp_call``, a
+        ``file_search_call``, a ``code_interpreter_call``, a ``function_call``, or nothing for an
+        MCP call that waits for approval (it becomes an approval request once the turn ends)."""
         label = self._mcp_streams(name)
         if label is not None:
             mcp_item_at[index] = self.mcp_items[call_id] = new_id("mcp")
@@ -484,8 +529,25 @@ class _Run:
         if self.fs is not None and name == FILE_SEARCH:
             self.fs_items[call_id] = new_id("fs")
             return ev.FileSearchCallStarted(item_id=self.fs_items[call_id])
+        if self.ci is not None and name == PYTHON:
+            ci_item_at[index] = self.ci_items[call_id] = new_id(CODE_INTERPRETER_CALL)
+            return ev.CodeInterpreterCallStarted(
+                item_id=ci_item_at[index], container_id=self.ci.known_container,
+                outputs=() if self.include_outputs else None,
+            )  # fmt: skip
         function_item_at[index] = new_id("fc")
         return ev.FunctionCallStarted(item_id=function_item_at[index], call_id=call_id, name=name)
+
+    async def _before_open(self, name: str) -> None:
+        """Before a ``python`` call's item opens: resolve the response's container, so the item
+        opens with its id (as OpenAI's does). A failure is left for the call, which tries again
+        and tells the model."""
+        policy = self.p.policy
+        if self.ci is None or name != PYTHON or self.ci.container_id is not None or not policy.execute:
+            return
+        if policy.allowed is None or PYTHON in policy.allowed:
+            with contextlib.suppress(Exception):
+                await self.ci.resolve()
 
     def _mcp_streams(self, name: str) -> str | None:
         """The server label when a call to ``name`` streams as an ``mcp_call`` item now.
@@ -516,6 +578,8 @@ class _Run:
         text = reasoning = ""
         function_item_at: dict[int, str] = {}  # tool-call index -> function_call item id
         mcp_item_at: dict[int, str] = {}  # tool-call index -> mcp_call item id (self.mcp_items: by call id)
+        ci_item_at: dict[int, str] = {}  # tool-call index -> code_interpreter_call item id (self.ci_items: by call id)
+        code_at: dict[int, CodeStream] = {}  # tool-call index -> its code, as told so far
         starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
@@ -541,7 +605,8 @@ class _Run:
                             starts[index] = chunk
                             # A call over max_tool_calls is ignored, as OpenAI does: no item ever opens.
                             if not self._over_budget(starts, index):
-                                opened = self._open_call(index, call_id, name, mcp_item_at, function_item_at)
+                                await self._before_open(name)
+                                opened = self._open_call(index, call_id, name, mcp_item_at, function_item_at, ci_item_at)
                                 if opened is not None:
                                     yield opened
                         case ToolCallArgumentsDelta(index=index, delta=delta):
@@ -549,6 +614,10 @@ class _Run:
                                 yield ev.McpCallArgumentsDelta(item_id=mcp_item_at[index], delta=delta)
                             elif index in function_item_at:
                                 yield ev.FunctionCallArgumentsDelta(item_id=function_item_at[index], delta=delta)
+                            elif index in ci_item_at:
+                                code = code_at.setdefault(index, CodeStream()).feed(delta)
+                                if code:
+                                    yield ev.CodeInterpreterCallCodeDelta(item_id=ci_item_at[index], delta=code)
                         case TurnEnd():
                             turn = chunk
                     if self.cancel.is_set():
@@ -571,15 +640,26 @@ class _Run:
         ignored = {call.call_id for call in plan.ignored}
         for index, call in enumerate(calls):
             if index not in starts and call.call_id not in ignored:  # a model that did not announce the call
-                opened = self._open_call(index, call.call_id, call.name, mcp_item_at, function_item_at)
+                await self._before_open(call.name)
+                opened = self._open_call(index, call.call_id, call.name, mcp_item_at, function_item_at, ci_item_at)
                 if opened is not None:
                     yield opened
             if index in mcp_item_at:
                 yield ev.McpCallArgumentsDone(item_id=mcp_item_at[index], arguments=call.arguments)
             elif index in function_item_at:
                 yield ev.FunctionCallDone(item_id=function_item_at[index], arguments=call.arguments, status=item_status)
+            elif index in ci_item_at:
+                code = code_of(call.arguments)
+                if rest := code_at.setdefault(index, CodeStream()).rest(code):
+                    yield ev.CodeInterpreterCallCodeDelta(item_id=ci_item_at[index], delta=rest)
+                yield ev.CodeInterpreterCallCodeDone(item_id=ci_item_at[index], code=code)
         for index in sorted(set(function_item_at) - set(range(len(calls)))):
             yield ev.FunctionCallDone(item_id=function_item_at[index], arguments="", status="incomplete")
+        for index in sorted(set(ci_item_at) - set(range(len(calls)))):  # cut short: never run
+            self.ci_items.pop(starts[index].call_id, None)
+            sent = code_at[index].sent if index in code_at else ""
+            yield ev.CodeInterpreterCallCodeDone(item_id=ci_item_at[index], code=sent)
+            yield self._code_interpreter_done(ci_item_at[index], "", None, "incomplete")
         usage = turn.usage if turn is not None else None
         yield ev.StepTraced(
             kind="model", name=self.upstream_model, started_at=started, ended_at=ended,
@@ -595,9 +675,10 @@ class _Run:
         if self.checkpoints and not isinstance(decide(self.state), Finish):  # the last turn: the end is stored next
             mcp_opened = {c.call_id: self.mcp_items[c.call_id] for c in calls if c.call_id in self.mcp_items}
             searches = {c.call_id: self.fs_items[c.call_id] for c in calls if c.call_id in self.fs_items}
-            yield ev.Checkpoint(
-                step=TurnStep(turn=finished, had_tools=action.tools_enabled, mcp_items=mcp_opened, fs_items=searches)
-            )
+            runs = {c.call_id: self.ci_items[c.call_id] for c in calls if c.call_id in self.ci_items}
+            yield ev.Checkpoint(step=TurnStep(
+                turn=finished, had_tools=action.tools_enabled, mcp_items=mcp_opened, fs_items=searches, ci_items=runs,
+            ))  # fmt: skip
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
         return plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
@@ -624,6 +705,7 @@ class _Run:
                 case TurnStep(turn=turn):
                     self.mcp_items.update(step.mcp_items)
                     self.fs_items.update(step.fs_items)
+                    self.ci_items.update(step.ci_items)
                     self._fold_turn(turn, self._plan(turn.tool_calls), had_tools=step.had_tools)
                 case ApprovedCallsStep():
                     self.mcp_items.update(step.mcp_items)
@@ -634,6 +716,8 @@ class _Run:
                     self.settled[step.call_id] = _ToolOutcome(
                         step.output, step.started, step.ended, None if error is None else McpError(error), error
                     )
+                    if self.ci is not None and step.detail is not None and "run" in step.detail:
+                        self.ci.runs[step.call_id] = (step.detail["container_id"], CodeRun.from_data(step.detail["run"]))
                 case CompactionStep():
                     self._fold_compaction(step.summary, step.usage)
                 case ToolOutputsStep():
@@ -643,6 +727,7 @@ class _Run:
                         self.p.transcript.add_output(call.call_id, output)
                         self.mcp_items.pop(call.call_id, None)
                         self.fs_items.pop(call.call_id, None)
+                        self.ci_items.pop(call.call_id, None)
                     self.settled = {}
                     self.state = self.state.after_tools()
                 case _:
@@ -653,6 +738,12 @@ class _Run:
         if self.fs is not None:  # passages found before the restart keep their markers
             outputs = [*self.p.transcript.outputs_of(FILE_SEARCH), *(o.output for o in self.settled.values())]
             self.fs.next_marker = next_marker(outputs)
+        if self.ci is not None:  # the container the run used goes on, when still active
+            for item in point.output:
+                if item.get("type") == "code_interpreter_call":
+                    self.ci.reuse = item.get("container_id") or self.ci.reuse
+                    if item.get("status") == "interpreting":  # its event is in the log already
+                        self.ci_interpreting.add(item["id"])
 
     # -- tools -------------------------------------------------------------------
 
@@ -684,6 +775,9 @@ class _Run:
         for call in to_run:
             if call.call_id in self.fs_items:
                 yield ev.FileSearchCallSearching(item_id=self.fs_items[call.call_id])
+            elif (ci_item := self.ci_items.get(call.call_id)) is not None and ci_item not in self.ci_interpreting:
+                self.ci_interpreting.add(ci_item)
+                yield ev.CodeInterpreterCallInterpreting(item_id=ci_item)
         started = self.clock()
         for call in to_run:
             yield ev.StepStarted(
@@ -703,7 +797,7 @@ class _Run:
                         call = pending.pop(task)
                         results[call.call_id] = task.result()
                         if self.checkpoints:
-                            yield _tool_checkpoint(call, results[call.call_id])
+                            yield _tool_checkpoint(call, results[call.call_id], self._detail(call))
             finally:  # also when the turn itself is cancelled (its client went away)
                 waiter.cancel()
                 for task in pending:
@@ -725,6 +819,7 @@ class _Run:
         for call, output, failure in self._answers(action, results, order):
             mcp_item = self.mcp_items.pop(call.call_id, None)
             fs_item = self.fs_items.pop(call.call_id, None)
+            ci_item = self.ci_items.pop(call.call_id, None)
             outcome = results.get(call.call_id)
             if outcome is not None:
                 yield ev.StepTraced(
@@ -740,6 +835,8 @@ class _Run:
                     yield ev.McpCallDone(item_id=mcp_item, error=error.to_item_error())
             elif fs_item is not None:
                 yield self._file_search_done(fs_item, call, output, failure)
+            elif ci_item is not None:
+                yield self._code_interpreter_ran(ci_item, call, failure)
             else:
                 yield ev.ItemEmitted(item=_output_item(call, output))
 
@@ -761,11 +858,41 @@ class _Run:
             results=results,
         )
 
+    def _code_interpreter_ran(self, item_id: str, call: ToolCall, failure: Exception | None) -> ev.CodeInterpreterCallDone:
+        """The end of a ``code_interpreter_call`` item that was answered: ``completed``, or
+        ``incomplete`` when a limit stopped its run, or ``failed`` when it could not run."""
+        ran = self.ci.runs.get(call.call_id) if self.ci is not None else None
+        if failure is not None or ran is None:
+            return self._code_interpreter_done(item_id, "", None, "failed")
+        container_id, run = ran
+        return self._code_interpreter_done(item_id, container_id, run, "incomplete" if run.limit else "completed")
+
+    def _code_interpreter_done(
+        self, item_id: str, container_id: str, run: CodeRun | None, status: Literal["completed", "incomplete", "failed"]
+    ) -> ev.CodeInterpreterCallDone:
+        """A ``code_interpreter_call`` item's end, with its outputs when the request includes them."""
+        outputs = None
+        if self.include_outputs:
+            outputs = tuple(item_outputs(run)) if run is not None else ()
+        known = self.ci.known_container if self.ci is not None else ""
+        return ev.CodeInterpreterCallDone(item_id=item_id, container_id=container_id or known, status=status,
+                                          outputs=outputs)  # fmt: skip
+
+    def _detail(self, call: ToolCall) -> dict[str, Any] | None:
+        """What a call's checkpoint keeps for its item beyond its output (a code run)."""
+        ran = self.ci.runs.get(call.call_id) if self.ci is not None else None
+        return None if ran is None else {"container_id": ran[0], "run": ran[1].to_data()}
+
     def _citations(self, text: str) -> tuple[dict[str, Any], ...]:
-        """The ``file_citation`` annotations of an answer (module :mod:`.file_search`)."""
-        if self.fs is None or "【" not in text:
-            return ()
-        return tuple(citations(text, self.p.transcript.outputs_of(FILE_SEARCH)))
+        """The annotations of an answer: ``file_citation`` (module :mod:`.file_search`) and
+        ``container_file_citation`` (module :mod:`.code_interpreter`), in text order."""
+        found: list[dict[str, Any]] = []
+        if self.fs is not None and "【" in text:
+            found += citations(text, self.p.transcript.outputs_of(FILE_SEARCH))
+        if self.ci is not None and self.ci.runs:
+            found += container_citations(text, self.ci.runs.values())
+            found.sort(key=lambda a: a["index"] if "index" in a else a["start_index"])
+        return tuple(found)
 
     def _answers(
         self, action: ExecuteTools, results: dict[str, _ToolOutcome], order: Sequence[ToolCall] | None = None
@@ -809,10 +936,10 @@ class _Run:
             return _ToolOutcome(f"Error: {described}", started, self.clock(), exc, described)
 
 
-def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome) -> ev.Checkpoint:
+def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome, detail: dict[str, Any] | None = None) -> ev.Checkpoint:
     return ev.Checkpoint(step=ToolResultStep(
         call_id=call.call_id, output=outcome.output, error=outcome.error_text, started=outcome.started,
-        ended=outcome.ended,
+        ended=outcome.ended, detail=detail,
     ))  # fmt: skip
 
 

@@ -37,6 +37,11 @@ __all__ = [
     "FileSearchCallStarted",
     "FileSearchCallSearching",
     "FileSearchCallDone",
+    "CodeInterpreterCallStarted",
+    "CodeInterpreterCallCodeDelta",
+    "CodeInterpreterCallCodeDone",
+    "CodeInterpreterCallInterpreting",
+    "CodeInterpreterCallDone",
     "CompactionStarted",
     "CompactionSampling",
     "CompactionDone",
@@ -182,6 +187,47 @@ class FileSearchCallDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CodeInterpreterCallStarted:
+    """The model called ``python``: its ``code_interpreter_call`` item opens (module
+    ``code_interpreter``), with the container as far as it is known."""
+
+    item_id: str
+    container_id: str
+    outputs: tuple[dict[str, Any], ...] | None = None
+    """``()`` when the request includes the outputs (the item opens with ``[]``), else None."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodeInterpreterCallCodeDelta:
+    item_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodeInterpreterCallCodeDone:
+    item_id: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodeInterpreterCallInterpreting:
+    """The call's code runs."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodeInterpreterCallDone:
+    """The call ran (``completed``), was stopped by a limit (``incomplete``) or could not run
+    (``failed``); ``outputs`` only when the request includes them."""
+
+    item_id: str
+    container_id: str
+    status: Literal["completed", "incomplete", "failed"] = "completed"
+    outputs: tuple[dict[str, Any], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionStarted:
     """The loop compacts the thread (``context_management``): its ``compaction`` item opens,
     without content until the model has written the summary (module :mod:`.compaction`)."""
@@ -292,6 +338,11 @@ LoopEvent = (
     | FileSearchCallStarted
     | FileSearchCallSearching
     | FileSearchCallDone
+    | CodeInterpreterCallStarted
+    | CodeInterpreterCallCodeDelta
+    | CodeInterpreterCallCodeDone
+    | CodeInterpreterCallInterpreting
+    | CodeInterpreterCallDone
     | CompactionStarted
     | CompactionSampling
     | CompactionDone

@@ -15,7 +15,9 @@ Canonicalization rules (:func:`build_transcript`):
 
 * a replayed ``mcp_call`` becomes a ``function_call`` plus its output (an error
   becomes the output text), so the model sees what happened and nothing runs again;
-  so does a ``file_search_call``, its output rebuilt from its ``results`` (:mod:`.file_search`);
+  so does a ``file_search_call``, its output rebuilt from its ``results`` (:mod:`.file_search`),
+  and a ``code_interpreter_call``, as a ``python`` call of its ``code`` with its ``outputs`` as
+  the output (:mod:`.code_interpreter`);
 * ``mcp_list_tools``, ``mcp_approval_request``, ``mcp_approval_response``,
   ``reasoning`` and hosted-tool items never go upstream;
 * a ``compaction`` item (made by ``POST /v1/responses/compact``, or by the loop itself under
@@ -46,6 +48,8 @@ from typing import Any
 
 from troupe.protocol import InvalidRequest, content_text
 
+from .code_interpreter import PYTHON
+from .code_interpreter import replayed_output as replayed_run
 from .compaction import decode_summary, summary_message
 from .file_search import FILE_SEARCH, replayed_output, replayed_results
 from .model import ToolCall
@@ -269,6 +273,14 @@ def build_transcript(
             )
             transcript.add_output(call_id, replayed_output(item, markers[0]))
             markers[0] += len(replayed_results(item) or [])
+        elif kind == "code_interpreter_call":
+            call_id = item.get("id", "")
+            calls.add(call_id)
+            settled.add(call_id)
+            code = item.get("code")
+            transcript.items.append({"type": "function_call", "call_id": call_id, "name": PYTHON,
+                                     "arguments": json.dumps({"code": code if isinstance(code, str) else ""})})  # fmt: skip
+            transcript.add_output(call_id, replayed_run(item))
         elif kind == "compaction":
             content = item.get("encrypted_content")
             if content == "":

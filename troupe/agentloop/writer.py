@@ -115,8 +115,8 @@ class WireWriter:
         """Take up where the writer that wrote ``events`` stood after them (a resumed run): the
         next event numbers on from the last of them, and the output is what they built.
 
-        ``events`` must end at a step boundary (every item done, but an ``mcp_call`` waiting
-        for its result), which is where runs are checkpointed.
+        ``events`` must end at a step boundary (every item done, but an ``mcp_call`` or a
+        ``code_interpreter_call`` waiting for its result), which is where runs are checkpointed.
         """
         for event in events:
             match event["type"]:
@@ -131,6 +131,12 @@ class WireWriter:
                 case "response.mcp_call_arguments.done":
                     i = event["output_index"]
                     self._output[i] = {**self._output[i], "arguments": event["arguments"]}
+                case "response.code_interpreter_call_code.done":
+                    i = event["output_index"]
+                    self._output[i] = {**self._output[i], "code": event["code"]}
+                case "response.code_interpreter_call.interpreting":
+                    i = event["output_index"]
+                    self._output[i] = {**self._output[i], "status": "interpreting"}
         if events:
             self._seq = events[-1]["sequence_number"] + 1
 
@@ -232,6 +238,26 @@ class WireWriter:
                 if status == "failed":  # there is no file_search_call.failed event: the item says it
                     return [self._done(item)]
                 return [self._item_event("response.file_search_call.completed", item_id), self._done(item)]
+            case ev.CodeInterpreterCallStarted(item_id=item_id, container_id=container_id, outputs=outputs):
+                added = self._add(_code_interpreter_call(item_id, "", container_id, outputs, "in_progress"))
+                return [added, self._item_event("response.code_interpreter_call.in_progress", item_id)]
+            case ev.CodeInterpreterCallCodeDelta(item_id=item_id, delta=delta):
+                return [self._arguments_delta("response.code_interpreter_call_code.delta", item_id, delta)]
+            case ev.CodeInterpreterCallCodeDone(item_id=item_id, code=code):
+                i = self._index[item_id]
+                self._output[i] = {**self._output[i], "code": code}
+                return [self._code_done(item_id, code)]
+            case ev.CodeInterpreterCallInterpreting(item_id=item_id):
+                i = self._index[item_id]
+                self._output[i] = {**self._output[i], "status": "interpreting"}
+                return [self._item_event("response.code_interpreter_call.interpreting", item_id)]
+            case ev.CodeInterpreterCallDone(item_id=item_id, container_id=container_id, status=status, outputs=outputs):
+                opened = self._output[self._index[item_id]]
+                # A call that could not resolve its container keeps the one its item opened with.
+                item = _code_interpreter_call(item_id, opened["code"], container_id or opened["container_id"], outputs, status)
+                if status != "completed":  # no code_interpreter_call.failed/.incomplete event: the item says it
+                    return [self._done(item)]
+                return [self._item_event("response.code_interpreter_call.completed", item_id), self._done(item)]
             case ev.CompactionStarted(item_id=item_id):
                 return [self._add(_compaction(item_id, ""))]
             case ev.CompactionSampling(item_id=item_id):
@@ -294,6 +320,7 @@ class WireWriter:
 
     def _item_event(self, type_: str, item_id: str) -> dict[str, Any]:
         """``ResponseMcpListTools{InProgress,Completed,Failed}Event``, ``ResponseMcpCall{…}Event``,
+        ``ResponseCodeInterpreterCall{InProgress,Interpreting,Completed}Event``,
         ``ResponseCompactionCompactingEvent``."""
         return {
             "item_id": item_id,
@@ -372,7 +399,8 @@ class WireWriter:
         }
 
     def _arguments_delta(self, type_: str, item_id: str, delta: str) -> dict[str, Any]:
-        """``ResponseFunctionCallArgumentsDeltaEvent``, ``ResponseMcpCallArgumentsDeltaEvent``."""
+        """``ResponseFunctionCallArgumentsDeltaEvent``, ``ResponseMcpCallArgumentsDeltaEvent``,
+        ``ResponseCodeInterpreterCallCodeDeltaEvent`` (the same fields)."""
         return {
             "delta": delta,
             "item_id": item_id,
@@ -389,6 +417,16 @@ class WireWriter:
             "output_index": self._index[item_id],
             "sequence_number": self._next_seq(),
             "type": type_,
+        }
+
+    def _code_done(self, item_id: str, code: str) -> dict[str, Any]:
+        """``ResponseCodeInterpreterCallCodeDoneEvent``."""
+        return {
+            "code": code,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": "response.code_interpreter_call_code.done",
         }
 
     def _error_event(self, code: str | None, message: str) -> dict[str, Any]:
@@ -463,6 +501,20 @@ def _file_search_call(
         "status": status,
         "type": "file_search_call",
         "results": None if results is None else [_search_result(r) for r in results],
+    }
+
+
+def _code_interpreter_call(
+    item_id: str, code: str, container_id: str, outputs: tuple[dict[str, Any], ...] | None, status: str
+) -> dict[str, Any]:
+    """A ``ResponseCodeInterpreterToolCall`` (``outputs`` null unless the request includes them)."""
+    return {
+        "id": item_id,
+        "code": code,
+        "container_id": container_id,
+        "outputs": None if outputs is None else list(outputs),
+        "status": status,
+        "type": "code_interpreter_call",
     }
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "CONVERSATION",
     "REASONING",
     "COMPACTION",
+    "CODE_INTERPRETER_CALL",
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -68,6 +69,8 @@ REASONING = "rs"
 """``reasoning`` item id."""
 COMPACTION = "cmp"
 """``compaction`` item id."""
+CODE_INTERPRETER_CALL = "ci"
+"""``code_interpreter_call`` item id (OpenAI's own prefix: ``ci_…``)."""
 ITEM = "item"
 """Fallback for item kinds without a conventional prefix."""
 
@@ -83,7 +86,7 @@ ITEM_ID_PREFIXES: dict[str, str] = {
     "compaction": COMPACTION,
     "web_search_call": "ws",
     "file_search_call": "fs",
-    "code_interpreter_call": "ci",
+    "code_interpreter_call": CODE_INTERPRETER_CALL,
 }
 """Item ``type`` → id prefix (OpenAI's convention; clients do not check it)."""
 

@@ -10,12 +10,14 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from troupe.agentloop.code_interpreter import PYTHON
+
 __all__ = ["CallCue", "Directives", "parse_directives"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallCue:
-    """A ``[[call]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue."""
+    """A ``[[call]]`` or ``[[python]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue."""
 
     name: str
     arguments: str | None
@@ -39,7 +41,7 @@ class Directives:
 
 # Each directive's body, matched right after "[[keyword". `call` is special-cased because
 # its JSON may itself contain "]]" or nested braces.
-_OPEN = re.compile(r"\[\[(call|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
+_OPEN = re.compile(r"\[\[(call|python|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
 _BODIES = {
     "say": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
     "think": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
@@ -49,6 +51,8 @@ _BODIES = {
     "fail": re.compile(r"\s+(\d{3})(\s+once)?\s*\]\]"),
     "latency": re.compile(r"((?:\s+(?:ttft|itl)\s*=\s*\d+(?:\.\d+)?)*)\s*\]\]"),
 }
+_PYTHON_OPEN = re.compile(r"\s*\]\]")
+_PYTHON_CLOSE = "[[/python]]"
 _CALL_NAME = re.compile(r"\s+([^\s\[\]{}]+)\s*")
 _CLOSE = re.compile(r"\s*\]\]")
 _JSON = json.JSONDecoder()
@@ -72,6 +76,19 @@ def _parse_call(text: str, start: int) -> tuple[int, CallCue] | None:
     return close.end(), CallCue(name=name.group(1), arguments=arguments, loop=False)
 
 
+def _parse_python(text: str, start: int) -> tuple[int, CallCue] | None:
+    """``[[python]]`` then the code, up to ``[[/python]]`` or the end of the message."""
+    opened = _PYTHON_OPEN.match(text, start)
+    if opened is None:
+        return None
+    close = text.find(_PYTHON_CLOSE, opened.end())
+    end = len(text) if close < 0 else close
+    code = text[opened.end() : end]
+    code = code[1:] if code.startswith("\n") else code.lstrip(" ")
+    after = end if close < 0 else close + len(_PYTHON_CLOSE)
+    return after, CallCue(name=PYTHON, arguments=json.dumps({"code": code.rstrip()}), loop=False)
+
+
 def parse_directives(text: str) -> Directives:
     """Find every directive in ``text``; later ``think``/``fail``/``latency`` cues win."""
     found = Directives()
@@ -80,8 +97,9 @@ def parse_directives(text: str) -> Directives:
     while (opening := _OPEN.search(text, pos)) is not None:
         kind, body_start = opening.group(1), opening.end()
         end: int | None = None
-        if kind == "call":
-            if (parsed := _parse_call(text, body_start)) is not None:
+        if kind in ("call", "python"):
+            parsed = _parse_call(text, body_start) if kind == "call" else _parse_python(text, body_start)
+            if parsed is not None:
                 end, call = parsed
                 found.calls.append(call)
         elif (body := _BODIES[kind].match(text, body_start)) is not None:

@@ -7,6 +7,11 @@ by newlines). Directives in double brackets, anywhere in it::
                            without JSON the arguments come from NAME's schema in
                            ``request.tools`` (``{}`` if NAME is not offered). Works even if NAME
                            is not offered and with tool_choice "none" (a misbehaving model).
+    [[python]] CODE [[/python]]  call ``python`` (the ``code_interpreter`` tool's function) with
+                           ``{"code": CODE}``: the code runs from after ``]]`` (a line break
+                           right after it is skipped) to ``[[/python]]``, or to the end of the
+                           message without one; directives inside it are code. Several blocks
+                           -> several calls, in order, as ``call`` (the two mix, in order).
     [[say TEXT]]           answer exactly TEXT
     [[tokens N]]           answer with N deterministic words (the NATO alphabet, cycled)
     [[think TEXT]]         emit TEXT as reasoning before the answer / tool calls
@@ -30,7 +35,8 @@ Decision order for each turn:
 3. Tool results after the last user message: without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
    passage's text and its citation marker (``troupe.agentloop.file_search``), or says nothing
-   was found; with ``loop``, call the loop tools again. A compaction's summary (a system
+   was found; a ``python`` result is answered with the output as it is (the run's logs and
+   the links of the files it wrote, so the answer cites them); with ``loop``, call the loop tools again. A compaction's summary (a system
    message beginning ``SUMMARY_HEADING``) after the last user message, and no tool result
    after it, stands for that message's tool calls and results, which the loop compacted
    away: without ``loop`` the answer is ``From the summary: <summary>``; with it, the loop
@@ -78,6 +84,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Container, Iter
 from dataclasses import dataclass, field
 from typing import Any
 
+from troupe.agentloop.code_interpreter import PYTHON
 from troupe.agentloop.compaction import SUMMARY_HEADING, SUMMARY_PROMPT
 from troupe.agentloop.file_search import FILE_SEARCH, parse_results
 from troupe.agentloop.model import (
@@ -327,6 +334,8 @@ def _summary_after(messages: list[dict[str, Any]], last: int) -> str | None:
 
 def _result_line(name: str, output: str) -> str:
     """The answer's line for one tool result."""
+    if name == PYTHON:
+        return output
     if name != FILE_SEARCH:
         return f"{name} -> {output}"
     passages = parse_results(output)

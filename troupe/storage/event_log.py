@@ -27,7 +27,7 @@ A row starts with its event's type (an index into ``types``) and, but for a Resp
 the event's ``output_index``:
 
 * ``[t, i, [n1, n2, …]]``: deltas, one per length, the next slices of item ``i``'s final text
-  (its part's text, or its arguments);
+  (its part's text, its arguments, or its code);
 * ``[t, i, value]``: an event carrying ``value`` (a delta, a text, a part or an item), or ``0``
   for the one the final item holds;
 * ``[t, i]``: a status event of item ``i``;
@@ -72,12 +72,17 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
     },
     **{
         name: (("delta", "item_id", "output_index", "sequence_number", "type"), "delta")
-        for name in ("response.function_call_arguments.delta", "response.mcp_call_arguments.delta")
+        for name in (
+            "response.function_call_arguments.delta",
+            "response.mcp_call_arguments.delta",
+            "response.code_interpreter_call_code.delta",
+        )
     },
     **{
         name: (("arguments", "item_id", "output_index", "sequence_number", "type"), "arguments")
         for name in ("response.function_call_arguments.done", "response.mcp_call_arguments.done")
     },
+    "response.code_interpreter_call_code.done": (("code", "item_id", "output_index", "sequence_number", "type"), "code"),
     **{
         name: (("item_id", "output_index", "sequence_number", "type"), None)
         for name in (
@@ -90,6 +95,9 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
             "response.file_search_call.in_progress",
             "response.file_search_call.searching",
             "response.file_search_call.completed",
+            "response.code_interpreter_call.in_progress",
+            "response.code_interpreter_call.interpreting",
+            "response.code_interpreter_call.completed",
             "response.compaction.compacting",
         )
     },
@@ -164,9 +172,11 @@ def pack(events: list[dict[str, Any]], response: dict[str, Any]) -> dict[str, An
 
 
 def _text_of(item: dict[str, Any], type_: str) -> str | None:
-    """The text whose slices the deltas of ``type_`` are: the item's arguments, or its part's text."""
+    """The text whose slices the deltas of ``type_`` are: the item's arguments or code, or its part's text."""
     if "arguments" in type_:
         text = item.get("arguments")
+    elif type_.startswith("response.code_interpreter_call_code."):
+        text = item.get("code")
     else:
         content = item.get("content")
         text = content[0].get("text") if isinstance(content, list) and content and isinstance(content[0], dict) else None
@@ -180,7 +190,7 @@ def _final(item: dict[str, Any], carried: str, type_: str) -> Any:
     if carried == "part":
         content = item.get("content")
         return content[0] if isinstance(content, list) and content and type_.endswith(".done") else None
-    return _text_of(item, type_) if carried in ("text", "arguments") else None
+    return _text_of(item, type_) if carried in ("text", "arguments", "code") else None
 
 
 def _packable(event: dict[str, Any], keys: tuple[str, ...], output: list[dict[str, Any]], i: Any) -> bool:
