@@ -26,6 +26,7 @@ import json
 import linecache
 import os
 import resource
+import signal
 import struct
 import sys
 import tempfile
@@ -46,7 +47,8 @@ def set_limits(limits: dict, cpu_hard: bool) -> None:
             resource.setrlimit(which, (value, value))
     if limits.get("cpu_seconds") is not None:
         seconds = max(1, int(limits["cpu_seconds"] + 0.999))
-        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds if cpu_hard else resource.RLIM_INFINITY))
+        # The hard limit a second later: at the soft one SIGXCPU comes first (the hard one is SIGKILL).
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1 if cpu_hard else resource.RLIM_INFINITY))
 
 
 def read_frame(fd: int) -> dict | None:
@@ -198,6 +200,10 @@ def main() -> None:
     mode, limits = sys.argv[1], json.loads(sys.argv[2])
     if mode == "exec":
         set_limits(limits, cpu_hard=True)
+        # Python ignores SIGPIPE and SIGXFSZ, and exec keeps ignored signals: give the command
+        # the defaults a shell expects (`yes | head` ends; a file past the limit kills its writer).
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
         argv = sys.argv[sys.argv.index("--") + 1 :]
         os.execvp(argv[0], argv)
     cmd_fd, res_fd = int(sys.argv[3]), int(sys.argv[4])

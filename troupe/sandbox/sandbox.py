@@ -55,7 +55,7 @@ SHELL_OUTPUT_CAP = 1 << 20  # bytes of each command's stdout/stderr kept when no
 _SIGNAL_LIMITS: dict[int, LimitHit] = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file_size"}
 _KILL_NOTES: dict[str, str] = {
     "timeout": "the call ran past its {timeout:g} s timeout and was killed",
-    "disk": "the call filled /mnt/data past its {disk} byte limit and was killed",
+    "disk": "the call filled /mnt/data past its disk limit ({disk} bytes) and was killed",
     "cpu": "the call used more than its {cpu:g} s of CPU time and was killed",
     "processes": "the call reached the process limit ({procs}); its processes were killed",
 }
@@ -378,8 +378,8 @@ class Sandbox:
         sig = _signal_of(status)
         if limit is None and sig in _SIGNAL_LIMITS:
             limit = _SIGNAL_LIMITS[sig]
-        elif limit is None and status and "Resource temporarily unavailable" in stderr:
-            limit = "processes"  # fork failed: the shell's and coreutils' EAGAIN message
+        elif limit is None and status and ("Resource temporarily unavailable" in stderr or "Cannot fork" in stderr):
+            limit = "processes"  # fork failed: EAGAIN as libc words it, or dash's own message
         if limit in ("timeout", "disk"):
             note = {"timeout": f"timed out after {timeout_s:g} s", "disk": "/mnt/data is over its disk limit"}[limit]
             stderr += f"\n[sandbox] killed: {note}\n"
