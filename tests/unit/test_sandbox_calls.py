@@ -3,6 +3,7 @@ Each test starts real sandboxed processes (bubblewrap), never Ray."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -121,3 +122,20 @@ async def test_isolation_none_runs_the_same_kernel(tmp_path: Path) -> None:
         assert result.stdout == f"{box.directory}\n10\n"
         (shell,) = await box.run_shell(["echo $HOME; exit 4"], timeout_s=10)
         assert shell.exit_code == 4 and "troupe-sandbox-" in shell.stdout
+
+
+async def test_a_crash_restarts_the_kernel_and_says_so(box: Sandbox) -> None:
+    (box.directory / "kept.txt").write_text("files stay")
+    crash = await box.run_python("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", timeout_s=10)
+    assert crash.limit == "crashed" and crash.restarted and "SIGSEGV" in (crash.error or "")
+    assert "restarted" in crash.stderr
+    exited = await box.run_python("import os\nos._exit(3)", timeout_s=10)
+    assert exited.limit == "crashed" and "exited with status 3" in (exited.error or "")
+    assert (await box.run_python("open('kept.txt').read()", timeout_s=10)).stdout == "'files stay'\n"
+
+
+async def test_concurrent_calls_run_one_after_another(box: Sandbox) -> None:
+    await box.run_python("n = 0", timeout_s=10)
+    step = "import time\nv = n\ntime.sleep(0.05)\nn = v + 1"
+    await asyncio.gather(*(box.run_python(step, timeout_s=10) for _ in range(4)))
+    assert (await box.run_python("n", timeout_s=10)).stdout == "4\n"

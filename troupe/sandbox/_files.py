@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,30 +26,55 @@ class Scan:
 
 def scan(root: Path, *, owner: int | None = None) -> Scan:
     """Walk ``root`` without following links. With ``owner``, entries (links too) owned by
-    anyone else are given to ``owner`` first (lchown): the server adds files as root, and the
-    code running as ``owner`` must be able to change them."""
+    anyone else are given to ``owner`` first: the server adds files as root, and the code
+    running as ``owner`` must be able to change them.
+
+    Every directory is opened relative to its parent's descriptor with O_NOFOLLOW, and every
+    chown is made relative to it without following links: a process left running in the
+    sandbox may swap a directory for a link to /etc while a root server walks, and the walk
+    must neither read nor chown through it.
+    """
     result = Scan()
-    stack = [(str(root), "")]
+    try:
+        top = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return result
+    # Depth first, one open descriptor per level (not per directory waiting its turn).
+    stack: list[tuple[int, Iterator[str], str]] = [(top, iter(_names(top)), "")]
     while stack:
-        path, relative = stack.pop()
+        fd, names, relative = stack[-1]
+        name = next(names, None)
+        if name is None:
+            os.close(fd)
+            stack.pop()
+            continue
         try:
-            entries = list(os.scandir(path))
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if owner is not None and (info.st_uid != owner or info.st_gid != owner):
+                os.chown(name, owner, owner, dir_fd=fd, follow_symlinks=False)
         except OSError:
-            continue  # removed meanwhile, or a directory the code made unreadable
-        for entry in entries:
+            continue  # removed meanwhile
+        result.disk_bytes += info.st_blocks * 512
+        path = f"{relative}{name}"
+        if stat.S_ISDIR(info.st_mode):
             try:
-                info = entry.stat(follow_symlinks=False)
-                if owner is not None and (info.st_uid != owner or info.st_gid != owner):
-                    os.lchown(entry.path, owner, owner)
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError:
-                continue
-            result.disk_bytes += info.st_blocks * 512
-            name = f"{relative}{entry.name}"
-            if stat.S_ISDIR(info.st_mode):
-                stack.append((entry.path, f"{name}/"))
-            elif stat.S_ISREG(info.st_mode):
-                result.files[name] = (info.st_mtime_ns, info.st_size, info.st_ino)
+                continue  # swapped for a link, removed, or too deep for our descriptors
+            stack.append((child, iter(_names(child)), f"{path}/"))
+        elif stat.S_ISREG(info.st_mode):
+            result.files[path] = (info.st_mtime_ns, info.st_size, info.st_ino)
     return result
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _names(fd: int) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return []
 
 
 def disk_bytes(root: Path) -> int:

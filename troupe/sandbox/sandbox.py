@@ -321,7 +321,10 @@ class Sandbox:
         if sig in _SIGNAL_LIMITS:
             hit = _SIGNAL_LIMITS[sig]
             return _KILL_NOTES.get(hit, "the kernel hit its file size limit").format(**values), hit
-        how = f"was killed by {signal.Signals(sig).name}" if sig else f"exited with status {status}"
+        if status is None:
+            how = "stopped answering and was killed"
+        else:
+            how = f"was killed by {signal.Signals(sig).name}" if sig else f"exited with status {status}"
         return f"the Python kernel {how}", "crashed"
 
     async def _race(self, work: Any, start_disk: int, timeout_s: float) -> tuple[Any, LimitHit | None]:
