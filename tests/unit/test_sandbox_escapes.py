@@ -169,3 +169,12 @@ async def test_nothing_outside_mnt_data_is_writable(box: Sandbox) -> None:
     assert (box.directory / "ok").read_text() == "fine" and not Path("/tmp/private").exists()
     assert result.changed_files == ["ok"]
     await still_works(box)
+
+
+async def test_no_user_namespace_of_its_own(box: Sandbox) -> None:
+    # As an unprivileged uid with a user namespace, the code would reach kernel code meant for root.
+    (shell,) = await box.run_shell(["unshare --user --map-root-user id"], timeout_s=10)
+    assert shell.exit_code != 0 and "unshare failed" in shell.stderr, shell
+    (ident,) = await box.run_shell(["id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status"], timeout_s=10)
+    assert ident.stdout.split()[0] != "0" and "CapEff:\t0000000000000000" in ident.stdout
+    assert "NoNewPrivs:\t1" in ident.stdout or box.uid is None

@@ -27,9 +27,11 @@ there, with no capabilities.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -71,6 +73,16 @@ def check_available(isolation: Isolation, *, bwrap: str = "bwrap") -> None:
         raise SandboxUnavailable(f"{INSTALL_HINT} (looked for {bwrap!r})")
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         raise SandboxUnavailable("setpriv is missing: install util-linux (`apt-get install util-linux`)")
+
+
+@functools.cache
+def can_disable_userns(bwrap: str) -> bool:
+    """Whether this bwrap has --disable-userns (0.8.0 and later; Debian 12 has 0.8.0)."""
+    try:
+        usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in usage
 
 
 class UidLease:
@@ -117,6 +129,8 @@ class Launcher:
     bwrap: str
     uid: int | None
     """The uid the code runs as (root servers); None: the server's own."""
+    no_userns: bool = True
+    """Stop the code making user namespaces of its own (bwrap ≥ 0.8's --disable-userns)."""
 
     @property
     def python(self) -> Path:
@@ -209,8 +223,15 @@ class Launcher:
         if self.uid is None:
             return []
         uid = str(self.uid)
-        return ["setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all",
+        argv = ["setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+        if self.no_userns:
+            # A second, unprivileged bwrap over the same view, only to make a user namespace in
+            # which no further one may be made: an unprivileged uid could otherwise make its own
+            # and reach kernel code (netfilter, mounts) meant for root.
+            argv += [self.bwrap, "--unshare-user", "--disable-userns", "--bind", "/", "/",
+                     "--dev-bind", "/dev", "/dev", "--chdir", INSIDE_DATA, "--"]  # fmt: skip
+        return argv
 
     def _bwrap_argv(self) -> list[str]:
         tmp = str(self.limits.tmp_bytes)
@@ -221,7 +242,7 @@ class Launcher:
             # Root without a user namespace: keep just what setpriv needs to become the uid.
             argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
         else:
-            argv += ["--unshare-user"]
+            argv += ["--unshare-user", *(["--disable-userns"] if self.no_userns else [])]
         argv += ["--ro-bind", "/usr", "/usr"]
         for name in ("lib", "lib32", "lib64", "libx32", "bin", "sbin"):
             host = Path("/") / name

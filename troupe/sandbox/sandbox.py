@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Any
 
 from . import _files
-from ._launch import Launcher, UidLease, check_available, make_scratch
+from ._launch import Launcher, UidLease, can_disable_userns, check_available, make_scratch
 from .types import CommandResult, Isolation, LimitHit, Limits, PythonResult, SandboxError, SandboxUnavailable
 
 __all__ = ["DEFAULT_PACKAGES", "Sandbox"]
@@ -174,9 +174,11 @@ class Sandbox:
                 self._lease = UidLease(self._uid)
                 os.lchown(self.directory, self._lease.uid, self._lease.uid)
                 await asyncio.to_thread(_files.scan, self.directory, owner=self._lease.uid)
+            no_userns = self.isolation == "bwrap" and await asyncio.to_thread(can_disable_userns, self.bwrap)
             self._scratch = make_scratch()
             launcher = Launcher(isolation=self.isolation, directory=self.directory, scratch=self._scratch,
-                                limits=self.limits, packages=self.packages, bwrap=self.bwrap, uid=self.uid)  # fmt: skip
+                                limits=self.limits, packages=self.packages, bwrap=self.bwrap, uid=self.uid,
+                                no_userns=no_userns)  # fmt: skip
             launcher.prepare()
             self._launcher = launcher
             try:
