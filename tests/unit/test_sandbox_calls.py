@@ -139,3 +139,13 @@ async def test_concurrent_calls_run_one_after_another(box: Sandbox) -> None:
     step = "import time\nv = n\ntime.sleep(0.05)\nn = v + 1"
     await asyncio.gather(*(box.run_python(step, timeout_s=10) for _ in range(4)))
     assert (await box.run_python("n", timeout_s=10)).stdout == "4\n"
+
+
+async def test_close_ends_a_call_under_way_at_once(box: Sandbox) -> None:
+    call = asyncio.ensure_future(box.run_python("while True:\n    pass", timeout_s=60))
+    while not box._lock.locked():  # the call has begun
+        await asyncio.sleep(0.01)
+    await box.close()
+    result = await call
+    assert result.limit == "crashed" and not result.restarted and "closing" in (result.error or "")
+    assert result.duration_s < 10

@@ -144,6 +144,8 @@ class Sandbox:
         self._launcher: Launcher | None = None
         self._scratch: Path | None = None
         self._kernel: _Kernel | None = None
+        self._command: asyncio.subprocess.Process | None = None  # the shell command running now
+        self._closing = False
         self._lock = asyncio.Lock()
 
     @property
@@ -163,6 +165,7 @@ class Sandbox:
         async with self._lock:
             if self._launcher is not None:
                 return
+            self._closing = False
             check_available(self.isolation, bwrap=self.bwrap)
             if self.packages is not None and not self.packages.is_dir():
                 raise SandboxUnavailable(
@@ -188,7 +191,12 @@ class Sandbox:
                 raise
 
     async def close(self) -> None:
-        """Kill the kernel and everything the code started; the directory stays. Idempotent."""
+        """Kill the kernel and everything the code started, at once (a call under way ends
+        as killed, and nothing restarts); the directory stays. Idempotent."""
+        self._closing = True
+        for proc in (self._kernel.proc if self._kernel else None, self._command):
+            if proc is not None:
+                _kill_group(proc)
         async with self._lock:
             if self._kernel is not None:
                 await self._kernel.kill()
@@ -204,9 +212,13 @@ class Sandbox:
         """
         async with self._lock:
             self._started()
-            if self._kernel is None:  # the last restart failed: try again
+            started = time.monotonic()
+            if self._kernel is not None and self._kernel.proc.returncode is not None:
+                await self._kernel.kill()  # it died between calls (a process the code left behind)
+                self._kernel = None
+            if self._kernel is None:  # that, or the last restart failed: start one now
                 self._kernel = await self._spawn()
-            kernel, started = self._kernel, time.monotonic()
+            kernel = self._kernel
             before = await self._scan()
             kernel.next_id += 1
             call_id = kernel.next_id
@@ -228,11 +240,13 @@ class Sandbox:
                 note, result.limit = await self._end_kernel(kernel, limit or result.limit, timeout_s)
                 self._kernel = None
                 try:
+                    if self._closing:
+                        raise SandboxError("the sandbox is closing")
                     self._kernel = await self._spawn()
                     result.restarted = True
                     note += ": the Python kernel was restarted (variables are gone; files in /mnt/data stay)"
                 except SandboxError as exc:
-                    note += f"; the kernel could not be restarted: {exc}"
+                    note += f"; the kernel was not restarted: {exc}"
                 note = f"[sandbox] {note}\n"
                 result.error = (result.error or "") + note
                 result.stderr += note
@@ -252,6 +266,8 @@ class Sandbox:
             launcher = self._started()
             results = []
             for command in commands:
+                if self._closing:
+                    break
                 before = await self._scan()
                 results.append(await self._shell_one(launcher, command, before.disk_bytes, timeout_s))
             for result in results:
@@ -368,6 +384,16 @@ class Sandbox:
             cwd=launcher.cwd(),
             start_new_session=True,
         )
+        assert proc.stdout is not None and proc.stderr is not None
+        self._command = proc
+        try:
+            return await self._finish_command(proc, command, start_disk, timeout_s)
+        finally:
+            self._command = None
+
+    async def _finish_command(
+        self, proc: asyncio.subprocess.Process, command: str, start_disk: int, timeout_s: float
+    ) -> CommandResult:
         assert proc.stdout is not None and proc.stderr is not None
         readers = [asyncio.ensure_future(_read_capped(stream)) for stream in (proc.stdout, proc.stderr)]
         status, limit = await self._race(proc.wait(), start_disk, timeout_s)
