@@ -149,3 +149,9 @@ async def test_close_ends_a_call_under_way_at_once(box: Sandbox) -> None:
     result = await call
     assert result.limit == "crashed" and not result.restarted and "closing" in (result.error or "")
     assert result.duration_s < 10
+
+
+async def test_missing_packages_are_refused_naming_make_install(tmp_path: Path) -> None:
+    box = Sandbox(container_dir(tmp_path), packages=tmp_path / "no-packages")
+    with pytest.raises(SandboxUnavailable, match="make install"):
+        await box.start()

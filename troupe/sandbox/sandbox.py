@@ -101,6 +101,10 @@ class _Kernel:
         _kill_group(self.proc)
         await self.proc.wait()
         self.writer.close()
+        # Keep what it wrote to stderr until the end (why it failed to start); a process the
+        # code left outside the group (isolation none) may hold the pipe open: do not wait on it.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.drain), 1.0)
         self.drain.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.drain
@@ -299,13 +303,12 @@ class Sandbox:
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (cmd_r, cmd_w, res_r, res_w):
-                os.close(fd)
+            os.close(cmd_w)
+            os.close(res_r)
             raise
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(cmd_r)
-                os.close(res_w)
+        finally:  # the child's ends: it has its copies now (or never will)
+            os.close(cmd_r)
+            os.close(res_w)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_FRAME)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(res_r, "rb", 0))
@@ -318,7 +321,6 @@ class Sandbox:
             ready = None
         if not (ready or {}).get("ready"):
             await kernel.kill()
-            await asyncio.sleep(0)  # let the drain task take the last of stderr
             detail = kernel.stderr.decode(errors="replace").strip() or f"exit status {proc.returncode}"
             raise SandboxError(f"the sandbox's Python kernel did not start: {detail}")
         return kernel
