@@ -11,19 +11,27 @@ UV_VERSION := 0.13.9
 # uv installs the lock in seconds where pip took most of a minute (both read constraints.txt).
 PIP_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python -c $(LOCK)
 
-.PHONY: install run sim test bench clean chromium lock upgrade
+.PHONY: install run sim test bench clean chromium bubblewrap lock upgrade
+
+# The sandbox's packages (pyproject.toml's `sandbox` extra, at the lock's versions) go to a
+# directory of their own, outside the server's environment: troupe/sandbox binds it read-only.
+SANDBOX_PACKAGES := $(VENV)/sandbox-packages
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
 	$(PIP_INSTALL) -e '.[test]'
+	$(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['sandbox'], sep='\n')" \
+	    > $(VENV)/sandbox-requirements.txt
+	rm -rf $(SANDBOX_PACKAGES)
+	$(PIP_INSTALL) --target $(SANDBOX_PACKAGES) -r $(VENV)/sandbox-requirements.txt
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # Serve Troupe on its embedded defaults: http://127.0.0.1:8000/v1, the `sim` model,
 # the example tools, history in ./troupe.duckdb. Pass a config with CONFIG=troupe.toml.
-run: $(STAMP)
+run: $(STAMP) bubblewrap
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/troupe serve $(if $(CONFIG),--config $(CONFIG))
 
 sim: $(STAMP)
@@ -40,12 +48,26 @@ chromium:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium is missing and cannot be installed here (not root, or no apt-get): the browser test will skip"; fi
 
+# The sandbox of code_interpreter and shell (troupe/sandbox, docs/sandbox.md) runs code under
+# bubblewrap, installed here when it is missing and this machine can (root, with apt-get, dnf
+# or apk); elsewhere the message says what to install, and the sandbox refuses to start.
+bubblewrap:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	    echo "bubblewrap (bwrap) is missing: install it (apt-get install bubblewrap, dnf install bubblewrap, ...): code_interpreter and shell need it"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (apt-get) for the code sandbox"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	elif command -v dnf >/dev/null 2>&1; then dnf install -y -q bubblewrap; \
+	elif command -v apk >/dev/null 2>&1; then apk add -q bubblewrap; \
+	else echo "bubblewrap (bwrap) is missing and cannot be installed here: install it with your package manager"; fi
+
 # The unit tests (no Ray) run on every core with pytest-xdist; the Ray tests then share one
 # Ray session in one process. Both run whatever the first gives; either failing fails the target.
 # PYTEST_ARGS runs just what it names, in one process. On 2 cores the whole target takes about
 # 12 minutes: the Ray tests keep both cores busy, so running the rest beside them saves nothing
 # (measured: 12 min 20 s, and a restart timing failed under the load).
-test: $(STAMP) chromium
+test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check troupe tests benchmarks
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
@@ -69,7 +91,7 @@ bench: $(STAMP)
 # `make upgrade` takes the newest release of everything. Both then install the new lock and
 # run the tests; commit constraints.txt with the run's result.
 lock upgrade: $(STAMP)
-	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --universal --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --extra sandbox --universal --python-version 3.11 \
 	    --quiet $(if $(filter upgrade,$@),--upgrade) -o $(LOCK)
 	$(MAKE) test
 
