@@ -9,7 +9,10 @@ LOCK := constraints.txt
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 # uv installs the lock in seconds where pip took most of a minute (both read constraints.txt).
-PIP_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python -c $(LOCK)
+# --compile-bytecode, as pip does: without .pyc files every new process (each Ray worker, the
+# sandbox's kernel, whose packages are read-only to it) compiles what it imports again, and with
+# PYTHONDONTWRITEBYTECODE set nothing is ever cached (measured: the Ray tests took 1.3x as long).
+PIP_INSTALL := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c $(LOCK)
 
 .PHONY: install run sim test bench clean chromium bubblewrap lock upgrade
 
