@@ -142,7 +142,8 @@ def render(doc: dict[str, Any]) -> str:
         f"- App measured: before `{apps['before']}`, after `{apps['after']}` (each side runs `{MAIN_APP}`, the "
         "placement `troupe serve` uses by default, when its benchmark server offers it, else `pooled`).",
         "- Both versions ran at once, each on its own local Ray instance, in front of one "
-        "`troupe sim` server; each load ran on one then the other, the order alternating by round. Figures are "
+        f"`troupe sim` server; each load ran on one then the other, the order alternating by round ({doc.get('first', 'before')} "
+        "first in round 1). Figures are "
         "medians over the rounds (the values of each round follow); CPU is each version's process tree net of "
         "its use at rest. Change: after ÷ before − 1.",
         "",
@@ -163,7 +164,9 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def _rounds(ctx: Ctx, sides: dict[str, Target], rounds: int) -> tuple[list[dict[str, Any]], list[str]]:
+async def _rounds(
+    ctx: Ctx, sides: dict[str, Target], rounds: int, first: str = "before"
+) -> tuple[list[dict[str, Any]], list[str]]:
     defs = ctx.defs
     loads: list[tuple[str, dict[str, Any], Any]] = [
         (f"1 streaming c={lv.concurrency}", {"input": defs.streaming_input, "stream": True}, lv)
@@ -175,7 +178,8 @@ async def _rounds(ctx: Ctx, sides: dict[str, Target], rounds: int) -> tuple[list
             loads.append((f"2 non-streaming c={lv.concurrency} store={'on' if store else 'off'}", body, lv))
     samples, errors = [], []
     for r in range(rounds):
-        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        second = "after" if first == "before" else "before"
+        order = (first, second) if r % 2 == 0 else (second, first)
         for load, body, level in loads:
             for side in order:
                 row = await measure(ctx, sides[side], body, level, label=f"{side} {load}")
@@ -194,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small counts (a smoke test); results to scratch")
     parser.add_argument("--out-dir", help="where results go (default: benchmarks/results, or scratch with --quick)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--first", choices=("before", "after"), default="before",
+                        help="the side each load runs on first in odd rounds (default before): a "
+                             "difference that follows the order, not the side, is the harness's")
     args = parser.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the servers started below are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -216,12 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         log(f"measuring app {apps['before']!r} before, {apps['after']!r} after")
         ctx = Ctx(lab=lab, defs=definitions(quick=args.quick), progress=not args.quiet)
         idle_cores(ctx)
-        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds))
+        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds, args.first))
     doc = {
         "date": time.strftime("%Y-%m-%d"),
         "before": {"ref": args.before, "commit": before_commit, "app": apps["before"]},
         "after": {"commit": after_commit, "app": apps["after"]},
         "rounds": args.rounds,
+        "first": args.first,
         "quick": args.quick,
         "machine": machine,
         "load_average_end": [round(v, 2) for v in os.getloadavg()],
