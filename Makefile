@@ -71,8 +71,9 @@ bubblewrap:
 # overlap almost whole. RAY_TESTS_A (the suites that start their own servers, and the
 # integration suite) logs to .test-logs/ray-a.log, printed when it ends; every other e2e file
 # runs in the foreground. Whatever fails, every part runs; any failing fails the target.
-# PYTEST_ARGS runs just what it names, in one process. On 2 cores the target takes about
-# 8 minutes from a fresh clone (measured on 2026-11-28: 8 min 7 s; one half at a time took 11 min 55 s).
+# PYTEST_ARGS runs just what it names, in one process. On 2 cores the target takes 8 to 10
+# minutes from a fresh clone (measured on 2026-11-28: 8 min 7 s to 9 min 38 s; one half at a
+# time took 11 min 55 s).
 RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check troupe tests benchmarks
