@@ -97,16 +97,22 @@ class ContainerTables(Containers):
         """Expire the running containers idle past their time (of ``tenant``, or just
         ``container_id``; every one when None): status, rows, then directories."""
         now = self.clock()
-        sql = f"UPDATE containers SET status = 'expired', expired_at = ? WHERE status = 'running' AND {_IDLE}"
-        params: list[Any] = [now, now]
+        where = f"status = 'running' AND {_IDLE}"
+        params: list[Any] = [now]
         if tenant is not None:
-            sql += " AND tenant = ?"
+            where += " AND tenant = ?"
             params.append(tenant)
         if container_id is not None:
-            sql += " AND id = ?"
+            where += " AND id = ?"
             params.append(container_id)
+        # Most calls find none: a read, not a write transaction, tells.
+        if not self._rows(f"SELECT 1 FROM containers WHERE {where} LIMIT 1", params):
+            return []
         with self._tx() as conn:
-            expired = [(t, c) for t, c in conn.execute(sql + " RETURNING tenant, id", params).fetchall()]
+            expired = [(t, c) for t, c in conn.execute(
+                f"UPDATE containers SET status = 'expired', expired_at = ? WHERE {where} RETURNING tenant, id",
+                [now, *params],
+            ).fetchall()]  # fmt: skip
             for owner, cid in expired:
                 conn.execute("DELETE FROM container_files WHERE tenant = ? AND container_id = ?", [owner, cid])
         for _, cid in expired:
