@@ -310,7 +310,8 @@ def _tables() -> dict[str, type[BaseModel]]:
 
 def test_every_option_is_documented_in_its_model():
     tables = _tables()
-    assert set(tables) == {"server", "limits", "auth", "runtime", "models", "tools", "mcp", "mcp.servers", "telemetry"}
+    assert set(tables) == {"server", "limits", "auth", "runtime", "models", "tools", "mcp", "mcp.servers", "telemetry",
+                           "containers"}
     for table, model in tables.items():
         assert model.__doc__, f"[{table}] has no description"
         for name, field in model.model_fields.items():
@@ -329,7 +330,7 @@ def test_the_example_file_shows_every_option_with_its_default():
         for name, field in model.model_fields.items():
             shown = f"{name} =" in text or f"[[{table}.{name}]]" in text
             assert shown, f"{table}.{name} is not in docs/troupe.example.toml"
-            if table in ("server", "limits", "runtime", "telemetry") and name in doc[table]:
+            if table in ("server", "limits", "runtime", "telemetry", "containers") and name in doc[table]:
                 default = field.get_default(call_default_factory=True)
                 default = list(default) if isinstance(default, tuple) else default  # a TOML array
                 assert doc[table][name] == default, (
@@ -373,3 +374,14 @@ def test_admin_keys_and_sql_limits_from_file_and_environment(write):
     assert load_config(path, env={"TROUPE_ADMIN_KEYS": "sk-a, sk-b,"})[0].admin_keys == ("sk-a", "sk-b")
     with pytest.raises(ConfigError, match="auth.admin_keys"):
         load_config(write('[auth]\nadmin_keys = [""]\n'), env={})
+
+
+def test_the_containers_table_from_file_and_environment(write):
+    path = write('[containers]\nmax_memory_limit = "16g"\ndirectory = "/srv/boxes"\nmax_file_bytes = 1024\n')
+    containers = load_config(path, env={"TROUPE_CONTAINERS__DEFAULT_EXPIRES_MINUTES": "5"})[1].containers
+    assert (containers.max_memory_limit, containers.directory, containers.max_file_bytes) == ("16g", "/srv/boxes", 1024)
+    assert (containers.default_expires_minutes, containers.isolation) == (5, "bwrap")
+    with pytest.raises(ConfigError, match="containers.max_memory_limit"):
+        load_config(write('[containers]\nmax_memory_limit = "2g"\n'), env={})
+    with pytest.raises(ConfigError, match="default_expires_minutes \\(30\\) is more than max_expires_minutes \\(10\\)"):
+        load_config(write("[containers]\ndefault_expires_minutes = 30\nmax_expires_minutes = 10\n"), env={})

@@ -20,6 +20,11 @@ def _each(path: str, *methods: str) -> list[tuple[str, str]]:
 
 
 OPENAPI_ROUTES = {
+    *_each("/v1/containers", "get", "post"),
+    *_each("/v1/containers/{container_id}", "delete", "get"),
+    *_each("/v1/containers/{container_id}/files", "get", "post"),
+    *_each("/v1/containers/{container_id}/files/{file_id}", "delete", "get"),
+    *_each("/v1/containers/{container_id}/files/{file_id}/content", "get"),
     *_each("/v1/conversations", "post"),
     *_each("/v1/conversations/{conversation_id}", "delete", "get", "post"),
     *_each("/v1/conversations/{conversation_id}/items", "get", "post"),

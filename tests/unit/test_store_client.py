@@ -3,15 +3,19 @@ nothing else; and each protocol method implemented in DuckDB, not left to the pr
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from troupe.runtime.store_client import ROUTES, AsyncStore, NotAStoreMethod
 from troupe.storage import DuckDBStore, StorageError
 from troupe.storage.contract import (
+    CONTAINERS_METHODS,
     FILES_METHODS,
     STORE_METHODS,
     WRITTEN_THROUGH_WRITERS,
     Console,
+    Containers,
     Conversations,
     Evaluation,
     Files,
@@ -19,6 +23,7 @@ from troupe.storage.contract import (
     Responses,
     methods_of,
 )
+from troupe.storage.duckdb_store.containers import ContainerTables
 from troupe.storage.rag import RagStore
 
 from .test_store_contract import conversation, make_record, message
@@ -60,19 +65,27 @@ async def test_forwarded_calls_run_in_order_and_keep_their_errors(store: AsyncSt
     await store.create_file("acme", file, b"abc")
     assert await store.file_content("acme", "file-1") == ("a.txt", b"abc")
     assert await store.get_file("other", "file-1") is None
+    # The containers, beside the files (whose bytes a container copies).
+    container = {"id": "cntr_1", "name": "c", "created_at": time.time(), "expires_minutes": 20, "memory_limit": "1g",
+                 "network_policy": {"type": "disabled"}}  # fmt: skip
+    await store.create_container("acme", container, ["file-1"])
+    [copied] = (await store.list_container_files("acme", "cntr_1")).data
+    assert await store.container_file_content("acme", "cntr_1", copied["id"]) == ("/mnt/data/a.txt", b"abc")
 
 
 def test_the_routes_are_the_protocols_methods() -> None:
     areas = methods_of(Responses, Conversations, Prompts, Evaluation, Console)
     assert STORE_METHODS == areas - WRITTEN_THROUGH_WRITERS and len(STORE_METHODS) >= 30
     assert FILES_METHODS == methods_of(Files) and "search" in FILES_METHODS
-    assert set(ROUTES) == STORE_METHODS | FILES_METHODS
-    assert {name for name, files in ROUTES.items() if files} == FILES_METHODS
+    assert CONTAINERS_METHODS == methods_of(Containers) and "register_container_files" in CONTAINERS_METHODS
+    assert set(ROUTES) == STORE_METHODS | FILES_METHODS | CONTAINERS_METHODS
+    assert {name for name, files in ROUTES.items() if files} == FILES_METHODS | CONTAINERS_METHODS
 
 
 @pytest.mark.parametrize(
     ("implementation", "protocols"),
-    [(DuckDBStore, (Responses, Conversations, Prompts, Evaluation, Console)), (RagStore, (Files,))],
+    [(DuckDBStore, (Responses, Conversations, Prompts, Evaluation, Console)), (RagStore, (Files,)),
+     (ContainerTables, (Containers,))],
 )
 def test_every_protocol_method_is_implemented(implementation: type, protocols: tuple[type, ...]) -> None:
     """A protocol method a class forgot would run the protocol's ``...`` body and return None."""

@@ -8,6 +8,7 @@
 - :mod:`.errors` — the error tree and the OpenAI error body
 - :mod:`.schema_refs` — local JSON Schema ``$ref`` resolution
 - :mod:`.job` — :class:`TurnJob`, a response to run as it travels inside Troupe
+- :mod:`.containers` — the Containers API's bodies and objects
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
@@ -15,6 +16,22 @@ lack is written here.
 """
 
 from .body import DEFAULT_MAX_DEPTH, decode_json_body
+from .containers import (
+    ContainerSpec,
+    container_deleted,
+    container_expired,
+    container_file_deleted,
+    container_file_not_found,
+    container_file_object,
+    container_not_found,
+    container_object,
+    new_container_file_id,
+    new_container_id,
+    parse_container_create,
+    parse_container_file_body,
+    upload_name,
+    wire_path,
+)
 from .errors import (
     AuthenticationFailed,
     ExternalConnectorError,
@@ -134,6 +151,21 @@ __all__ = [
     "build_response",
     "echo_tool",
     "usage_dict",
+    # containers
+    "ContainerSpec",
+    "container_deleted",
+    "container_expired",
+    "container_file_deleted",
+    "container_file_not_found",
+    "container_file_object",
+    "container_not_found",
+    "container_object",
+    "new_container_file_id",
+    "new_container_id",
+    "parse_container_create",
+    "parse_container_file_body",
+    "upload_name",
+    "wire_path",
     # prompts
     "new_prompt_id",
     "parse_prompt_create",

@@ -38,6 +38,8 @@ __all__ = [
     "REASONING",
     "COMPACTION",
     "CODE_INTERPRETER_CALL",
+    "CONTAINER",
+    "CONTAINER_FILE",
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -71,6 +73,10 @@ COMPACTION = "cmp"
 """``compaction`` item id."""
 CODE_INTERPRETER_CALL = "ci"
 """``code_interpreter_call`` item id (OpenAI's own prefix: ``ci_…``)."""
+CONTAINER = "cntr"
+"""A container's id (the Containers API; OpenAI's own prefix: ``cntr_…``)."""
+CONTAINER_FILE = "cfile"
+"""A container file's id (OpenAI's own prefix: ``cfile_…``)."""
 ITEM = "item"
 """Fallback for item kinds without a conventional prefix."""
 

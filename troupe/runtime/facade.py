@@ -53,6 +53,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.console_calls import ConsoleCalls
+from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import HostFailed, Placement
@@ -82,6 +83,9 @@ log = logging.getLogger(__name__)
 _START_WAIT_S = 10.0
 """How long a turn waits for its host to come back (a pooled host restarting after a crash,
 a dedicated actor being recreated) before the request fails with HostFailed."""
+_CONTAINER_SWEEP_S = 60.0
+"""How often a runtime on Ray expires the containers idle past their time (each is also expired
+the moment anything looks at it: the sweep frees their disk)."""
 _RESUME_WAIT_S = 120.0
 """How long a follower of a run whose host died waits for the run to be live again (a host
 process restarting on a loaded machine takes seconds); meanwhile the run is not stored."""
@@ -164,6 +168,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self._tool_runners: list[Any] = []
         """On Ray: the tool runner actors, held so that they live as long as the runtime."""
         self._pruner: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         """Watchers of the durable runs started here (each resumes its run if the host dies),
         and resumes under way."""
@@ -177,6 +182,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self._scrapes: ScrapeView | None = None
         self.vector_stores = VectorStores(settings, store, start_ingest)
         """Files, vector stores, their ingestion and search (the Files and Vector Stores APIs)."""
+        self.containers = ContainerService(settings.containers, store)
+        """Containers and their files (the Containers API), and what container actors ask of them."""
 
     # -- construction ------------------------------------------------------------
 
@@ -190,7 +197,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
             from troupe.observe.metrics import commit_recorder, process_registry
 
             on_commit = commit_recorder(process_registry())
-        store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit, on_commit=on_commit)
+        store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit, on_commit=on_commit,
+                                containers_directory=settings.containers.directory)  # fmt: skip
         return cls(settings, store=store, placement=LocalPlacement(settings, store))
 
     @classmethod
@@ -215,6 +223,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         runtime._tool_runners = runners
         await runtime.recover()
         runtime._pruner = asyncio.create_task(runtime._prune_event_logs_hourly())
+        runtime._sweeper = asyncio.create_task(runtime._sweep_containers())
         return runtime
 
     async def _prune_event_logs_hourly(self) -> None:
@@ -223,9 +232,16 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
             with contextlib.suppress(Exception):  # the next hour tries again
                 await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
 
+    async def _sweep_containers(self) -> None:
+        while True:
+            await asyncio.sleep(_CONTAINER_SWEEP_S)
+            with contextlib.suppress(Exception):  # the next sweep tries again
+                await self.containers.sweep()
+
     async def close(self) -> None:
-        if self._pruner is not None:
-            self._pruner.cancel()
+        for task in (self._pruner, self._sweeper):
+            if task is not None:
+                task.cancel()
         for task in self._tasks:
             task.cancel()
         await self.vector_stores.close()
@@ -483,7 +499,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """After a start: take over every background response that no host runs and none
         stored (the server stopped, or its host died, while it ran): resume it from its last
         checkpoint, or fail it if it is too old (:meth:`_take_over`). Then ingest again the
-        files whose ingestion died with the server, and drop event logs past their retention.
+        files whose ingestion died with the server, drop event logs past their retention, and
+        expire the containers idle past their time.
         How many responses were taken over.
 
         :meth:`on_ray` calls it; an in-process runtime on a file may.
@@ -500,6 +517,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 taken += 1
         await self.vector_stores.resume_ingestion()
         await self.store.prune_event_logs(time.time() - self.settings.event_log_retention_s)
+        await self.containers.sweep()
         return taken
 
     async def _take_over(self, run: RunRecord, *, wait: bool = True) -> dict[str, Any]:

@@ -1,8 +1,8 @@
-"""Runtime settings: what the actors need to know (models, tools, placement, storage, MCP).
+"""Runtime settings: what the actors need to know (models, tools, placement, storage, MCP, containers).
 
 Frozen pydantic models, picklable, so one value travels to every actor. They are also
 the configuration's schema: ``troupe.serve.config`` reads the TOML file's ``[runtime]``,
-``[[models]]``, ``[[tools]]`` and ``[mcp]`` tables into them, so each option is declared,
+``[[models]]``, ``[[tools]]``, ``[mcp]`` and ``[containers]`` tables into them, so each option is declared,
 checked and documented (its docstring) here and nowhere else. The defaults are the
 embedded defaults: the ``sim`` model, the example tools, conversations hosted in the
 ingress replica, ``troupe.duckdb`` in the working directory.
@@ -34,6 +34,7 @@ from troupe._settings import SETTINGS_CONFIG, import_target
 from troupe.observe.settings import TelemetrySettings
 
 __all__ = [
+    "ContainersSettings",
     "DEFAULT_TOOLS",
     "SETTINGS_CONFIG",
     "McpServerSpec",
@@ -200,6 +201,40 @@ class McpSettings(BaseModel):
     """Configured MCP servers (trusted; requests name them by label)."""
 
 
+class ContainersSettings(BaseModel):
+    """Containers: what the Containers API allows, where their files go, how their code runs
+    (the ``[containers]`` table; docs/sandbox.md for the sandbox)."""
+
+    model_config = SETTINGS_CONFIG
+
+    directory: str = ""
+    """Where the containers' directories go (each container's is ``/mnt/data`` inside its sandbox).
+    ``""``: beside the DuckDB file, ``<storage_path>.containers/`` (with ``storage_path =
+    ":memory:"``, a temporary directory removed at exit). On the storage actor's node."""
+    max_memory_limit: Literal["1g", "4g", "16g", "64g"] = "4g"
+    """The largest ``memory_limit`` a container may ask for; more is a 400 naming ``memory_limit``."""
+    default_expires_minutes: PositiveInt = 20
+    """A container idle this long after its ``last_active_at`` expires, unless its
+    ``expires_after`` says otherwise (OpenAI's default: 20 minutes)."""
+    max_expires_minutes: PositiveInt = 1440
+    """The longest idle time a container's ``expires_after.minutes`` may ask for."""
+    max_file_bytes: PositiveInt = 32 * 1024 * 1024
+    """The largest upload to a container (``POST /v1/containers/{id}/files``); a larger file
+    answers 413 ``file_too_large``."""
+    isolation: Literal["bwrap", "none"] = "bwrap"
+    """How a container's code is confined (``troupe.sandbox``). ``"bwrap"``: bubblewrap
+    namespaces, an unprivileged uid, no network, rlimits; the tools refuse to start without it
+    (the message names the package). ``"none"``: a plain subprocess with rlimits only, which
+    sees and may change everything the server's user may: for trusted single-user use only."""
+
+    @model_validator(mode="after")
+    def _default_within_the_most(self) -> ContainersSettings:
+        if self.default_expires_minutes > self.max_expires_minutes:
+            raise ValueError(f"default_expires_minutes ({self.default_expires_minutes}) is more than "
+                             f"max_expires_minutes ({self.max_expires_minutes})")  # fmt: skip
+        return self
+
+
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(name="calculator", target="troupe.runtime.example_tools:calculator",
              description="Evaluate an arithmetic expression, e.g. '2 * (3 + 4)'.", idempotent=True),
@@ -300,6 +335,8 @@ class RuntimeSettings(RuntimeOptions):
     """MCP servers and policy."""
     telemetry: TelemetrySettings = TelemetrySettings()
     """Metrics, traces and hooks."""
+    containers: ContainersSettings = ContainersSettings()
+    """Containers (the Containers API, ``code_interpreter``): their limits, files and sandbox."""
 
     def model(self, name: str) -> ModelSpec | None:
         """The chat model clients call ``name``; None if there is none (an embedder is none)."""

@@ -14,7 +14,7 @@ one dict lookup (:data:`ROUTES`, which also says which thread runs it); any othe
 refused with :class:`NotAStoreMethod`. Two implementations:
 
 * :class:`AsyncStore` runs a store in this process: contract calls on the store's one thread,
-  in order (the files and vector stores' on a thread and connection of their own,
+  in order (the files and vector stores', and the containers', on a thread of their own,
   :mod:`troupe.storage.rag_executor`); responses durable in the response journal first
   (group-synced), DuckDB behind. The in-process runtime uses it directly, and it is the body
   of the storage actor (``troupe.runtime.ray.storage_actor``), the one owner of the DuckDB file,
@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from troupe.storage import ResponseRecord, RunRecord, RunStep
-from troupe.storage.contract import FILES_METHODS, STORE_METHODS, Store
+from troupe.storage.contract import CONTAINERS_METHODS, FILES_METHODS, STORE_METHODS, Store
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, JournalStore, journal_dir
 from troupe.storage.rag_executor import RagExecutor
@@ -56,9 +56,11 @@ __all__ = ["AsyncStore", "Forwarding", "NotAStoreMethod", "ROUTES", "StoreClient
 
 T = TypeVar("T")
 
-ROUTES: dict[str, bool] = {**dict.fromkeys(STORE_METHODS, False), **dict.fromkeys(FILES_METHODS, True)}
-"""Every method a client forwards, by name: True for the files and vector stores' thread, False
-for the store's."""
+ROUTES: dict[str, bool] = {
+    **dict.fromkeys(STORE_METHODS, False), **dict.fromkeys(FILES_METHODS | CONTAINERS_METHODS, True)
+}
+"""Every method a client forwards, by name: True for the files and vector stores' thread (the
+containers' too), False for the store's."""
 
 
 class NotAStoreMethod(AttributeError):
@@ -176,12 +178,15 @@ class AsyncStore(Forwarding):
     """
 
     def __init__(
-        self, store: JournaledStore, *, journal: str | None = None, on_commit: Callable[[str, int, float], None] | None = None
-    ) -> None:
+        self, store: JournaledStore, *, journal: str | None = None,
+        on_commit: Callable[[str, int, float], None] | None = None, containers_directory: str = "",
+    ) -> None:  # fmt: skip
         """``journal``: the journal directory of ``store``, a ``DuckDBStore`` on a file (replayed
         already). ``on_commit(writer, records, seconds)``: told of every group commit, by writer
-        (``journal``, ``duckdb``, ``runs``), for metrics."""
+        (``journal``, ``duckdb``, ``runs``), for metrics. ``containers_directory``: where the
+        containers' directories go (``""``: beside the database, ``<path>.containers/``)."""
         self.store = store
+        self._containers_directory = containers_directory
 
         def reported(writer: str) -> Callable[[int, float], None] | None:
             return None if on_commit is None else functools.partial(on_commit, writer)
@@ -208,10 +213,12 @@ class AsyncStore(Forwarding):
 
     @classmethod
     def open(
-        cls, path: str, memory_limit: str = "", *, on_commit: Callable[[str, int, float], None] | None = None
-    ) -> AsyncStore:
+        cls, path: str, memory_limit: str = "", *, on_commit: Callable[[str, int, float], None] | None = None,
+        containers_directory: str = "",
+    ) -> AsyncStore:  # fmt: skip
         """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
-        return cls(open_store(path, memory_limit), journal=journal_of(path), on_commit=on_commit)
+        return cls(open_store(path, memory_limit), journal=journal_of(path), on_commit=on_commit,
+                   containers_directory=containers_directory)  # fmt: skip
 
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         """The store runs in this process: its metrics are this process's."""
@@ -225,8 +232,8 @@ class AsyncStore(Forwarding):
             raise NotAStoreMethod(method)
         if files:
             if self._rag is None:
-                self._rag = RagExecutor.over(self.store)
-            return await self._rag.run(functools.partial(getattr(self._rag.rag, method), *args, **(kwargs or {})))
+                self._rag = RagExecutor.over(self.store, self._containers_directory)
+            return await self._rag.run(functools.partial(self._rag.bound(method), *args, **(kwargs or {})))
         return await self._run(getattr(self.store, method), *args, **(kwargs or {}))
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

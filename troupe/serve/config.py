@@ -14,7 +14,7 @@ all, and a test keeps it in step)::
     [runtime]   RuntimeOptions, plus example_tools and sim_model
     [[models]]  ModelSpec            [[tools]]  ToolSpec
     [mcp]       McpSettings, with [[mcp.servers]] McpServerSpec
-    [telemetry] TelemetrySettings
+    [telemetry] TelemetrySettings    [containers] ContainersSettings
 
 Precedence, lowest first: embedded defaults → the TOML file → the environment →
 (in ``troupe serve``) command-line flags. Every option has an environment variable,
@@ -62,6 +62,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 from troupe.runtime.settings import (
     DEFAULT_TOOLS,
     SETTINGS_CONFIG,
+    ContainersSettings,
     McpSettings,
     ModelSpec,
     NonEmpty,
@@ -224,6 +225,7 @@ class TroupeConfig(BaseSettings):
     """Server-side Python tools, added to the example tools (the same name replaces one)."""
     mcp: McpSettings = McpSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
+    containers: ContainersSettings = ContainersSettings()
 
     @field_validator("models", "tools")
     @classmethod
@@ -261,6 +263,7 @@ class TroupeConfig(BaseSettings):
             tools=_merge(DEFAULT_TOOLS if self.runtime.example_tools else (), self.tools),
             mcp=self.mcp,
             telemetry=self.telemetry,
+            containers=self.containers,
         )
         return server, runtime
 

@@ -10,7 +10,9 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
 - the three conversation bodies (``{items?, metadata?}``, ``{metadata}``, ``{items}``),
   with the limits :mod:`.routes.conversations` enforces (≤ 20 items; metadata ≤ 16 pairs, keys ≤ 64 and
   values ≤ 512 characters);
-- the Prompts API's three bodies (create, update, set the default version).
+- the Prompts API's three bodies (create, update, set the default version);
+- the Containers API's two: a container's create, and a container file's (a multipart upload,
+  or JSON naming a file of the Files API).
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
 code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; 424/500 for a
@@ -45,6 +47,7 @@ from pydantic import TypeAdapter
 
 from troupe.protocol import items as _items
 from troupe.protocol import request as _request
+from troupe.protocol.containers import MAX_EXPIRES_MINUTES, MEMORY_LIMITS
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
 
@@ -59,7 +62,7 @@ _JSON = "application/json"
 _ERRORS: tuple[tuple[str, str, str], ...] = (
     ("400", "BadRequest", "Invalid request: malformed JSON or an invalid parameter (named by `error.param`)."),
     ("401", "Unauthorized", "Missing or unknown API key (only when the server is configured with API keys)."),
-    ("404", "NotFound", "The addressed response, conversation, item, prompt or model does not exist."),
+    ("404", "NotFound", "The addressed response, conversation, item, prompt, model, container or file does not exist."),
     ("409", "Conflict", "A prompt updated from a version that is not its latest (`version_conflict`)."),
     ("413", "PayloadTooLarge", "The request body is too large (`request_too_large`)."),
     ("424", "ExternalConnectorError", "An MCP server the request names could not be used."),
@@ -74,6 +77,8 @@ _RESPONSE = {"response_id": "$response.body#/id"}
 _CONVERSATION = {"conversation_id": "$response.body#/id"}
 _ITEM = {"conversation_id": "$request.path.conversation_id", "item_id": "$response.body#/data/0/id"}
 _PROMPT = {"prompt_id": "$response.body#/id"}
+_CONTAINER = {"container_id": "$response.body#/id"}
+_CONTAINER_FILE = {"container_id": "$request.path.container_id", "file_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/responses"): {
@@ -96,6 +101,17 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "DeletePrompt": ("delete", "/v1/prompts/{prompt_id}", _PROMPT),
         "ListPromptVersions": ("get", "/v1/prompts/{prompt_id}/versions", _PROMPT),
         "SetDefaultPromptVersion": ("post", "/v1/prompts/{prompt_id}/set-default-version", _PROMPT),
+    },
+    ("post", "/v1/containers"): {
+        "GetContainer": ("get", "/v1/containers/{container_id}", _CONTAINER),
+        "DeleteContainer": ("delete", "/v1/containers/{container_id}", _CONTAINER),
+        "CreateContainerFile": ("post", "/v1/containers/{container_id}/files", _CONTAINER),
+        "ListContainerFiles": ("get", "/v1/containers/{container_id}/files", _CONTAINER),
+    },
+    ("post", "/v1/containers/{container_id}/files"): {
+        "GetContainerFile": ("get", "/v1/containers/{container_id}/files/{file_id}", _CONTAINER_FILE),
+        "GetContainerFileContent": ("get", "/v1/containers/{container_id}/files/{file_id}/content", _CONTAINER_FILE),
+        "DeleteContainerFile": ("delete", "/v1/containers/{container_id}/files/{file_id}", _CONTAINER_FILE),
     },
     ("post", "/v1/conversations/{conversation_id}/items"): {
         "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
@@ -269,6 +285,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         "properties": {"items": items},
     }
     schemas.update(_prompt_schemas(ref, nullable))
+    schemas.update(_container_schemas())
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
     def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -282,6 +299,14 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         ("post", "/v1/prompts"): body("PromptCreateRequest"),
         ("post", "/v1/prompts/{prompt_id}"): body("PromptUpdateRequest"),
         ("post", "/v1/prompts/{prompt_id}/set-default-version"): body("PromptSetDefaultVersionRequest"),
+        ("post", "/v1/containers"): body("ContainerCreateRequest"),
+        ("post", "/v1/containers/{container_id}/files"): {
+            "required": True,
+            "content": {
+                "multipart/form-data": {"schema": ref("ContainerFileUpload")},
+                _JSON: {"schema": ref("ContainerFileCreateRequest")},
+            },
+        },
     }
 
 
@@ -315,6 +340,48 @@ def _prompt_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
         "PromptSetDefaultVersionRequest": {
             "type": "object", "title": "PromptSetDefaultVersionRequest", "additionalProperties": False,
             "required": ["version"], "properties": {"version": version},
+        },
+    }  # fmt: skip
+
+
+def _container_schemas() -> dict[str, Any]:
+    """The Containers API's bodies (:mod:`troupe.protocol.containers` checks them)."""
+    return {
+        "ContainerCreateRequest": {
+            "type": "object", "title": "ContainerCreateRequest", "additionalProperties": False, "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                "expires_after": {
+                    "type": "object", "additionalProperties": False, "required": ["anchor", "minutes"],
+                    "properties": {
+                        "anchor": {"type": "string", "enum": ["last_active_at"]},
+                        "minutes": {"type": "integer", "minimum": 1, "maximum": MAX_EXPIRES_MINUTES,
+                                    "description": "Idle minutes before it expires (default 20); at most the "
+                                    "server's `max_expires_minutes` (1440 by default)."},
+                    },
+                },
+                "file_ids": {"type": "array", "maxItems": 100, "items": {"type": "string", "minLength": 1},
+                             "description": "Files of the Files API to copy into /mnt/data."},
+                "memory_limit": {"type": "string", "enum": list(MEMORY_LIMITS), "description": "Default \"1g\"; "
+                                 "at most the server's `max_memory_limit` (\"4g\" by default)."},
+                "network_policy": {
+                    "type": "object", "additionalProperties": False, "required": ["type"],
+                    "properties": {"type": {"type": "string", "enum": ["disabled"]}},
+                    "description": "Only `disabled` (the default): containers have no network.",
+                },
+                "skills": {"type": "array", "maxItems": 0, "description": "None are supported."},
+            },
+        },
+        "ContainerFileUpload": {
+            "type": "object", "title": "ContainerFileUpload", "required": ["file"],
+            "properties": {"file": {"type": "string", "format": "binary", "description": "The bytes; the "
+                                    "filename names the file in /mnt/data."}},
+        },
+        "ContainerFileCreateRequest": {
+            "type": "object", "title": "ContainerFileCreateRequest", "additionalProperties": False,
+            "required": ["file_id"],
+            "properties": {"file_id": {"type": "string", "minLength": 1, "description": "A file of the Files API, "
+                                       "copied in."}},
         },
     }  # fmt: skip
 

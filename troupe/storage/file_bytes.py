@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import BinaryIO
 
 from .base import StorageError
 
@@ -73,6 +74,18 @@ class FileBytes:
         try:
             with open(self._path(file_id), "rb") as f:
                 return f.read()
+        except OSError as exc:
+            raise StorageError(f"cannot read the file {file_id}: {exc}") from exc
+
+    def open(self, file_id: str) -> BinaryIO:
+        """The bytes of ``file_id`` as a file to read (and close), for copying without holding
+        them all (a container's copy of a file).
+
+        Raises:
+            StorageError: they are missing or unreadable.
+        """
+        try:
+            return open(self._path(file_id), "rb")
         except OSError as exc:
             raise StorageError(f"cannot read the file {file_id}: {exc}") from exc
 

@@ -100,6 +100,11 @@ class RagStore(Files):
         self._next_chunk_id = self._scalar("SELECT coalesce(max(chunk_id) + 1, 0) FROM vector_store_chunks")
         self._next_store_key = self._scalar("SELECT coalesce(max(key) + 1, 0) FROM vector_stores")
 
+    @property
+    def file_bytes(self) -> FileBytes:
+        """The uploaded files' bytes on disk (what a container's copy of a file reads)."""
+        return self._files
+
     # -- plumbing ------------------------------------------------------------------
 
     @contextmanager

@@ -1,15 +1,18 @@
 """Where the files and vector stores' calls run: a :class:`~troupe.storage.rag.RagStore` on a
-thread of its own.
+thread of its own; and the containers' (:class:`~troupe.storage.duckdb_store.containers.ContainerTables`),
+beside it on the same thread, since a container's files are copied from the Files API's.
 
-The thread uses the RagStore's own DuckDB connection, so no call waits for the responses
-the main store's thread is writing, nor holds them up. Calls run in order: a read issued
-after a write returned sees it. The async store (:mod:`troupe.runtime.store_client`) sends
-every :class:`~troupe.storage.contract.Files` method here.
+The thread uses the RagStore's own DuckDB connection (and the containers another), so no call
+waits for the responses the main store's thread is writing, nor holds them up. Calls run in
+order: a read issued after a write returned sees it. The async store
+(:mod:`troupe.runtime.store_client`) sends every :class:`~troupe.storage.contract.Files` and
+:class:`~troupe.storage.contract.Containers` method here.
 
 Example::
 
     rag = RagExecutor.over(duckdb_store)
     await rag.run(functools.partial(rag.rag.get_file, "", "file-abc"))
+    await rag.run(functools.partial(rag.bound("get_container"), "", "cntr_abc"))
     await rag.close()
 """
 
@@ -18,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .base import StorageError
-from .contract import Store
+from .container_files import ContainerDirs
+from .contract import CONTAINERS_METHODS, Store
+from .duckdb_store.containers import ContainerTables
 from .rag import RagStore
 
 __all__ = ["RagExecutor"]
@@ -30,23 +35,41 @@ T = TypeVar("T")
 
 
 class RagExecutor:
-    """Runs calls of a :class:`RagStore` off the event loop, one at a time, in order."""
+    """Runs calls of a :class:`RagStore` and of its :class:`ContainerTables` off the event loop,
+    one at a time, in order."""
 
-    def __init__(self, rag: RagStore) -> None:
+    def __init__(self, rag: RagStore, containers: ContainerTables) -> None:
         self.rag = rag
+        self.containers = containers
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-rag")
 
     @classmethod
-    def over(cls, store: Store) -> RagExecutor:
-        """Over the files and vector stores of ``store``'s database.
+    def over(cls, store: Store, containers_directory: str = "") -> RagExecutor:
+        """Over the files, vector stores and containers of ``store``'s database.
+
+        Args:
+            containers_directory: where the containers' directories go; ``""``: beside the
+                database (``<path>.containers/``; a temporary directory for one in memory).
 
         Raises:
-            StorageError: ``store`` is not a DuckDB store (files and vector stores need DuckDB).
+            StorageError: ``store`` is not a DuckDB store (files and vector stores need DuckDB),
+                or the containers' directory cannot be made.
         """
         cursor = getattr(store, "cursor", None)
         if cursor is None:
             raise StorageError("files and vector stores need the DuckDB store")
-        return cls(RagStore(cursor, store.path))  # type: ignore[attr-defined]
+        path: str = store.path  # type: ignore[attr-defined]
+        rag = RagStore(cursor, path)
+        try:
+            dirs = ContainerDirs.beside(path, containers_directory)
+        except BaseException:
+            rag.close()
+            raise
+        return cls(rag, ContainerTables(cursor(), rag.file_bytes, dirs))
+
+    def bound(self, method: str) -> Callable[..., Any]:
+        """The store method of that name: the containers' or the files and vector stores'."""
+        return getattr(self.containers if method in CONTAINERS_METHODS else self.rag, method)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` (a call of :attr:`rag`) on its thread; what it returned or raised."""
@@ -55,4 +78,5 @@ class RagExecutor:
     async def close(self) -> None:
         """Let the calls under way finish, then close the connections (and a store in memory's files)."""
         await asyncio.to_thread(self._thread.shutdown, wait=True)
+        self.containers.close()
         self.rag.close()

@@ -409,7 +409,44 @@ _V11 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+# Version 12: containers (the Containers API, troupe.protocol.containers). A container's files are
+# on disk in its directory (<path>.containers/<container id>/, /mnt/data inside its sandbox), one
+# row each here: its path relative to the directory, its size and modification time when last
+# registered (how a walk of the directory tells a changed file), who made it. An expired container
+# keeps its row (status 'expired'; OpenAI shows its metadata) and loses its files and directory.
+_V12 = [
+    """
+    CREATE TABLE containers (
+        tenant          VARCHAR NOT NULL,
+        id              VARCHAR NOT NULL,
+        created_at      DOUBLE  NOT NULL,
+        name            VARCHAR NOT NULL,
+        status          VARCHAR NOT NULL,  -- running, expired
+        expires_minutes INTEGER NOT NULL,  -- idle minutes after last_active_at before it expires
+        last_active_at  DOUBLE  NOT NULL,
+        memory_limit    VARCHAR NOT NULL,  -- 1g, 4g, 16g, 64g
+        network_policy  JSON    NOT NULL,
+        expired_at      DOUBLE,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE container_files (
+        tenant       VARCHAR NOT NULL,
+        id           VARCHAR NOT NULL,
+        container_id VARCHAR NOT NULL,
+        created_at   DOUBLE  NOT NULL,
+        path         VARCHAR NOT NULL,  -- relative to the container's directory
+        bytes        BIGINT  NOT NULL,
+        source       VARCHAR NOT NULL,  -- user (uploaded, copied from the Files API), assistant (code)
+        mtime_ns     BIGINT  NOT NULL,  -- of the file on disk when last registered
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    "CREATE INDEX container_files_by_container ON container_files (tenant, container_id)",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

@@ -59,7 +59,10 @@ class StorageService(AsyncStore):
     record the store's commits in this process's metrics registry (``troupe.observe``).
     """
 
-    def __init__(self, path: str, memory_limit: str = "", namespace: str | None = None, metrics: bool = False) -> None:
+    def __init__(
+        self, path: str, memory_limit: str = "", namespace: str | None = None, metrics: bool = False,
+        containers_directory: str = "",
+    ) -> None:  # fmt: skip
         journal = journal_of(path)
         self._journal_dir = None if journal is None else os.path.abspath(journal)
         self._positions: dict[str, int] = {}
@@ -70,7 +73,8 @@ class StorageService(AsyncStore):
 
             self._on_commit = commit_recorder(process_registry())
             RayExport.start_once(process_registry())
-        super().__init__(open_store(path, memory_limit), journal=journal, on_commit=self._on_commit)
+        super().__init__(open_store(path, memory_limit), journal=journal, on_commit=self._on_commit,
+                         containers_directory=containers_directory)  # fmt: skip
         if journal is not None and ray.is_initialized():
             self._leave_owner_file(path, namespace or ray.get_runtime_context().namespace)
 
@@ -153,6 +157,7 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
         settings.storage_memory_limit,
         settings.namespace,
         settings.telemetry.metrics,
+        settings.containers.directory,
         name=STORAGE_ACTOR_NAME,
         namespace=settings.namespace,
         resources={"node:__internal_head__": 0.001},  # the DuckDB file lives on the head node's disk

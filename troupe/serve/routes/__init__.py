@@ -6,6 +6,7 @@
 - :mod:`.conversations` — ``/v1/conversations`` and their items
 - :mod:`.files` — ``/v1/files``, ``/v1/vector_stores`` and ``/v1/embeddings``
 - :mod:`.prompts` — ``/v1/prompts``
+- :mod:`.containers` — ``/v1/containers`` and their files
 
 Each module's routes are plain functions on its ``router``; what they share (the caller's
 tenant, the JSON body, the runtime) comes from :mod:`troupe.serve.dependencies`. A new
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import conversations, files, models, operator, prompts, responses
+from . import containers, conversations, files, models, operator, prompts, responses
 
 __all__ = ["ROUTERS"]
 
@@ -28,5 +29,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     conversations.router,
     files.router,
     prompts.router,
+    containers.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""

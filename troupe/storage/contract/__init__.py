@@ -9,11 +9,13 @@ prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompt
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
+containers          :class:`.containers.Containers`        ``duckdb_store.containers.ContainerTables``
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
 first five over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
-stores over a connection of its own. Every caller reaches them through the async store client
+stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
+on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
 arguments, to the thread that runs its area (and across Ray through the storage actor's one
 ``call``): a new store method is written in its protocol and in DuckDB, nowhere else.
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .console import Console
+from .containers import Containers
 from .conversations import Conversations
 from .evaluation import Evaluation
 from .files import Files
@@ -40,7 +43,9 @@ from .prompts import Prompts
 from .responses import Responses
 
 __all__ = [
+    "CONTAINERS_METHODS",
     "Console",
+    "Containers",
     "Conversations",
     "Evaluation",
     "FILES_METHODS",
@@ -80,4 +85,8 @@ STORE_METHODS = methods_of(Responses, Conversations, Prompts, Evaluation, Consol
 FILES_METHODS = methods_of(Files)
 """What the async store forwards to the files and vector stores' thread, by name."""
 
-assert not STORE_METHODS & FILES_METHODS, "two areas declare one method name"
+CONTAINERS_METHODS = methods_of(Containers)
+"""What the async store forwards to the containers, on the files and vector stores' thread, by name."""
+
+_AREAS = (STORE_METHODS, FILES_METHODS, CONTAINERS_METHODS)
+assert sum(map(len, _AREAS)) == len(frozenset().union(*_AREAS)), "two areas declare one method name"
