@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from troupe.protocol import InvalidRequest, NotFound
+from troupe.protocol.containers import MEMORY_LIMITS
 
 from .model import ToolCall
 
@@ -91,8 +92,6 @@ PYTHON = "python"
 
 INCLUDE_OUTPUTS = "code_interpreter_call.outputs"
 """The ``include`` value that puts a call's ``outputs`` in its item."""
-
-MEMORY_LIMITS = ("1g", "4g", "16g", "64g")
 
 LOGS_SHOWN = 20_000
 """The most characters of a run's logs the model is shown: its start and its end (where a
