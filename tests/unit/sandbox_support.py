@@ -32,11 +32,13 @@ needs_packages = pytest.mark.skipif(
 
 
 def container_dir(tmp_path: Path) -> Path:
-    """``<storage>/containers/cntr_test``, with the storage's DuckDB file two levels up."""
+    """``<storage>/containers/cntr_test``, with the storage's DuckDB file two levels up; made
+    with the modes the store gives them (0700: only the server's user may enter)."""
     storage = tmp_path / "storage"
-    (storage / "containers").mkdir(parents=True)
+    (storage / "containers").mkdir(parents=True, mode=0o700)
     (storage / "troupe.duckdb").write_text("SECRET-DUCKDB-CONTENT")
     (storage / "containers" / "neighbour.txt").write_text("SECRET-NEIGHBOUR")
+    (storage / "containers" / "cntr_test").mkdir(mode=0o700)
     return storage / "containers" / "cntr_test"
 
 

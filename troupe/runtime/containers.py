@@ -1,4 +1,4 @@
-"""Containers: the Containers API of the runtime, and what a container's actor asks of its container.
+"""Containers: the Containers API of the runtime, and what running code in a container asks of it.
 
 :class:`ContainerService` is Ray-free: it checks a request against the ``[containers]``
 settings (:class:`~troupe.runtime.settings.ContainersSettings`), makes ids, and reaches the
@@ -11,15 +11,19 @@ A container is ``running`` until it has been idle (no API call addressing it, no
 (and by :meth:`ContainerService.sweep`): as OpenAI's, it can still be retrieved and listed, its
 files are discarded (its file routes answer 400 ``container_expired``), and it never runs again.
 
-The container actor (one per container, running its sandbox) uses four methods:
+What runs code in a container (:class:`~troupe.runtime.container_runs.ContainerRunner`, in the
+conversation's host) uses these methods:
 
 * :meth:`~ContainerService.directory`: the host directory to mount at ``/mnt/data``;
 * :meth:`~ContainerService.mark_active`: before (and after) each run, so the container does not
-  expire while it is used; it raises once the container is expired or deleted, which is the
-  actor's cue to close its sandbox;
+  expire while it is used; it raises once the container is expired or deleted (the code does
+  not run);
 * :meth:`~ContainerService.register_files`: after each run, with the sandbox's changed files,
   so that files the code wrote become container files with ids (``source: "assistant"``);
-* :meth:`~ContainerService.sweep` is the runtime's: containers expired now, whose actors should stop.
+* :meth:`~ContainerService.sweep` is the runtime's: it expires containers idle past their time.
+
+Deleting or expiring a container stops its sandbox (``stop``: the fleet's, in
+:mod:`troupe.runtime.container_runs`).
 
 Example::
 
@@ -33,8 +37,9 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from troupe.protocol.containers import (
@@ -53,6 +58,8 @@ from troupe.storage import Order, Page
 
 __all__ = ["ContainerService"]
 
+log = logging.getLogger(__name__)
+
 
 class ContainerService:
     """The containers of one runtime, over its store client (module docstring).
@@ -60,11 +67,17 @@ class ContainerService:
     Args:
         settings: the ``[containers]`` table: the memory limit cap, the expiry defaults.
         store: the store client (its containers area).
+        stop: stops the sandbox of a container that was deleted or expired (the fleet's).
     """
 
-    def __init__(self, settings: ContainersSettings, store: StoreClient) -> None:
+    def __init__(
+        self, settings: ContainersSettings, store: StoreClient, *, stop: Callable[[str], Awaitable[None]] | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
+        self.stop = stop
+        """What stops a container's sandbox (``ContainerFleet.stop``), when its container is
+        deleted or expires; None: no sandboxes are run from here."""
 
     # -- containers ----------------------------------------------------------------
 
@@ -113,6 +126,7 @@ class ContainerService:
         """
         if not await self.store.delete_container(tenant, container_id):
             raise container_not_found(container_id)
+        await self._stop(container_id)
         return container_deleted(container_id)
 
     # -- container files -----------------------------------------------------------
@@ -171,7 +185,7 @@ class ContainerService:
             raise container_file_not_found(file_id, container_id)
         return container_file_deleted(file_id)
 
-    # -- the container actor's ----------------------------------------------------------
+    # -- what runs code asks ------------------------------------------------------------
 
     async def directory(self, tenant: str, container_id: str) -> str:
         """The absolute path of a running container's directory, on the storage actor's node:
@@ -222,4 +236,14 @@ class ContainerService:
     async def sweep(self) -> list[tuple[str, str]]:
         """Expire every container idle past its time (their files go); ``(tenant, container id)``
         of each expired now."""
-        return [(tenant, container_id) for tenant, container_id in await self.store.expire_containers()]
+        expired = [(tenant, container_id) for tenant, container_id in await self.store.expire_containers()]
+        for _, container_id in expired:
+            await self._stop(container_id)
+        return expired
+
+    async def _stop(self, container_id: str) -> None:
+        if self.stop is not None:
+            try:
+                await self.stop(container_id)
+            except Exception:  # noqa: BLE001 - an idle sandbox also ends itself; the row is what counts
+                log.warning("container %s: its sandbox could not be stopped", container_id, exc_info=True)

@@ -49,6 +49,8 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.batching import coalesce
+from troupe.runtime.container_runs import ContainerFleet, ContainerRunner
+from troupe.runtime.containers import ContainerService
 from troupe.runtime.mcp_policy import resolve_mcp_tool
 from troupe.runtime.models import ModelRegistry
 from troupe.runtime.rag import VectorStores
@@ -120,6 +122,8 @@ class ConversationHost:
         settings: the runtime settings (models, limits, batching).
         store: the storage client (group-committing writes).
         executors: the server-side tool executors.
+        mcp_client: how MCP servers are reached (None: ``mcp`` tools are refused).
+        fleet: where containers' sandboxes run (None: ``code_interpreter`` tools are refused).
         host_label: the host's ``host`` label in metrics (``local``, ``replica``, a pooled
             actor's name, ``dedicated``).
     """
@@ -131,12 +135,16 @@ class ConversationHost:
         store: StoreClient,
         executors: Sequence[ToolExecutor] = (),
         mcp_client: McpClient | None = None,
+        fleet: ContainerFleet | None = None,
         host_label: str = "local",
     ) -> None:
         self.settings = settings
         self.store = store
         self.executors = list(executors)
         self.mcp_client = mcp_client
+        self.fleet = fleet
+        self.containers = ContainerService(settings.containers, store, stop=fleet.stop if fleet else None)
+        """The tenants' containers, for the ``code_interpreter`` tool run here (on ``fleet``)."""
         self.models = ModelRegistry(settings.models)
         self.vector_stores = VectorStores(settings, store)
         """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
@@ -382,6 +390,7 @@ class ConversationHost:
         prepared = prepare(
             request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
             file_searcher=self.vector_stores.searcher(job.tenant),
+            code_runner=None if self.fleet is None else ContainerRunner(self.containers, self.fleet, job.tenant),
         )  # fmt: skip
         obs = self.observer.turn(job, started=started)
         if obs is not None:

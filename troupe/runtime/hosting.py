@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from troupe.protocol import ServerError
+from troupe.runtime.container_runs import ContainerFleet
 from troupe.runtime.host import HostClient
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ class HostFailed(ServerError):
 
 
 class Placement(Protocol):
+    fleet: ContainerFleet
+    """Where the containers' sandboxes run (the Containers API stops a deleted one's)."""
+
     async def host_for(self, thread_id: str) -> HostClient: ...
 
     def forget(self, thread_id: str) -> None:

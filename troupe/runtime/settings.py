@@ -226,6 +226,19 @@ class ContainersSettings(BaseModel):
     namespaces, an unprivileged uid, no network, rlimits; the tools refuse to start without it
     (the message names the package). ``"none"``: a plain subprocess with rlimits only, which
     sees and may change everything the server's user may: for trusted single-user use only."""
+    call_timeout_s: PositiveFloat = 120.0
+    """Wall-clock time one run of code (a ``python`` call) or one shell command may take; past
+    it, the sandbox kills it (the interpreter restarts: variables go, files stay)."""
+    cpu_seconds: PositiveFloat = 60.0
+    """CPU time one run may use (RLIMIT_CPU, renewed before each run)."""
+    max_processes: PositiveInt = 64
+    """Processes and threads a container's code may have at once (RLIMIT_NPROC)."""
+    max_disk_bytes: PositiveInt = 1 << 30
+    """Disk a container's ``/mnt/data`` may fill (1 GiB); a run that grows it past this is killed."""
+    ray_cpus: NonNegativeFloat = 0.1
+    """CPUs each container's actor reserves on Ray (its ``memory`` reservation is its
+    ``memory_limit``): how Ray spreads containers over the nodes. The code may use more CPU
+    than this; it runs at a lower priority than the server (``nice`` 10)."""
 
     @model_validator(mode="after")
     def _default_within_the_most(self) -> ContainersSettings:

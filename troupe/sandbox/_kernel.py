@@ -198,6 +198,8 @@ def _read_text(file) -> str:
 
 def main() -> None:
     mode, limits = sys.argv[1], json.loads(sys.argv[2])
+    if limits.get("cwd"):
+        os.chdir(limits["cwd"])  # as the code's own uid: root without capabilities may not enter /mnt/data
     if mode == "exec":
         set_limits(limits, cpu_hard=True)
         # Python ignores SIGPIPE and SIGXFSZ, and exec keeps ignored signals: give the command

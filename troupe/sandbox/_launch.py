@@ -37,6 +37,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .types import Isolation, Limits, SandboxUnavailable
 
@@ -199,10 +200,11 @@ class Launcher:
         return self._wrap([str(self.python), kernel, "exec", json.dumps(limits), "--", "/bin/sh", "-c", command])
 
     def cwd(self) -> Path | None:
-        """The host directory to start in (``none`` only; bwrap changes to /mnt/data itself)."""
+        """The host directory to start in (``none`` only; under bwrap the kernel enters /mnt/data itself)."""
         return self.directory if self.isolation == "none" else None
 
-    def _rlimits(self) -> dict[str, int]:
+    # What the kernel sets up before any code runs: its rlimits, and the directory it starts in.
+    def _rlimits(self) -> dict[str, Any]:
         nproc = self.limits.max_processes
         if self.uid is None:
             # Not root: RLIMIT_NPROC counts every process of the server's user, not just the
@@ -212,12 +214,14 @@ class Launcher:
             "memory_bytes": self.limits.memory_bytes,
             "max_processes": nproc,
             "max_file_bytes": self.limits.max_file_bytes,
+            "cwd": INSIDE_DATA if self.isolation == "bwrap" else None,
         }
 
     def _wrap(self, inner: Sequence[str]) -> list[str]:
+        nice = ["nice", "-n", str(self.limits.niceness)] if self.limits.niceness else []
         if self.isolation == "none":
-            return list(inner)
-        return [*self._bwrap_argv(), "--", *self._drop_privileges(), *inner]
+            return [*nice, *inner]
+        return [*nice, *self._bwrap_argv(), "--", *self._drop_privileges(), *inner]
 
     def _drop_privileges(self) -> list[str]:
         if self.uid is None:
@@ -270,7 +274,10 @@ class Launcher:
         argv += ["--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", tmp, "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm",
-                 "--bind", str(self.directory), INSIDE_DATA, "--chdir", INSIDE_DATA]  # fmt: skip
+                 "--bind", str(self.directory), INSIDE_DATA]  # fmt: skip
+        # As root, bwrap has dropped its capabilities by now and cannot enter the directory,
+        # which belongs to the container's uid (mode 0700 is fine): the kernel enters it.
+        argv += ["--chdir", "/" if self.uid is not None else INSIDE_DATA]
         for key, value in self.environment().items():
             argv += ["--setenv", key, value]
         return argv

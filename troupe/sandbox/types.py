@@ -62,6 +62,9 @@ class Limits:
     """Disk use of the whole /mnt/data: a call that grows it past this is killed."""
     tmp_bytes: int = 64 * MiB
     """Size of the private tmpfs /tmp (and /dev/shm); it is memory, so it is kept small."""
+    niceness: int = 10
+    """How much lower than the server's the code's CPU priority is (``nice -n``): busy
+    containers slow each other, not the server that streams the answers."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from troupe.protocol import ProtocolError
 from troupe.protocol.job import TurnJob
+from troupe.runtime.container_runs import ContainerFleet, LocalFleet
 from troupe.runtime.host import ConversationHost, HostClient
 from troupe.runtime.hosting import HostFailed, Placement
 from troupe.runtime.ray.actors import start_actor
@@ -60,9 +61,11 @@ class LocalPlacement:
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
         from troupe.runtime.ray.mcp import LocalMcpClient
 
+        self.fleet: ContainerFleet = LocalFleet()
         self.host = ConversationHost(
-            settings, store=store, executors=[local_executor(settings.tools)], mcp_client=LocalMcpClient(settings)
-        )
+            settings, store=store, executors=[local_executor(settings.tools)], mcp_client=LocalMcpClient(settings),
+            fleet=self.fleet,
+        )  # fmt: skip
 
     async def metrics_snapshots(self) -> dict[str, Snapshot | None]:
         """The host is in this process: its metrics are this process's."""
@@ -86,6 +89,7 @@ class LocalPlacement:
 
     async def close(self) -> None:
         await self.host.close()
+        await self.fleet.close()
 
 
 # -- Ray ----------------------------------------------------------------------------
@@ -118,9 +122,12 @@ class ReplicaPlacement(LocalPlacement):
     """
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
+        from troupe.runtime.ray.containers import RayFleet
+
         executors, mcp_client = ray_tools(settings)
+        self.fleet: ContainerFleet = RayFleet(settings)
         self.host = ConversationHost(
-            settings, store=store, executors=executors, mcp_client=mcp_client, host_label="replica"
+            settings, store=store, executors=executors, mcp_client=mcp_client, fleet=self.fleet, host_label="replica"
         )
 
 
@@ -130,6 +137,7 @@ class HostActor(ConversationHost):
     def __init__(self, settings: RuntimeSettings, idle_timeout_s: float | None = None) -> None:
         import ray
 
+        from troupe.runtime.ray.containers import RayFleet
         from troupe.runtime.ray.storage_actor import RayStoreClient
 
         executors, mcp_client = ray_tools(settings)
@@ -137,7 +145,7 @@ class HostActor(ConversationHost):
         label = "dedicated" if idle_timeout_s is not None else ray.get_runtime_context().get_actor_name() or "host"
         super().__init__(
             settings, store=RayStoreClient.by_name(settings), executors=executors, mcp_client=mcp_client,
-            host_label=label,
+            fleet=RayFleet(settings), host_label=label,
         )
         self._idle_timeout_s = idle_timeout_s
         self._watcher: asyncio.Task[None] | None = None
@@ -255,6 +263,9 @@ class PooledPlacement:
     """K shared host actors; a thread's host is chosen by a stable hash of its id."""
 
     def __init__(self, settings: RuntimeSettings) -> None:
+        from troupe.runtime.ray.containers import RayFleet
+
+        self.fleet: ContainerFleet = RayFleet(settings)
         self.handles = [
             start_actor(HostActor, settings, name=f"troupe-host-{i}", namespace=settings.namespace)
             for i in range(settings.pool_size)
@@ -286,7 +297,10 @@ class DedicatedPlacement:
     """One named actor per conversation, exiting when idle."""
 
     def __init__(self, settings: RuntimeSettings, *, max_cached_handles: int = 10_000) -> None:
+        from troupe.runtime.ray.containers import RayFleet
+
         self.settings = settings
+        self.fleet: ContainerFleet = RayFleet(settings)
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self._max = max_cached_handles
 

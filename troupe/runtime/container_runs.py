@@ -1,0 +1,255 @@
+"""Running code in containers: the host's :class:`ContainerRunner` (what the loop's
+``code_interpreter`` tool calls), and the :class:`ContainerFleet` its sandboxes run on.
+
+A container is a row and a directory (:mod:`troupe.runtime.containers`, the Containers API)
+and, while code runs in it, a :class:`~troupe.sandbox.Sandbox`: a persistent Python kernel
+and shell commands under bubblewrap, with ``/mnt/data`` bound to the directory. A *fleet*
+keeps one sandbox per container, started on the container's first run:
+
+* :class:`LocalFleet` (here): the sandboxes in this process (the in-process runtime);
+* ``RayFleet`` (:mod:`troupe.runtime.ray.containers`): one Ray actor per container, named
+  after it, so that every host of the cluster reaches the same kernel; it reserves the
+  container's memory and ``ray_cpus``, and ends itself when idle.
+
+One run, as :class:`ContainerRunner` does it::
+
+    mark_active(tenant, id)      the container is the tenant's and running (else ContainerNotFound)
+    fleet.run_python(box, code)  the sandbox runs it: logs, figures, changed files, a limit hit
+    register_files(tenant, id)   files the code wrote become container files (ids to cite)
+
+What a container's sandbox may use (:class:`~troupe.sandbox.Limits`) comes from its
+``memory_limit`` and the ``[containers]`` settings (:func:`box_limits`). A sandbox whose
+container is deleted or expires is stopped (:meth:`ContainerFleet.stop`, from
+:class:`~troupe.runtime.containers.ContainerService`); one left idle past its container's
+expiry stops itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import posixpath
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from troupe.agentloop.code_interpreter import CodeRun, ContainerFile, ContainerNotFound
+from troupe.protocol import InvalidRequest, NotFound
+from troupe.protocol.containers import MEMORY_LIMITS
+from troupe.runtime.containers import ContainerService
+from troupe.runtime.settings import ContainersSettings
+from troupe.sandbox import CommandResult, Limits, PythonResult, Sandbox
+
+__all__ = ["BoxSpec", "ContainerFleet", "ContainerRunner", "LocalFleet", "box_limits", "code_run"]
+
+_GiB = 1 << 30
+AUTO_NAME = "code_interpreter"
+"""The name of a container the tool creates itself (``container: "auto"``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoxSpec:
+    """What a fleet needs to start a container's sandbox."""
+
+    container_id: str
+    directory: str
+    """The container's directory on the host (``/mnt/data`` inside)."""
+    limits: Limits
+    isolation: str
+    idle_s: float
+    """Idle time after which the sandbox may stop itself (the container's expiry)."""
+
+
+def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
+    """A container's limits: its ``memory_limit`` (``"1g"`` … ``"64g"``) and the settings'."""
+    gib = int(memory_limit.rstrip("g")) if memory_limit in MEMORY_LIMITS else 1
+    return Limits(memory_bytes=gib * _GiB, cpu_seconds=settings.cpu_seconds, max_processes=settings.max_processes,
+                  max_disk_bytes=settings.max_disk_bytes)  # fmt: skip
+
+
+class ContainerFleet(Protocol):
+    """Where containers' sandboxes run: one per container, started on its first run."""
+
+    async def run_python(self, box: BoxSpec, code: str, *, timeout_s: float) -> PythonResult:
+        """Run ``code`` in the container's persistent kernel (``Sandbox.run_python``)."""
+        ...
+
+    async def run_shell(
+        self, box: BoxSpec, commands: Sequence[str], *, timeout_s: float, max_output_length: int | None
+    ) -> list[CommandResult]:
+        """Run shell commands in the container (``Sandbox.run_shell``)."""
+        ...
+
+    async def stop(self, container_id: str) -> None:
+        """Stop a container's sandbox, if one runs (its container was deleted or expired)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop what this fleet started and owns."""
+        ...
+
+
+class LocalFleet:
+    """Sandboxes in this process, one per container (the in-process runtime).
+
+    Each is started, and later closed, on this event loop's thread (bubblewrap ends with the
+    thread that started it). A sandbox idle past its container's expiry is closed the next
+    time any container runs here.
+    """
+
+    def __init__(self) -> None:
+        self._boxes: dict[str, tuple[Sandbox, BoxSpec]] = {}
+        self._last_used: dict[str, float] = {}
+        self._starting: dict[str, asyncio.Lock] = {}
+
+    async def _box(self, box: BoxSpec) -> Sandbox:
+        await self._close_idle(box.container_id)
+        lock = self._starting.setdefault(box.container_id, asyncio.Lock())
+        async with lock:
+            found = self._boxes.get(box.container_id)
+            if found is None:
+                sandbox = Sandbox(Path(box.directory), box.limits, isolation=box.isolation)  # type: ignore[arg-type]
+                await sandbox.start()
+                found = self._boxes[box.container_id] = (sandbox, box)
+        self._last_used[box.container_id] = time.monotonic()
+        return found[0]
+
+    async def run_python(self, box: BoxSpec, code: str, *, timeout_s: float) -> PythonResult:
+        sandbox = await self._box(box)
+        try:
+            return await sandbox.run_python(code, timeout_s=timeout_s)
+        finally:
+            self._last_used[box.container_id] = time.monotonic()
+
+    async def run_shell(
+        self, box: BoxSpec, commands: Sequence[str], *, timeout_s: float, max_output_length: int | None
+    ) -> list[CommandResult]:
+        sandbox = await self._box(box)
+        try:
+            return await sandbox.run_shell(commands, timeout_s=timeout_s, max_output_length=max_output_length)
+        finally:
+            self._last_used[box.container_id] = time.monotonic()
+
+    async def stop(self, container_id: str) -> None:
+        found = self._boxes.pop(container_id, None)
+        self._last_used.pop(container_id, None)
+        if found is not None:
+            await found[0].close()
+
+    async def close(self) -> None:
+        for container_id in list(self._boxes):
+            await self.stop(container_id)
+
+    async def _close_idle(self, keep: str) -> None:
+        now = time.monotonic()
+        for container_id, (_, box) in list(self._boxes.items()):
+            if container_id != keep and now - self._last_used.get(container_id, now) > box.idle_s:
+                await self.stop(container_id)
+
+
+def code_run(result: PythonResult, files: Sequence[Mapping[str, Any]]) -> CodeRun:
+    """What the loop is told of a sandbox's run: its logs (stdout, stderr, then the traceback or
+    the sandbox's notice), its figures as ``data:`` URLs, and the container files it wrote."""
+    logs = result.stdout + result.stderr
+    if result.error and not result.stderr.endswith(result.error):
+        logs += result.error
+    images = tuple("data:image/png;base64," + base64.b64encode(png).decode("ascii") for png in result.images)
+    written = tuple(
+        ContainerFile(file_id=f["id"], filename=posixpath.basename(f["path"]), path=f["path"]) for f in files
+    )
+    return CodeRun(logs=logs, images=images, files=written, failed=result.error is not None and result.limit is None,
+                   limit=result.limit)  # fmt: skip
+
+
+class ContainerRunner:
+    """The loop's :class:`~troupe.agentloop.code_interpreter.CodeRunner` for one tenant: its
+    containers through the Containers API's service, their code on a fleet.
+
+    Args:
+        containers: the runtime's ``ContainerService`` (the store's containers area).
+        fleet: where the sandboxes run.
+        tenant: whose containers these are: another tenant's is :class:`ContainerNotFound`.
+    """
+
+    def __init__(self, containers: ContainerService, fleet: ContainerFleet, tenant: str) -> None:
+        self.containers = containers
+        self.fleet = fleet
+        self.tenant = tenant
+        self.settings: ContainersSettings = containers.settings
+
+    async def container_for(self, spec: str | dict[str, Any], *, reuse: str | None) -> str:
+        """An explicit container (checked: the tenant's, running) or, for the auto form, the
+        thread's last container when it still runs (given the ``file_ids`` it lacks), else a
+        new one named ``code_interpreter``."""
+        if isinstance(spec, str):
+            await self._active(spec)
+            return spec
+        file_ids = list(spec.get("file_ids") or ())
+        if reuse is not None:
+            with contextlib.suppress(ContainerNotFound):
+                await self._active(reuse)
+                await self._add_files(reuse, file_ids)
+                return reuse
+        body = {key: value for key, value in spec.items() if key != "type"}
+        body.setdefault("name", AUTO_NAME)
+        made = await self.containers.create_container(self.tenant, body)
+        return str(made["id"])
+
+    async def run(self, container_id: str, code: str) -> CodeRun:
+        box = await self._box(container_id)
+        result = await self.fleet.run_python(box, code, timeout_s=self.settings.call_timeout_s)
+        return code_run(result, await self._register(container_id, result.changed_files))
+
+    async def run_shell(
+        self, container_id: str, commands: Sequence[str], *, timeout_ms: int | None, max_output_length: int | None
+    ) -> list[CommandResult]:
+        """Run shell commands in the container, each bounded by ``timeout_ms`` (at most the
+        configured ``call_timeout_s``); files they wrote become container files."""
+        box = await self._box(container_id)
+        timeout_s = self.settings.call_timeout_s
+        if timeout_ms is not None and timeout_ms > 0:
+            timeout_s = min(timeout_s, timeout_ms / 1000)
+        results = await self.fleet.run_shell(box, commands, timeout_s=timeout_s, max_output_length=max_output_length)
+        await self._register(container_id, None)
+        return results
+
+    async def _box(self, container_id: str) -> BoxSpec:
+        container = await self._active(container_id)
+        try:
+            directory = await self.containers.directory(self.tenant, container_id)
+        except (NotFound, InvalidRequest) as exc:
+            raise ContainerNotFound(container_id) from exc
+        limits = box_limits(self.settings, container.get("memory_limit") or "1g")
+        idle_s = 60.0 * float(
+            (container.get("expires_after") or {}).get("minutes") or self.settings.default_expires_minutes
+        )
+        return BoxSpec(container_id, directory, limits, self.settings.isolation, idle_s)
+
+    async def _active(self, container_id: str) -> dict[str, Any]:
+        try:
+            return dict(await self.containers.mark_active(self.tenant, container_id))
+        except (NotFound, InvalidRequest) as exc:
+            raise ContainerNotFound(container_id) from exc
+
+    async def _register(self, container_id: str, paths: Sequence[str] | None) -> list[dict[str, Any]]:
+        if paths is not None and not paths:
+            return []
+        try:
+            return list(await self.containers.register_files(self.tenant, container_id, paths))
+        except (NotFound, InvalidRequest):
+            return []  # deleted or expired while the code ran: its files went with it
+
+    async def _add_files(self, container_id: str, file_ids: Sequence[str]) -> None:
+        """Copy into a reused container the ``file_ids`` whose name it does not hold yet."""
+        if not file_ids:
+            return
+        page = await self.containers.list_files(self.tenant, container_id, limit=100)
+        have = {posixpath.basename(f["path"]) for f in page.data}
+        for file_id in file_ids:
+            found = await self.containers.store.get_file(self.tenant, file_id)
+            name = posixpath.basename(str((found or {}).get("filename") or "").replace("\\", "/"))
+            if found is None or name not in have:
+                await self.containers.create_file(self.tenant, container_id, file_id=file_id)  # raises NotFound

@@ -1,0 +1,106 @@
+"""Containers on Ray: one actor per container owns its sandbox
+(:class:`~troupe.runtime.ray.container_actor.ContainerActor`), and :class:`RayFleet` reaches it
+by name from any host of the cluster.
+
+The actor is named ``troupe-container-<id>`` in the runtime's namespace and is detached: it
+outlives the host that started it (a dedicated host that idles out, a replica that restarts),
+so the container's Python state lives as long as the container does. It reserves the
+container's ``memory_limit`` as Ray ``memory`` and ``[containers] ray_cpus`` CPUs, which is how
+Ray spreads containers over the cluster's nodes. It ends itself once idle for its container's
+expiry time, and the runtime kills it when the container is deleted or expires.
+
+If the actor dies (its node, an out-of-memory kill), Ray starts it again under its name and
+the next run gets a fresh kernel over the same directory; the run that was under way fails
+(its call tells the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from troupe.runtime.container_runs import BoxSpec
+from troupe.runtime.ray.actors import start_actor
+from troupe.runtime.ray.container_actor import ContainerActor
+from troupe.runtime.settings import RuntimeSettings
+from troupe.sandbox import CommandResult, PythonResult
+
+__all__ = ["RayFleet", "container_actor_name"]
+
+NAME_PREFIX = "troupe-container-"
+
+
+def container_actor_name(container_id: str) -> str:
+    """The Ray name of a container's actor."""
+    return NAME_PREFIX + container_id
+
+
+class RayFleet:
+    """The containers' actors of one Ray namespace (any host's; a ``ContainerFleet``).
+
+    Handles are kept by container id. A call whose actor died fails (the code may have run, so
+    it is never tried again) and drops the handle: the next call looks the actor up anew.
+    """
+
+    def __init__(self, settings: RuntimeSettings, *, max_handles: int = 4096) -> None:
+        self.namespace = settings.namespace
+        self.ray_cpus = settings.containers.ray_cpus
+        self._handles: OrderedDict[str, Any] = OrderedDict()
+        self._max = max_handles
+
+    async def _actor(self, box: BoxSpec) -> Any:
+        handle = self._handles.get(box.container_id)
+        if handle is None:
+            # Looking the name up is a blocking call to Ray's control store: off the event loop.
+            handle = await asyncio.to_thread(
+                start_actor, ContainerActor, box.directory, box.limits, box.isolation, box.idle_s,
+                name=container_actor_name(box.container_id),
+                namespace=self.namespace, lifetime="detached", num_cpus=self.ray_cpus,
+                memory=box.limits.memory_bytes, max_concurrency=64,
+            )  # fmt: skip
+            self._handles[box.container_id] = handle
+            if len(self._handles) > self._max:
+                self._handles.popitem(last=False)
+        self._handles.move_to_end(box.container_id)
+        return handle
+
+    async def _call(self, box: BoxSpec, method: str, *args: Any) -> Any:
+        from ray.exceptions import RayActorError
+
+        handle = await self._actor(box)
+        try:
+            return await getattr(handle, method).remote(*args)
+        except RayActorError:
+            # Never tried again: the code may have run. The next call looks the actor up anew.
+            self._handles.pop(box.container_id, None)
+            raise
+
+    async def run_python(self, box: BoxSpec, code: str, *, timeout_s: float) -> PythonResult:
+        result: PythonResult = await self._call(box, "run_python", code, timeout_s)
+        return result
+
+    async def run_shell(
+        self, box: BoxSpec, commands: Sequence[str], *, timeout_s: float, max_output_length: int | None
+    ) -> list[CommandResult]:
+        results: list[CommandResult] = await self._call(box, "run_shell", list(commands), timeout_s, max_output_length)
+        return results
+
+    async def stop(self, container_id: str) -> None:
+        import ray
+
+        self._handles.pop(container_id, None)
+        try:
+            handle = await asyncio.to_thread(
+                ray.get_actor, container_actor_name(container_id), namespace=self.namespace
+            )
+        except ValueError:
+            return  # no sandbox runs for it
+        try:
+            await asyncio.wait_for(handle.close.remote(), timeout=10)
+        finally:
+            ray.kill(handle, no_restart=True)
+
+    async def close(self) -> None:
+        """The actors are detached: they end when idle, or with their containers."""
