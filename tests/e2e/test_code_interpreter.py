@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import ray
@@ -271,3 +272,27 @@ def test_a_tenant_cannot_use_another_tenants_container() -> None:
         assert bobs.container_id != alices and logs_of(bobs) == "[]\n"
         [diary] = alice.containers.files.list(container_id=alices).data
         assert alice.containers.files.content.retrieve(diary.id, container_id=alices).read() == b"dear diary"
+
+
+def test_metrics_count_kernels_limits_and_running_containers(jail, jailed) -> None:
+    client, _ = jail
+    attempt(jail, jailed, "import os\nwhile True:\n    os.fork()")  # a limit hit, then a new kernel
+    text = httpx.get(str(client.base_url).removesuffix("/v1/") + "/metrics").text
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line and not line.startswith("#")}  # fmt: skip
+    assert values['troupe_container_limit_hits_total{kind="python",limit="processes"}'] >= 1
+    assert values["troupe_container_starts_total"] >= 2  # the container's first kernel, and the one after the limit
+    assert values["troupe_containers_running"] >= 1
+    assert values['troupe_tool_call_duration_seconds_count{tool="python",outcome="ok"}'] >= 2
+
+
+def test_without_bubblewrap_the_tool_is_refused_and_says_what_to_install() -> None:
+    missing = ContainersSettings(bwrap="/nonexistent/bwrap")
+    for url in served_local(ServerSettings(), containers=missing):
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as refused:
+            run(client, "print(1)")
+        error = refused.value.body
+        assert (error["code"], error["param"]) == ("sandbox_unavailable", "tools[0]")
+        assert "apt-get install bubblewrap" in error["message"] and "/nonexistent/bwrap" in error["message"]
+        assert client.responses.create(model="sim", input="plain").status == "completed"  # the rest serves

@@ -92,6 +92,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                help="Approval answers received (mcp_approval_response input items), approved or denied."),
     MetricSpec(name="troupe_approvals_pending", kind="gauge", group="loop",
                help="Approval requests not answered yet, as the hosts saw them since they started."),
+    MetricSpec(name="troupe_container_starts_total", kind="counter", group="loop",
+               help="Python kernels started in containers to run code: a container's first run, or the first "
+                    "after a limit restarted its kernel (the python calls are troupe_tool_call_duration_seconds"
+                    "{tool=\"python\"})."),
+    MetricSpec(name="troupe_container_limit_hits_total", kind="counter", group="loop", labels=("kind", "limit"),
+               help="Runs of code (kind python) and shell commands (kind shell) that a container's limit stopped: "
+                    "timeout, memory, cpu, processes, file_size, disk, or crashed."),
+    MetricSpec(name="troupe_containers_running", kind="gauge", group="runtime",
+               help="Containers running (not expired, not deleted), as the store counts them at the scrape."),
     # -- the runtime ----------------------------------------------------------------------------
     MetricSpec(name="troupe_host_conversations", kind="gauge", group="runtime", labels=("host",),
                help="Conversations whose state a host keeps live (its message cache)."),

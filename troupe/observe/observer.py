@@ -73,6 +73,8 @@ class Observer:
         self.mcp_call = r.histogram("troupe_mcp_call_duration_seconds")
         self.approvals_asked = r.counter("troupe_approval_requests_total")
         self.approvals_answered = r.counter("troupe_approval_responses_total")
+        self.container_starts = r.counter("troupe_container_starts_total")
+        self.container_limits = r.counter("troupe_container_limit_hits_total")
         self.cache_hits = r.counter("troupe_message_cache_hits_total")
         self.cache_misses = r.counter("troupe_message_cache_misses_total")
         if r.token not in _PENDING_WATCHED:  # one reading per process, however many hosts
@@ -103,6 +105,16 @@ class Observer:
         """A turn found its thread in the message cache, or read it from storage."""
         if self.registry is not None:
             (self.cache_hits if hit else self.cache_misses).inc()
+
+    def container_run(self, kind: str, *, started: bool, limit: str | None) -> None:
+        """A run of code (``python``) or a shell command (``shell``) in a container ended:
+        whether it started a kernel, and the limit that stopped it."""
+        if self.registry is None:
+            return
+        if started:
+            self.container_starts.inc()
+        if limit is not None:
+            self.container_limits.inc((kind, limit))
 
     def tracer(self) -> Any:
         if self._tracer is None:

@@ -37,13 +37,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from troupe.agentloop.code_interpreter import CodeRun, ContainerFile, ContainerNotFound
-from troupe.protocol import InvalidRequest, NotFound
+from troupe.observe import Observer
+from troupe.protocol import InvalidRequest, NotFound, ServerError
 from troupe.protocol.containers import MEMORY_LIMITS
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.settings import ContainersSettings
-from troupe.sandbox import CommandResult, Limits, PythonResult, Sandbox
+from troupe.sandbox import CommandResult, Isolation, Limits, PythonResult, Sandbox, SandboxUnavailable, check_available
 
-__all__ = ["BoxSpec", "ContainerFleet", "ContainerRunner", "LocalFleet", "box_limits", "code_run"]
+__all__ = ["BoxSpec", "ContainerFleet", "ContainerRunner", "LocalFleet", "box_limits", "check_sandbox", "code_run"]
 
 _GiB = 1 << 30
 AUTO_NAME = "code_interpreter"
@@ -58,9 +59,11 @@ class BoxSpec:
     directory: str
     """The container's directory on the host (``/mnt/data`` inside)."""
     limits: Limits
-    isolation: str
+    isolation: Isolation
     idle_s: float
     """Idle time after which the sandbox may stop itself (the container's expiry)."""
+    bwrap: str = "bwrap"
+    """The bubblewrap executable."""
 
 
 def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
@@ -68,6 +71,19 @@ def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
     gib = int(memory_limit.rstrip("g")) if memory_limit in MEMORY_LIMITS else 1
     return Limits(memory_bytes=gib * _GiB, cpu_seconds=settings.cpu_seconds, max_processes=settings.max_processes,
                   max_disk_bytes=settings.max_disk_bytes)  # fmt: skip
+
+
+def check_sandbox(settings: ContainersSettings, param: str) -> None:
+    """Refuse a request whose tools would run code, when this machine cannot sandbox it.
+
+    Raises:
+        ServerError: bubblewrap (or setpriv) is missing; the message names the package and the
+            command that installs it (``param``: the tool).
+    """
+    try:
+        check_available(settings.isolation, bwrap=settings.bwrap)
+    except SandboxUnavailable as exc:
+        raise ServerError(f"Code cannot run on this server: {exc}.", param=param, code="sandbox_unavailable") from exc
 
 
 class ContainerFleet(Protocol):
@@ -111,7 +127,7 @@ class LocalFleet:
         async with lock:
             found = self._boxes.get(box.container_id)
             if found is None:
-                sandbox = Sandbox(Path(box.directory), box.limits, isolation=box.isolation)  # type: ignore[arg-type]
+                sandbox = Sandbox(Path(box.directory), box.limits, isolation=box.isolation, bwrap=box.bwrap)
                 await sandbox.start()
                 found = self._boxes[box.container_id] = (sandbox, box)
         self._last_used[box.container_id] = time.monotonic()
@@ -172,12 +188,16 @@ class ContainerRunner:
         containers: the runtime's ``ContainerService`` (the store's containers area).
         fleet: where the sandboxes run.
         tenant: whose containers these are: another tenant's is :class:`ContainerNotFound`.
+        observer: the host's metrics (kernels started, limits hit).
     """
 
-    def __init__(self, containers: ContainerService, fleet: ContainerFleet, tenant: str) -> None:
+    def __init__(
+        self, containers: ContainerService, fleet: ContainerFleet, tenant: str, *, observer: Observer | None = None
+    ) -> None:
         self.containers = containers
         self.fleet = fleet
         self.tenant = tenant
+        self.observer = observer
         self.settings: ContainersSettings = containers.settings
 
     async def container_for(self, spec: str | dict[str, Any], *, reuse: str | None) -> str:
@@ -201,6 +221,8 @@ class ContainerRunner:
     async def run(self, container_id: str, code: str) -> CodeRun:
         box = await self._box(container_id)
         result = await self.fleet.run_python(box, code, timeout_s=self.settings.call_timeout_s)
+        if self.observer is not None:
+            self.observer.container_run("python", started=result.fresh, limit=result.limit)
         return code_run(result, await self._register(container_id, result.changed_files))
 
     async def run_shell(
@@ -213,6 +235,9 @@ class ContainerRunner:
         if timeout_ms is not None and timeout_ms > 0:
             timeout_s = min(timeout_s, timeout_ms / 1000)
         results = await self.fleet.run_shell(box, commands, timeout_s=timeout_s, max_output_length=max_output_length)
+        if self.observer is not None:
+            for result in results:
+                self.observer.container_run("shell", started=False, limit=result.limit)
         await self._register(container_id, None)
         return results
 
@@ -226,7 +251,7 @@ class ContainerRunner:
         idle_s = 60.0 * float(
             (container.get("expires_after") or {}).get("minutes") or self.settings.default_expires_minutes
         )
-        return BoxSpec(container_id, directory, limits, self.settings.isolation, idle_s)
+        return BoxSpec(container_id, directory, limits, self.settings.isolation, idle_s, self.settings.bwrap)
 
     async def _active(self, container_id: str) -> dict[str, Any]:
         try:

@@ -250,6 +250,12 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
 
     # -- observation -------------------------------------------------------------
 
+    async def _running_containers(self) -> float | None:
+        try:
+            return float(await self.store.count_running_containers())
+        except Exception:  # noqa: BLE001 - a scrape shows what it can
+            return None
+
     async def metrics_text(self) -> str | None:
         """``GET /metrics``: Troupe's metrics in Prometheus' text format, summed over this process,
         the storage actor's and the hosts' (``troupe.observe.metrics``); None with metrics off."""
@@ -259,8 +265,12 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
 
         if self._scrapes is None:
             self._scrapes = ScrapeView()
-        store, hosts = await asyncio.gather(self._store_metrics(), self.placement.metrics_snapshots())
+        store, hosts, running = await asyncio.gather(
+            self._store_metrics(), self.placement.metrics_snapshots(), self._running_containers()
+        )
         snapshots = {"ingress": process_registry().snapshot(), **hosts}
+        if running is not None:  # a gauge of the whole runtime, read from the store now
+            snapshots["containers"] = {"token": "containers", "values": {"troupe_containers_running": {(): running}}}
         if store is not ...:
             snapshots["storage"] = store
         return render(self._scrapes.update(snapshots))

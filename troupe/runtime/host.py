@@ -49,7 +49,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.batching import coalesce
-from troupe.runtime.container_runs import ContainerFleet, ContainerRunner
+from troupe.runtime.container_runs import ContainerFleet, ContainerRunner, check_sandbox
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.mcp_policy import resolve_mcp_tool
 from troupe.runtime.models import ModelRegistry
@@ -201,6 +201,12 @@ class ConversationHost:
                 thread.history, thread.tip = items, request.previous_response_id
             return thread.history
         return []
+
+    def _code_runner(self, tenant: str) -> ContainerRunner | None:
+        """What runs a turn's code in the tenant's containers (None: no fleet, the tools are refused)."""
+        if self.fleet is None:
+            return None
+        return ContainerRunner(self.containers, self.fleet, tenant, observer=self.observer)
 
     # -- a turn ------------------------------------------------------------------
 
@@ -387,10 +393,13 @@ class ConversationHost:
         tools = [plain(t) for t in request.tools or []]
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
+            for i, tool in enumerate(tools):
+                if tool.get("type") == "code_interpreter" and self.fleet is not None:
+                    check_sandbox(self.settings.containers, f"tools[{i}]")
         prepared = prepare(
             request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
             file_searcher=self.vector_stores.searcher(job.tenant),
-            code_runner=None if self.fleet is None else ContainerRunner(self.containers, self.fleet, job.tenant),
+            code_runner=self._code_runner(job.tenant),
         )  # fmt: skip
         obs = self.observer.turn(job, started=started)
         if obs is not None:

@@ -226,6 +226,8 @@ class ContainersSettings(BaseModel):
     namespaces, an unprivileged uid, no network, rlimits; the tools refuse to start without it
     (the message names the package). ``"none"``: a plain subprocess with rlimits only, which
     sees and may change everything the server's user may: for trusted single-user use only."""
+    bwrap: NonEmpty = "bwrap"
+    """The bubblewrap executable: a name looked up on PATH, or a path."""
     call_timeout_s: PositiveFloat = 120.0
     """Wall-clock time one run of code (a ``python`` call) or one shell command may take; past
     it, the sandbox kills it (the interpreter restarts: variables go, files stay)."""

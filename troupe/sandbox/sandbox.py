@@ -235,6 +235,7 @@ class Sandbox:
             else:
                 reply, limit = await self._race(kernel.reply(call_id), before.disk_bytes, timeout_s)
             result = PythonResult()
+            result.fresh = call_id == 1
             if reply is not None:
                 result.stdout, result.stderr, result.error = reply["stdout"], reply["stderr"], reply["error"]
                 result.images = [base64.b64decode(image) for image in reply["images"]]

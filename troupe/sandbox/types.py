@@ -83,6 +83,8 @@ class PythonResult:
     """The limit the call hit, if any."""
     restarted: bool = False
     """The kernel was killed and started again because of this call: variables are gone, files stay."""
+    fresh: bool = False
+    """The call was the first of its kernel: the sandbox's first, or the first after a restart."""
     changed_files: list[str] = field(default_factory=list)
     """Regular files under /mnt/data created or modified by the call, relative, sorted."""
     duration_s: float = 0.0

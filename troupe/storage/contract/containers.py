@@ -88,6 +88,11 @@ class Containers(Protocol):
         ``(tenant, container id)`` of each expired now."""
         ...
 
+    def count_running_containers(self) -> int:
+        """How many containers, of every tenant, are running (not expired, not idle past their
+        time): the ``troupe_containers_running`` gauge."""
+        ...
+
     def create_container_file(
         self, tenant: str, container_id: str, *, name: str | None = None, data: bytes | None = None,
         file_id: str | None = None,

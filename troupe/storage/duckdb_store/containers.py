@@ -268,6 +268,10 @@ class ContainerTables(Containers):
     def expire_containers(self) -> list[tuple[str, str]]:
         return self._expire_due()
 
+    def count_running_containers(self) -> int:
+        rows = self._rows(f"SELECT count(*) FROM containers WHERE status = 'running' AND NOT ({_IDLE})", [self.clock()])
+        return int(rows[0][0])
+
     # -- container files ---------------------------------------------------------------
 
     def create_container_file(
