@@ -296,3 +296,14 @@ def test_without_bubblewrap_the_tool_is_refused_and_says_what_to_install() -> No
         assert (error["code"], error["param"]) == ("sandbox_unavailable", "tools[0]")
         assert "apt-get install bubblewrap" in error["message"] and "/nonexistent/bwrap" in error["message"]
         assert client.responses.create(model="sim", input="plain").status == "completed"  # the rest serves
+
+
+def test_only_the_tenants_the_configuration_names_run_code() -> None:
+    keys = {"sk-alice": "alice", "sk-bob": "bob"}
+    for url in served_local(ServerSettings(api_keys=keys), containers=ContainersSettings(code_tenants=("alice",))):
+        alice = OpenAI(base_url=f"{url}/v1", api_key="sk-alice", max_retries=0)
+        bob = OpenAI(base_url=f"{url}/v1", api_key="sk-bob", max_retries=0)
+        assert logs_of(the_call(run(alice, "print(2 ** 10)"))) == "1024\n"
+        with pytest.raises(openai.BadRequestError) as refused:
+            run(bob, "print(2 ** 10)")
+        assert (refused.value.body["param"], refused.value.body["code"]) == ("tools[0].type", "unsupported_value")

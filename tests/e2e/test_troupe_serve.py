@@ -67,6 +67,10 @@ def ray_tmpdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# Code in a container (code_interpreter), whose file must outlive a restart.
+KEEP = "open('/mnt/data/kept.txt', 'w').write('kept')\nprint(6 * 7)"
+CODE = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+
 STOP_BOUND_S = 7.5
 """How long `troupe serve` may take to exit after SIGTERM: the 5 s it must stop within, with a
 margin for a loaded 2-core CI machine."""
@@ -142,6 +146,11 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
         )  # fmt: skip
         assert clash.returncode == 2
         assert f"cannot listen on 127.0.0.1:{port}" in clash.stderr
+        # Code in a container: a sandbox on a container actor of this server's Ray.
+        computed = client.responses.create(model="sim", input=f"[[python]]{KEEP}[[/python]]", tools=CODE,
+                                           include=["code_interpreter_call.outputs"])  # fmt: skip
+        ran = computed.output[0]
+        assert (ran.type, ran.status, ran.outputs[0].logs) == ("code_interpreter_call", "completed", "42\n")
 
         # 2. SIGTERM with a stream in flight and a background run in its tool call.
         first = _gated_run(client, db, "g1", gates[0])
@@ -173,6 +182,13 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
         _wait_completed(client, first.id)
         assert client.responses.retrieve(first.id).output_text == "gate_again -> g1 passed"
         assert executions(db, "g1") == 2, "the idempotent call in flight at the stop ran again, once"
+        # The container's files outlived the server; its kernel is a new one.
+        [kept] = client.containers.files.list(container_id=ran.container_id).data
+        assert client.containers.files.content.retrieve(kept.id, container_id=ran.container_id).read() == b"kept"
+        again = [{"type": "code_interpreter", "container": ran.container_id}]
+        reread = client.responses.create(model="sim", input="[[python]]print(open('kept.txt').read())[[/python]]",
+                                         tools=again, include=["code_interpreter_call.outputs"])  # fmt: skip
+        assert reread.output[0].outputs[0].logs == "kept\n"
         # MCP requests with credentials: the server lets each in only with the token.
         assert client.responses.create(model="sim", input=add, tools=[tool()]).output_text == "add -> 42"
         events = list(client.responses.create(model="sim", input=add, tools=[tool()], stream=True))

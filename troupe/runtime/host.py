@@ -203,8 +203,10 @@ class ConversationHost:
         return []
 
     def _code_runner(self, tenant: str) -> ContainerRunner | None:
-        """What runs a turn's code in the tenant's containers (None: no fleet, the tools are refused)."""
-        if self.fleet is None:
+        """What runs a turn's code in the tenant's containers; None (the tool is refused): no
+        fleet, or a tenant ``[containers] code_tenants`` does not name."""
+        allowed = self.settings.containers.code_tenants
+        if self.fleet is None or ("*" not in allowed and tenant not in allowed):
             return None
         return ContainerRunner(self.containers, self.fleet, tenant, observer=self.observer)
 
@@ -391,15 +393,16 @@ class ConversationHost:
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
         tools = [plain(t) for t in request.tools or []]
+        code_runner = self._code_runner(job.tenant)
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
-            for i, tool in enumerate(tools):
-                if tool.get("type") == "code_interpreter" and self.fleet is not None:
-                    check_sandbox(self.settings.containers, f"tools[{i}]")
+            runs_code = [i for i, tool in enumerate(tools) if tool.get("type") == "code_interpreter"]
+            if runs_code and code_runner is not None:
+                check_sandbox(self.settings.containers, f"tools[{runs_code[0]}]")
         prepared = prepare(
             request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
             file_searcher=self.vector_stores.searcher(job.tenant),
-            code_runner=self._code_runner(job.tenant),
+            code_runner=code_runner,
         )  # fmt: skip
         obs = self.observer.turn(job, started=started)
         if obs is not None:

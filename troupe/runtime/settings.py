@@ -226,6 +226,10 @@ class ContainersSettings(BaseModel):
     namespaces, an unprivileged uid, no network, rlimits; the tools refuse to start without it
     (the message names the package). ``"none"``: a plain subprocess with rlimits only, which
     sees and may change everything the server's user may: for trusted single-user use only."""
+    code_tenants: tuple[str, ...] = ("*",)
+    """The tenants whose requests may run code (the ``code_interpreter`` tool): ``"*"`` every
+    tenant (with no ``[auth]`` keys, the one tenant ``""``); ``[]`` none. Another tenant's
+    request offering the tool is a 400 naming ``tools[i].type``, as on a server without it."""
     bwrap: NonEmpty = "bwrap"
     """The bubblewrap executable: a name looked up on PATH, or a path."""
     call_timeout_s: PositiveFloat = 120.0
