@@ -83,6 +83,13 @@ def test_state_lives_from_one_call_to_the_next(client: OpenAI) -> None:
     second = run(client, "print(x)", previous_response_id=first.id)
     assert logs_of(the_call(second)) == "42\n"
     assert the_call(second).container_id == the_call(first).container_id  # the thread's container, reused
+    # A later turn's auto container may bring files: the reused container gets those it lacks.
+    added = client.files.create(file=("later.csv", CSV), purpose="assistants").id
+    tools = [{"type": "code_interpreter", "container": {"type": "auto", "file_ids": [added]}}]
+    third = run(client, "import os\nprint(x, sorted(os.listdir('.')))", tools=tools, previous_response_id=second.id)
+    assert logs_of(the_call(third)) == "42 ['later.csv']\n"
+    fourth = run(client, "print(sorted(os.listdir('.')))", tools=tools, previous_response_id=third.id)
+    assert logs_of(the_call(fourth)) == "['later.csv']\n"  # not copied twice
 
 
 def test_a_csv_in_and_a_derived_file_out(client: OpenAI) -> None:

@@ -1,0 +1,78 @@
+"""Container actors on a real Ray: one detached, named actor per container owns its sandbox
+(real bubblewrap); a second fleet (another host) reaches the same kernel; stopping a container
+kills its sandbox's processes; an idle one ends itself."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+
+from tests.servers import wait_for
+from troupe.runtime.container_runs import BoxSpec
+from troupe.runtime.ray.containers import RayFleet, container_actor_name
+from troupe.runtime.settings import RuntimeSettings
+from troupe.sandbox import Limits
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def box(tmp_path: Path, *, idle_s: float = 600.0) -> BoxSpec:
+    container_id = f"cntr_{uuid.uuid4().hex[:12]}"
+    directory = tmp_path / container_id
+    directory.mkdir(mode=0o700)
+    return BoxSpec(container_id, str(directory), Limits(), "bwrap", idle_s)
+
+
+def exists(name: str, namespace: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
+def kernels_of(directory: str) -> list[psutil.Process]:
+    """The sandbox processes bound to ``directory`` (bwrap's command line names it)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "bwrap" in (cmdline[:1] or [""])[0] and directory in cmdline:
+            found.append(process)
+    return found
+
+
+async def test_two_fleets_reach_one_kernel_and_stop_kills_it(tmp_path: Path) -> None:
+    settings = RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}")
+    spec = box(tmp_path)
+    first, second = RayFleet(settings), RayFleet(settings)  # two hosts' fleets
+    made = await first.run_python(spec, "x = 6 * 7\nopen('out.txt', 'w').write('hi')", timeout_s=30)
+    assert made.fresh and made.error is None and made.changed_files == ["out.txt"]
+    again = await second.run_python(spec, "print(x)", timeout_s=30)
+    assert (again.stdout, again.fresh) == ("42\n", False)
+    shell = await second.run_shell(spec, ["cat out.txt", "exit 3"], timeout_s=30, max_output_length=None)
+    assert [(r.stdout, r.exit_code) for r in shell] == [("hi", 0), ("", 3)]
+    assert kernels_of(spec.directory), "the sandbox runs"
+
+    await first.stop(spec.container_id)
+    wait_for(lambda: not exists(container_actor_name(spec.container_id), settings.namespace), what="the actor gone")
+    wait_for(lambda: not kernels_of(spec.directory), what="the sandbox's processes gone")
+    await first.stop(spec.container_id)  # stopping a stopped container is nothing
+    assert (Path(spec.directory) / "out.txt").read_text() == "hi", "its files stay"
+
+
+async def test_an_idle_container_actor_ends_itself(tmp_path: Path) -> None:
+    settings = RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}")
+    spec = box(tmp_path, idle_s=1.0)
+    fleet = RayFleet(settings)
+    assert (await fleet.run_python(spec, "print('once')", timeout_s=30)).stdout == "once\n"
+    wait_for(lambda: not exists(container_actor_name(spec.container_id), settings.namespace), timeout_s=30,
+             what="the idle actor gone")  # fmt: skip
+    wait_for(lambda: not kernels_of(spec.directory), what="its sandbox's processes gone")
+    # The next run starts a fresh actor and kernel over the same directory.
+    later = await RayFleet(settings).run_python(spec, "print(open('/mnt/data/x', 'w').write('ab'))", timeout_s=30)
+    assert (later.stdout, later.fresh) == ("2\n", True)
+    await fleet.stop(spec.container_id)
