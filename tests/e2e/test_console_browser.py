@@ -68,6 +68,8 @@ class Rendered(HTMLParser):
         super().__init__()
         self.view: dict[str, str | None] = {}
         self.bars: list[dict[str, str | None]] = []
+        self.code_runs = 0
+        self.figures: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
@@ -75,6 +77,10 @@ class Rendered(HTMLParser):
             self.view = values
         if tag == "rect" and "step" in (values.get("class") or "").split():
             self.bars.append(values)
+        if tag == "div" and "code_interpreter_call" in (values.get("class") or "").split():
+            self.code_runs += 1
+        if tag == "img" and "figure" in (values.get("class") or "").split():
+            self.figures.append(values.get("src") or "")
 
 
 def rendered(chromium: str, tmp_path: Path, url: str) -> Rendered:
@@ -118,3 +124,20 @@ def test_four_parallel_tools_are_four_overlapping_bars(chromium, artifacts, trou
     result = CliRunner().invoke(cli, ["trace", response.id, "--url", f"{root}/v1", "--png", str(png)])
     assert result.exit_code == 0, result.output
     assert result.output.count("| tool ") == 4 and png.exists()
+
+
+def test_a_code_interpreter_call_shows_its_code_and_its_figure(chromium, troupe_apps, tmp_path) -> None:
+    root = troupe_apps["replica"]
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    code = "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])"
+    response = client.responses.create(model="sim", input=f"[[python]]{code}[[/python]]",
+                                       tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+                                       include=["code_interpreter_call.outputs"])  # fmt: skip
+    call = response.output[0]
+    try:
+        page = rendered(chromium, tmp_path, f"{root}/console#/responses/{response.id}")
+        assert page.code_runs == 1 and len(page.figures) == 1, (page.code_runs, page.figures[:1])
+        assert page.figures[0] == call.outputs[-1].url and page.figures[0].startswith("data:image/png;base64,")
+        assert [b["data-kind"] for b in page.bars].count("tool") == 1, "the run is a tool step"
+    finally:
+        client.containers.delete(call.container_id)

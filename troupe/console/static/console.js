@@ -342,6 +342,7 @@
     else if (type === "function_call") body = h("pre", {}, `${item.name}(${item.arguments})`);
     else if (type === "function_call_output") body = h("pre", {}, typeof item.output === "string" ? item.output : JSON.stringify(item.output));
     else if (type === "mcp_call") body = h("pre", {}, `${item.server_label}.${item.name}(${item.arguments})\n→ ${item.output ?? item.error ?? ""}`);
+    else if (type === "code_interpreter_call") body = codeView(item);
     else if (type === "reasoning") body = h("pre", {}, [...(item.summary || []), ...(item.content || [])].map((p) => p.text).join("\n") || "(reasoning)");
     else body = null;
     return h(
@@ -350,6 +351,22 @@
       h("div", { class: "type" }, type, item.call_id ? ` · ${item.call_id}` : "", item.status ? ` · ${item.status}` : ""),
       body,
       h("details", {}, h("summary", { class: "muted" }, "JSON"), h("pre", {}, JSON.stringify(item, null, 2))),
+    );
+  }
+
+  // Code run in a container: the code, what it printed, and its figures (only data: images:
+  // the console fetches nothing an item names).
+  function codeView(item) {
+    const outputs = item.outputs || [];
+    const logs = outputs.filter((o) => o.type === "logs").map((o) => o.logs).join("");
+    const images = outputs.filter((o) => o.type === "image" && /^data:image\/(png|jpeg|gif|webp);base64,/.test(o.url || ""));
+    return h(
+      "div",
+      { class: "code-run" },
+      h("div", { class: "muted" }, `container ${item.container_id || "?"}`),
+      h("pre", { class: "code" }, item.code || ""),
+      logs ? h("pre", { class: "logs" }, logs) : item.outputs ? null : h("div", { class: "muted" }, "(outputs not included)"),
+      images.map((o) => h("img", { class: "figure", src: o.url, alt: "figure" })),
     );
   }
 
