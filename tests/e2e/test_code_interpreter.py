@@ -314,3 +314,34 @@ def test_only_the_tenants_the_configuration_names_run_code() -> None:
         with pytest.raises(openai.BadRequestError) as refused:
             run(bob, "print(2 ** 10)")
         assert (refused.value.body["param"], refused.value.body["code"]) == ("tools[0].type", "unsupported_value")
+
+
+def test_a_network_allowlist_reaches_only_public_addresses_of_its_domains(client: OpenAI) -> None:
+    """The container's egress proxy refuses a domain not listed, and a listed one whose address
+    is the server's own (no test here may reach the internet: both answers are the proxy's)."""
+    made = client.containers.create(name="net", network_policy={"type": "allowlist", "allowed_domains": ["localhost"]})
+    assert (made.network_policy.type, made.network_policy.allowed_domains) == ("allowlist", ["localhost"])
+    code = (
+        "import os, urllib.request, urllib.error\nprint(os.environ['HTTPS_PROXY'])\n"
+        "del os.environ['NO_PROXY'], os.environ['no_proxy']  # localhost too through the proxy\n"
+        "for url in ('http://localhost/', 'http://example.com/'):\n"
+        "    try:\n        urllib.request.urlopen(url, timeout=10)\n"
+        "    except urllib.error.HTTPError as exc:\n        print(exc.code, exc.read().decode().strip())"
+    )
+    printed = logs_of(the_call(run(client, code, tools=[{"type": "code_interpreter", "container": made.id}])))
+    proxy, local, other = printed.splitlines()
+    assert proxy == "http://127.0.0.1:3128"
+    assert local.startswith("403 Troupe's egress proxy: localhost resolves to no public address"), local
+    assert other == "403 Troupe's egress proxy: example.com is not in this container's network allowlist (localhost)."
+
+
+def test_a_server_may_allow_no_network_at_all() -> None:
+    for url in served_local(ServerSettings(), containers=ContainersSettings(network_allowlists=False)):
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        policy = {"type": "allowlist", "allowed_domains": ["pypi.org"]}
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.containers.create(name="net", network_policy=policy)  # type: ignore[arg-type]
+        assert (refused.value.body["param"], refused.value.body["code"]) == ("network_policy", "unsupported_value")
+        with pytest.raises(openai.BadRequestError) as refused:
+            run(client, "print(1)", tools=[{"type": "code_interpreter", "container": {"type": "auto", "network_policy": policy}}])
+        assert refused.value.body["param"] == "tools[0].container.network_policy"

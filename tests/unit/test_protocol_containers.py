@@ -53,8 +53,15 @@ def test_every_field_is_taken() -> None:
         ({"name": "n", "file_ids": ["file-a", 3]}, "file_ids[1]", "invalid_type"),
         ({"name": "n", "memory_limit": "2g"}, "memory_limit", "invalid_value"),
         ({"name": "n", "memory_limit": "16g"}, "memory_limit", "unsupported_value"),
-        ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}}, "network_policy",
-         "unsupported_value"),
+        ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": []}},
+         "network_policy.allowed_domains", "invalid_value"),
+        ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org", "no spaces.org"]}},
+         "network_policy.allowed_domains[1]", "invalid_value"),
+        ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": "pypi.org"}},
+         "network_policy.allowed_domains", "invalid_type"),
+        ({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"],
+                                          "domain_secrets": [{"domain": "pypi.org", "name": "T", "value": "v"}]}},
+         "network_policy.domain_secrets", "unsupported_value"),
         ({"name": "n", "network_policy": {"type": "open"}}, "network_policy.type", "invalid_value"),
         ({"name": "n", "network_policy": "disabled"}, "network_policy", "invalid_type"),
         ({"name": "n", "network_policy": {"type": "disabled", "x": 1}}, "network_policy.x", "unknown_parameter"),
@@ -67,9 +74,13 @@ def test_a_bad_body_names_its_field(body: object, param: str | None, code: str) 
     assert (raised.value.param, raised.value.code, raised.value.status) == (param, code, 400)
 
 
-def test_the_allowlist_is_refused_with_a_reason() -> None:
-    with pytest.raises(InvalidRequest, match="without network access"):
-        parse_container_create({"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": []}})
+def test_an_allowlist_is_kept_unless_the_server_allows_none() -> None:
+    body = {"name": "n", "network_policy": {"type": "allowlist", "allowed_domains": ["PyPI.org", "*.github.com"]}}
+    spec = parse_container_create(body)
+    assert spec.network_policy == {"type": "allowlist", "allowed_domains": ["pypi.org", "*.github.com"]}
+    with pytest.raises(InvalidRequest, match="without network access") as refused:
+        parse_container_create(body, allowlists=False)
+    assert (refused.value.param, refused.value.code) == ("network_policy", "unsupported_value")
 
 
 def test_file_bodies_and_upload_names() -> None:

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from troupe.protocol import InvalidRequest, NotFound
-from troupe.protocol.containers import MEMORY_LIMITS
+from troupe.protocol.containers import MEMORY_LIMITS, parse_network_policy
 
 from .model import ToolCall
 
@@ -463,13 +463,7 @@ def code_interpreter_spec(tools: Sequence[dict[str, Any]]) -> tuple[int, str | d
     if limit is not None and limit not in MEMORY_LIMITS:
         raise InvalidRequest(f"Invalid value for '{param}.memory_limit': expected one of {', '.join(MEMORY_LIMITS)}.",
                              param=f"{param}.memory_limit", code="invalid_value")  # fmt: skip
-    policy = container.get("network_policy")
-    if policy is not None and (not isinstance(policy, dict) or policy.get("type") != "disabled"):
-        allowlist = isinstance(policy, dict) and policy.get("type") == "allowlist"
-        raise InvalidRequest(
-            f"Unsupported value for '{param}.network_policy': containers here have no network, so only "
-            "{\"type\": \"disabled\"} can be honoured." if allowlist else
-            f"Invalid value for '{param}.network_policy': expected {{\"type\": \"disabled\"}}.",
-            param=f"{param}.network_policy", code="unsupported_value" if allowlist else "invalid_value",
-        )  # fmt: skip
+    if container.get("network_policy") is not None:
+        container = {**container, "network_policy": parse_network_policy(container["network_policy"],
+                                                                          param=f"{param}.network_policy")}  # fmt: skip
     return i, dict(container)

@@ -29,6 +29,7 @@ from .containers import (
     new_container_id,
     parse_container_create,
     parse_container_file_body,
+    parse_network_policy,
     upload_name,
     wire_path,
 )
@@ -164,6 +165,7 @@ __all__ = [
     "new_container_id",
     "parse_container_create",
     "parse_container_file_body",
+    "parse_network_policy",
     "upload_name",
     "wire_path",
     # prompts

@@ -12,7 +12,8 @@ of the Files API) or ``assistant`` (written by code run in the container).
      "expires_after": {"anchor": "last_active_at", "minutes": int},   default 20 minutes
      "file_ids": [str, ...],                                       Files API files, copied in
      "memory_limit": "1g" | "4g" | "16g" | "64g",                  default "1g"
-     "network_policy": {"type": "disabled"},                       the default, and the only one
+     "network_policy": {"type": "disabled"}                        the default: no network
+                     | {"type": "allowlist", "allowed_domains": [str, ...]},   those domains only
      "skills": []}                                                 none supported
 
 Status: ``running`` while in use; ``expired`` once idle for ``expires_after.minutes`` since
@@ -29,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,6 +56,7 @@ __all__ = [
     "new_container_id",
     "parse_container_create",
     "parse_container_file_body",
+    "parse_network_policy",
     "upload_name",
     "wire_path",
 ]
@@ -104,7 +107,7 @@ class ContainerSpec:
 
 def parse_container_create(
     body: Any, *, max_memory_limit: str = "64g", default_minutes: int = DEFAULT_EXPIRES_MINUTES,
-    max_minutes: int = MAX_EXPIRES_MINUTES,
+    max_minutes: int = MAX_EXPIRES_MINUTES, allowlists: bool = True,
 ) -> ContainerSpec:  # fmt: skip
     """``POST /v1/containers``'s body, checked.
 
@@ -112,12 +115,13 @@ def parse_container_create(
         max_memory_limit: the largest ``memory_limit`` the server allows (one of :data:`MEMORY_LIMITS`).
         default_minutes: ``expires_after.minutes`` when it is left out.
         max_minutes: the largest ``expires_after.minutes`` allowed.
+        allowlists: whether a ``network_policy`` may be an allowlist (:func:`parse_network_policy`).
 
     Raises:
         InvalidRequest: naming the field (``name``, ``expires_after.minutes``, ``file_ids[2]``,
             ``memory_limit``, ``network_policy``, ``skills``…). ``memory_limit`` above
-            ``max_memory_limit`` and a ``network_policy`` other than ``disabled`` are
-            ``unsupported_value``; ``skills`` is ``unsupported_parameter``.
+            ``max_memory_limit``, an allowlist the server does not allow and ``domain_secrets``
+            are ``unsupported_value``; ``skills`` is ``unsupported_parameter``.
     """
     body = _object(body, "", _CREATE_KEYS)
     if "name" not in body:
@@ -133,7 +137,7 @@ def parse_container_create(
         expires_minutes=_expires_minutes(body.get("expires_after"), default_minutes, max_minutes),
         file_ids=_file_ids(body.get("file_ids")),
         memory_limit=_memory_limit(body.get("memory_limit"), max_memory_limit),
-        network_policy=_network_policy(body.get("network_policy")),
+        network_policy=_network_policy(body.get("network_policy"), allowlists),
     )
     _check_skills(body.get("skills"))
     return spec
@@ -240,21 +244,54 @@ def _memory_limit(value: Any, most: str) -> MemoryLimit:
     return value
 
 
-def _network_policy(value: Any) -> dict[str, Any]:
+MAX_ALLOWED_DOMAINS = 100
+_DOMAIN = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?")
+
+
+def parse_network_policy(value: Any, *, param: str = "network_policy", allowlists: bool = True) -> dict[str, Any]:
+    """A container's ``network_policy``, checked: ``{"type": "disabled"}`` (the default, for None)
+    or ``{"type": "allowlist", "allowed_domains": [...]}`` (domains and their subdomains, through
+    the sandbox's egress proxy; ``*.`` before a domain says the same).
+
+    Raises:
+        InvalidRequest: naming the field under ``param``; an allowlist where the server allows
+            none (``allowlists`` false) and ``domain_secrets`` are ``unsupported_value``.
+    """
     if value is None:
         return {"type": "disabled"}
     if not isinstance(value, dict):
-        raise _type("network_policy", "an object", value)
+        raise _type(param, "an object", value)
     kind = value.get("type")
-    if kind == "allowlist":
-        raise InvalidRequest("Unsupported 'network_policy': this server runs containers without network access, so "
-                             "an 'allowlist' cannot be honoured. Leave 'network_policy' out, or send "
-                             "{\"type\": \"disabled\"}.", param="network_policy", code="unsupported_value")  # fmt: skip
-    if kind != "disabled":
-        raise InvalidRequest(f"Invalid 'network_policy.type': {show_value(kind)}. Expected 'disabled'.",
-                             param="network_policy.type", code="invalid_value")  # fmt: skip
-    _object(value, "network_policy", ("type",))
-    return {"type": "disabled"}
+    if kind == "disabled":
+        _object(value, param, ("type",))
+        return {"type": "disabled"}
+    if kind != "allowlist":
+        raise InvalidRequest(f"Invalid '{param}.type': {show_value(kind)}. Expected 'disabled' or 'allowlist'.",
+                             param=f"{param}.type", code="invalid_value")  # fmt: skip
+    if not allowlists:
+        raise InvalidRequest(f"Unsupported '{param}': this server runs containers without network access, so an "
+                             f"'allowlist' cannot be honoured. Leave '{param}' out, or send {{\"type\": \"disabled\"}}.",
+                             param=param, code="unsupported_value")  # fmt: skip
+    _object(value, param, ("type", "allowed_domains", "domain_secrets"))
+    if value.get("domain_secrets"):
+        raise InvalidRequest(f"Unsupported '{param}.domain_secrets': secrets are not injected into a container's "
+                             "requests here.", param=f"{param}.domain_secrets", code="unsupported_value")  # fmt: skip
+    domains = value.get("allowed_domains")
+    where = f"{param}.allowed_domains"
+    if not isinstance(domains, list):
+        raise _type(where, "an array of domain names", domains)
+    if not 1 <= len(domains) <= MAX_ALLOWED_DOMAINS:
+        raise InvalidRequest(f"Invalid '{where}': expected 1 to {MAX_ALLOWED_DOMAINS} domains, got {len(domains)}.",
+                             param=where, code="invalid_value")  # fmt: skip
+    for i, domain in enumerate(domains):
+        if not isinstance(domain, str) or len(domain) > 253 or not _DOMAIN.fullmatch(domain.lower()):
+            raise InvalidRequest(f"Invalid '{where}[{i}]': {show_value(domain)} is not a domain name.",
+                                 param=f"{where}[{i}]", code="invalid_value")  # fmt: skip
+    return {"type": "allowlist", "allowed_domains": [d.lower() for d in domains]}
+
+
+def _network_policy(value: Any, allowlists: bool) -> dict[str, Any]:
+    return parse_network_policy(value, allowlists=allowlists)
 
 
 def _check_skills(value: Any) -> None:

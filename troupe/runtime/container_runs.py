@@ -39,12 +39,12 @@ from typing import Any, Protocol
 from troupe.agentloop.code_interpreter import CodeRun, ContainerFile, ContainerNotFound
 from troupe.observe import Observer
 from troupe.protocol import InvalidRequest, NotFound, ServerError
-from troupe.protocol.containers import MEMORY_LIMITS
+from troupe.protocol.containers import MEMORY_LIMITS, parse_network_policy
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.settings import ContainersSettings
 from troupe.sandbox import CommandResult, Isolation, Limits, PythonResult, Sandbox, SandboxUnavailable, check_available
 
-__all__ = ["BoxSpec", "ContainerFleet", "ContainerRunner", "LocalFleet", "box_limits", "check_sandbox", "code_run"]
+__all__ = ["BoxSpec", "ContainerFleet", "ContainerRunner", "LocalFleet", "box_limits", "check_code_tool", "code_run"]
 
 _GiB = 1 << 30
 AUTO_NAME = "code_interpreter"
@@ -64,6 +64,8 @@ class BoxSpec:
     """Idle time after which the sandbox may stop itself (the container's expiry)."""
     bwrap: str = "bwrap"
     """The bubblewrap executable."""
+    allowed_domains: tuple[str, ...] | None = None
+    """The domains the code may reach (its ``network_policy``'s allowlist); None: none."""
 
 
 def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
@@ -73,17 +75,25 @@ def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
                   max_disk_bytes=settings.max_disk_bytes)  # fmt: skip
 
 
-def check_sandbox(settings: ContainersSettings, param: str) -> None:
-    """Refuse a request whose tools would run code, when this machine cannot sandbox it.
+def check_code_tool(settings: ContainersSettings, tool: Mapping[str, Any], index: int) -> None:
+    """Refuse a request's ``code_interpreter`` tool that this server cannot honour, before
+    anything runs.
 
     Raises:
         ServerError: bubblewrap (or setpriv) is missing; the message names the package and the
-            command that installs it (``param``: the tool).
+            command that installs it (``param``: ``tools[i]``).
+        InvalidRequest: its auto container asks for a network allowlist, which the
+            configuration forbids (``param``: ``tools[i].container.network_policy``).
     """
     try:
         check_available(settings.isolation, bwrap=settings.bwrap)
     except SandboxUnavailable as exc:
-        raise ServerError(f"Code cannot run on this server: {exc}.", param=param, code="sandbox_unavailable") from exc
+        raise ServerError(f"Code cannot run on this server: {exc}.", param=f"tools[{index}]",
+                          code="sandbox_unavailable") from exc  # fmt: skip
+    container = tool.get("container")
+    if isinstance(container, Mapping) and container.get("network_policy") is not None:
+        parse_network_policy(container["network_policy"], param=f"tools[{index}].container.network_policy",
+                             allowlists=settings.network_allowlists)  # fmt: skip
 
 
 class ContainerFleet(Protocol):
@@ -127,7 +137,8 @@ class LocalFleet:
         async with lock:
             found = self._boxes.get(box.container_id)
             if found is None:
-                sandbox = Sandbox(Path(box.directory), box.limits, isolation=box.isolation, bwrap=box.bwrap)
+                sandbox = Sandbox(Path(box.directory), box.limits, isolation=box.isolation, bwrap=box.bwrap,
+                                  allowed_domains=box.allowed_domains)
                 await sandbox.start()
                 found = self._boxes[box.container_id] = (sandbox, box)
         self._last_used[box.container_id] = time.monotonic()
@@ -251,7 +262,9 @@ class ContainerRunner:
         idle_s = 60.0 * float(
             (container.get("expires_after") or {}).get("minutes") or self.settings.default_expires_minutes
         )
-        return BoxSpec(container_id, directory, limits, self.settings.isolation, idle_s, self.settings.bwrap)
+        policy = container.get("network_policy") or {}
+        domains = tuple(policy.get("allowed_domains") or ()) if policy.get("type") == "allowlist" else None
+        return BoxSpec(container_id, directory, limits, self.settings.isolation, idle_s, self.settings.bwrap, domains)
 
     async def _active(self, container_id: str) -> dict[str, Any]:
         try:

@@ -92,7 +92,7 @@ class ContainerService:
         """
         spec = parse_container_create(
             body, max_memory_limit=self.settings.max_memory_limit, default_minutes=self.settings.default_expires_minutes,
-            max_minutes=self.settings.max_expires_minutes,
+            max_minutes=self.settings.max_expires_minutes, allowlists=self.settings.network_allowlists,
         )  # fmt: skip
         container = {
             "id": new_container_id(), "name": spec.name, "created_at": time.time(),

@@ -49,7 +49,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.batching import coalesce
-from troupe.runtime.container_runs import ContainerFleet, ContainerRunner, check_sandbox
+from troupe.runtime.container_runs import ContainerFleet, ContainerRunner, check_code_tool
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.mcp_policy import resolve_mcp_tool
 from troupe.runtime.models import ModelRegistry
@@ -396,9 +396,9 @@ class ConversationHost:
         code_runner = self._code_runner(job.tenant)
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
-            runs_code = [i for i, tool in enumerate(tools) if tool.get("type") == "code_interpreter"]
-            if runs_code and code_runner is not None:
-                check_sandbox(self.settings.containers, f"tools[{runs_code[0]}]")
+            for i, tool in enumerate(tools):
+                if tool.get("type") == "code_interpreter" and code_runner is not None:
+                    check_code_tool(self.settings.containers, tool, i)
         prepared = prepare(
             request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
             file_searcher=self.vector_stores.searcher(job.tenant),

@@ -226,6 +226,10 @@ class ContainersSettings(BaseModel):
     namespaces, an unprivileged uid, no network, rlimits; the tools refuse to start without it
     (the message names the package). ``"none"``: a plain subprocess with rlimits only, which
     sees and may change everything the server's user may: for trusted single-user use only."""
+    network_allowlists: bool = True
+    """Whether a container's ``network_policy`` may be an allowlist of domains (reached through
+    the sandbox's egress proxy: public addresses, ports 80 and 443). False: no container has
+    network; an allowlist is a 400 naming ``network_policy``."""
     code_tenants: tuple[str, ...] = ("*",)
     """The tenants whose requests may run code (the ``code_interpreter`` tool): ``"*"`` every
     tenant (with no ``[auth]`` keys, the one tenant ``""``); ``[]`` none. Another tenant's

@@ -196,10 +196,70 @@ def _read_text(file) -> str:
     return text
 
 
+PROXY_PORT = 3128
+"""Where, inside, the egress proxy is served (HTTP_PROXY, HTTPS_PROXY) when the container may
+reach an allowlist of domains."""
+
+
+def egress_listener():
+    """The socket code reaches the egress proxy by, on the sandbox's own loopback."""
+    import socket
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", PROXY_PORT))
+    listener.listen(64)
+    return listener
+
+
+def forward(listener, proxy_path: str) -> None:
+    """Pipe every connection to ``listener`` to the supervisor's egress proxy, a Unix socket
+    bound in from outside (the sandbox has no other way out): two threads per connection."""
+    import socket
+    import threading
+
+    def pipe(source, sink) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    while True:
+        try:
+            client, _ = listener.accept()
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(proxy_path)
+        except OSError:
+            continue
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
+
+
+def serve_egress(proxy_path: str, *, in_thread: bool) -> None:
+    """Start the forwarder: a thread of the REPL, or a process beside a shell command (which
+    ends with the command's pid namespace)."""
+    listener = egress_listener()
+    if in_thread:
+        import threading
+
+        threading.Thread(target=forward, args=(listener, proxy_path), daemon=True).start()
+    elif os.fork() == 0:
+        try:
+            forward(listener, proxy_path)
+        finally:
+            os._exit(0)
+    else:
+        listener.close()
+
+
 def main() -> None:
     mode, limits = sys.argv[1], json.loads(sys.argv[2])
     if limits.get("cwd"):
         os.chdir(limits["cwd"])  # as the code's own uid: root without capabilities may not enter /mnt/data
+    if limits.get("egress"):
+        serve_egress(limits["egress"], in_thread=mode != "exec")
     if mode == "exec":
         set_limits(limits, cpu_hard=True)
         # Python ignores SIGPIPE and SIGXFSZ, and exec keeps ignored signals: give the command

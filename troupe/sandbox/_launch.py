@@ -46,6 +46,8 @@ INSIDE_DATA = "/mnt/data"
 INSIDE_KERNEL = "/opt/troupe/kernel.py"
 INSIDE_PACKAGES = "/opt/troupe/packages"
 INSIDE_BIN = "/opt/troupe/bin"
+INSIDE_EGRESS = "/opt/troupe/egress"
+PROXY_PORT = 3128  # the kernel's forwarder (_kernel.PROXY_PORT)
 UID_BASE = 200_000
 UID_SLOTS = 100_000
 _UID_LOCKS = Path("/run/troupe-sandbox/uids") if Path("/run").is_dir() else Path("/tmp/troupe-sandbox-uids")
@@ -132,6 +134,9 @@ class Launcher:
     """The uid the code runs as (root servers); None: the server's own."""
     no_userns: bool = True
     """Stop the code making user namespaces of its own (bwrap ≥ 0.8's --disable-userns)."""
+    egress: Path | None = None
+    """The host directory holding the egress proxy's socket (``proxy.sock``), bound in at
+    /opt/troupe/egress; None: no way out at all (the network policy ``disabled``)."""
 
     @property
     def python(self) -> Path:
@@ -187,6 +192,11 @@ class Launcher:
         }
         if self.packages is not None:
             env["PYTHONPATH"] = INSIDE_PACKAGES if bwrap else str(self.packages)
+        if self.egress is not None and bwrap:
+            proxy = f"http://127.0.0.1:{PROXY_PORT}"
+            for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                env[name] = proxy
+            env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1"
         return env
 
     def kernel_argv(self, cmd_fd: int, res_fd: int) -> list[str]:
@@ -215,6 +225,7 @@ class Launcher:
             "max_processes": nproc,
             "max_file_bytes": self.limits.max_file_bytes,
             "cwd": INSIDE_DATA if self.isolation == "bwrap" else None,
+            "egress": f"{INSIDE_EGRESS}/proxy.sock" if self.egress is not None and self.isolation == "bwrap" else None,
         }
 
     def _wrap(self, inner: Sequence[str]) -> list[str]:
@@ -271,6 +282,8 @@ class Launcher:
                  "--ro-bind", str(KERNEL), INSIDE_KERNEL]  # fmt: skip
         if self.packages is not None:
             argv += ["--ro-bind", str(self.packages), INSIDE_PACKAGES]
+        if self.egress is not None:
+            argv += ["--bind", str(self.egress), INSIDE_EGRESS]  # the socket only: the directory is root's, 0755
         argv += ["--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", tmp, "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm",

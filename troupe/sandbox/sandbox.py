@@ -33,12 +33,13 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from . import _files
+from ._egress import EgressProxy
 from ._launch import Launcher, UidLease, can_disable_userns, check_available, make_scratch
 from .types import CommandResult, Isolation, LimitHit, Limits, PythonResult, SandboxError, SandboxUnavailable
 
@@ -123,6 +124,9 @@ class Sandbox:
         bwrap: the bubblewrap executable (a name on PATH or a path).
         uid: the uid the code runs as when the server is root; None picks a free one
             (200000 + n, held by a lock for this sandbox's life).
+        allowed_domains: the domains the code may reach, through the egress proxy
+            (:mod:`._egress`; ``HTTP(S)_PROXY`` inside); None: no network at all.
+        egress_proxy: what serves that proxy (the tests give one with their own resolver).
 
     Raises (from ``start``): SandboxUnavailable when bwrap or ``packages`` is missing,
     SandboxError when the kernel does not start.
@@ -137,6 +141,8 @@ class Sandbox:
         packages: Path | None = DEFAULT_PACKAGES,
         bwrap: str = "bwrap",
         uid: int | None = None,
+        allowed_domains: Sequence[str] | None = None,
+        egress_proxy: Callable[[Sequence[str], Path], EgressProxy] = EgressProxy,
     ) -> None:
         self.directory = Path(directory).resolve()
         self.limits = limits
@@ -144,6 +150,9 @@ class Sandbox:
         self.packages = packages
         self.bwrap = bwrap
         self._uid = uid
+        self.allowed_domains = tuple(allowed_domains) if allowed_domains else None
+        self._egress_proxy = egress_proxy
+        self._proxy: EgressProxy | None = None
         self._lease: UidLease | None = None
         self._launcher: Launcher | None = None
         self._scratch: Path | None = None
@@ -183,14 +192,21 @@ class Sandbox:
                 await asyncio.to_thread(_files.scan, self.directory, owner=self._lease.uid)
             no_userns = self.isolation == "bwrap" and await asyncio.to_thread(can_disable_userns, self.bwrap)
             self._scratch = make_scratch()
-            launcher = Launcher(isolation=self.isolation, directory=self.directory, scratch=self._scratch,
-                                limits=self.limits, packages=self.packages, bwrap=self.bwrap, uid=self.uid,
-                                no_userns=no_userns)  # fmt: skip
-            launcher.prepare()
-            self._launcher = launcher
+            egress = None
             try:
+                if self.allowed_domains is not None and self.isolation == "bwrap":
+                    egress = self._scratch / "egress"
+                    egress.mkdir(mode=0o755)
+                    self._proxy = self._egress_proxy(self.allowed_domains, egress / "proxy.sock")
+                    await self._proxy.start()
+                launcher = Launcher(isolation=self.isolation, directory=self.directory, scratch=self._scratch,
+                                    limits=self.limits, packages=self.packages, bwrap=self.bwrap, uid=self.uid,
+                                    no_userns=no_userns, egress=egress)  # fmt: skip
+                launcher.prepare()
+                self._launcher = launcher
                 self._kernel = await self._spawn()
             except BaseException:
+                await self._close_proxy()
                 self._cleanup()
                 raise
 
@@ -205,7 +221,13 @@ class Sandbox:
             if self._kernel is not None:
                 await self._kernel.kill()
                 self._kernel = None
+            await self._close_proxy()
             self._cleanup()
+
+    async def _close_proxy(self) -> None:
+        if self._proxy is not None:
+            await self._proxy.close()
+            self._proxy = None
 
     async def run_python(self, code: str, *, timeout_s: float) -> PythonResult:
         """Run ``code`` in the persistent kernel: its variables stay for the next call.

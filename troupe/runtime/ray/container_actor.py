@@ -20,9 +20,12 @@ __all__ = ["ContainerActor"]
 class ContainerActor:
     """One container's sandbox, as a Ray actor (started on its first run)."""
 
-    def __init__(self, directory: str, limits: Limits, isolation: Isolation, idle_s: float, bwrap: str) -> None:
+    def __init__(
+        self, directory: str, limits: Limits, isolation: Isolation, idle_s: float, bwrap: str,
+        allowed_domains: tuple[str, ...] | None,
+    ) -> None:  # fmt: skip
         self.directory, self.limits, self.isolation, self.idle_s = Path(directory), limits, isolation, idle_s
-        self.bwrap = bwrap
+        self.bwrap, self.allowed_domains = bwrap, allowed_domains
         self.sandbox: Sandbox | None = None
         self._starting = asyncio.Lock()
         self._busy = 0
@@ -32,7 +35,8 @@ class ContainerActor:
     async def _started(self) -> Sandbox:
         async with self._starting:
             if self.sandbox is None:
-                sandbox = Sandbox(self.directory, self.limits, isolation=self.isolation, bwrap=self.bwrap)
+                sandbox = Sandbox(self.directory, self.limits, isolation=self.isolation, bwrap=self.bwrap,
+                                  allowed_domains=self.allowed_domains)
                 await sandbox.start()  # on the actor's event loop thread, which lives as long as the actor
                 self.sandbox = sandbox
             if self._watcher is None:

@@ -55,7 +55,7 @@ class RayFleet:
         if handle is None:
             # Looking the name up is a blocking call to Ray's control store: off the event loop.
             handle = await asyncio.to_thread(
-                start_actor, ContainerActor, box.directory, box.limits, box.isolation, box.idle_s, box.bwrap,
+                start_actor, ContainerActor, box.directory, box.limits, box.isolation, box.idle_s, box.bwrap, box.allowed_domains,
                 name=container_actor_name(box.container_id),
                 namespace=self.namespace, lifetime="detached", num_cpus=self.ray_cpus,
                 memory=box.limits.memory_bytes, max_concurrency=64,
