@@ -47,6 +47,17 @@ def kill_session(sid: int) -> None:
     wait_for(gone, timeout_s=30, what=f"the processes of session {sid} to end")
 
 
+def named_actor_exists(name: str, namespace: str) -> bool:
+    """Whether a named Ray actor lives (in the test's Ray session)."""
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
 def wait_for(condition: Callable[[], bool], *, timeout_s: float = 20.0, what: str = "condition") -> None:
     """Poll ``condition`` until it holds; fail after ``timeout_s`` (a bound, not a wait)."""
     deadline = time.monotonic() + timeout_s

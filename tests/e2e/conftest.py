@@ -117,6 +117,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("url", ["local", *(PLACEMENTS if every else PART_PLACEMENTS)], indirect=True)
 
 
+@pytest.fixture(params=["local", "replica"])
+def root(request) -> str:
+    """The server root of the in-process app, and of the session's Ray Serve ``replica`` app: for
+    a resource's tests that no other placement changes (``url`` runs on more)."""
+    if request.param == "local":
+        return request.getfixturevalue("local_url")
+    return request.getfixturevalue("troupe_apps")[request.param]
+
+
 @pytest.fixture
 def url(request) -> str:
     """The server root of the in-process app and of each deployment (``/v1`` is appended by the tests)."""

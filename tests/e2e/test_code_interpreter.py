@@ -22,10 +22,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import ray
 from openai import OpenAI
 
-from tests.servers import served_local, wait_for
+from tests.servers import named_actor_exists, served_local, wait_for
 from troupe.runtime.ray.containers import container_actor_name
 from troupe.runtime.settings import ContainersSettings
 from troupe.serve.config import ServerSettings
@@ -33,14 +32,6 @@ from troupe.serve.config import ServerSettings
 AUTO = [{"type": "code_interpreter", "container": {"type": "auto"}}]
 INCLUDE = ["code_interpreter_call.outputs"]
 CSV = b"city,temperature\nParis,21\nOslo,9\nLisbon,24\n"
-
-
-@pytest.fixture(params=["local", "replica"])
-def root(request) -> str:
-    """The in-process app, and the session's Ray Serve ``replica`` app."""
-    if request.param == "local":
-        return request.getfixturevalue("local_url")
-    return request.getfixturevalue("troupe_apps")[request.param]
 
 
 @pytest.fixture
@@ -159,20 +150,12 @@ def test_a_container_of_the_api_serves_two_conversations_then_goes(troupe_apps, 
     assert (call.container_id, logs_of(call)) == (made.id, "2\n")
 
     namespace = troupe_app_settings[placement].namespace
-    assert ray.get_actor(container_actor_name(made.id), namespace=namespace) is not None
+    assert named_actor_exists(container_actor_name(made.id), namespace)
     client.containers.delete(made.id)
-    wait_for(lambda: not _actor_exists(container_actor_name(made.id), namespace), what="the container's actor gone")
+    wait_for(lambda: not named_actor_exists(container_actor_name(made.id), namespace), what="the container's actor gone")
     with pytest.raises(openai.NotFoundError) as refused:
         run(client, "print(counter)", tools=tools)
     assert refused.value.body["param"] == "tools[0].container"
-
-
-def _actor_exists(name: str, namespace: str) -> bool:
-    try:
-        ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return False
-    return True
 
 
 # -- escapes, on an app of their own with small limits -------------------------------------------

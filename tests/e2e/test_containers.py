@@ -23,14 +23,6 @@ from troupe.serve.config import ServerSettings
 CSV = b"city,temperature\nParis,21\nOslo,9\n"
 
 
-@pytest.fixture(params=["local", "replica"])
-def root(request) -> str:
-    """The server root of the in-process app, and of the session's Ray Serve ``replica`` app."""
-    if request.param == "local":
-        return request.getfixturevalue("local_url")
-    return request.getfixturevalue("troupe_apps")[request.param]
-
-
 @pytest.fixture
 def client(root: str) -> OpenAI:
     return OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import ray
 
-from tests.servers import wait_for
+from tests.servers import named_actor_exists, wait_for
 from troupe.runtime.container_runs import BoxSpec
 from troupe.runtime.ray.containers import RayFleet, container_actor_name
 from troupe.runtime.settings import RuntimeSettings
@@ -25,14 +24,6 @@ def box(tmp_path: Path, *, idle_s: float = 600.0) -> BoxSpec:
     directory = tmp_path / container_id
     directory.mkdir(mode=0o700)
     return BoxSpec(container_id, str(directory), Limits(), "bwrap", idle_s)
-
-
-def exists(name: str, namespace: str) -> bool:
-    try:
-        ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return False
-    return True
 
 
 def kernels_of(directory: str) -> list[psutil.Process]:
@@ -58,7 +49,7 @@ async def test_two_fleets_reach_one_kernel_and_stop_kills_it(tmp_path: Path) -> 
     assert kernels_of(spec.directory), "the sandbox runs"
 
     await first.stop(spec.container_id)
-    wait_for(lambda: not exists(container_actor_name(spec.container_id), settings.namespace), what="the actor gone")
+    wait_for(lambda: not named_actor_exists(container_actor_name(spec.container_id), settings.namespace), what="the actor gone")
     wait_for(lambda: not kernels_of(spec.directory), what="the sandbox's processes gone")
     await first.stop(spec.container_id)  # stopping a stopped container is nothing
     assert (Path(spec.directory) / "out.txt").read_text() == "hi", "its files stay"
@@ -69,7 +60,7 @@ async def test_an_idle_container_actor_ends_itself(tmp_path: Path) -> None:
     spec = box(tmp_path, idle_s=1.0)
     fleet = RayFleet(settings)
     assert (await fleet.run_python(spec, "print('once')", timeout_s=30)).stdout == "once\n"
-    wait_for(lambda: not exists(container_actor_name(spec.container_id), settings.namespace), timeout_s=30,
+    wait_for(lambda: not named_actor_exists(container_actor_name(spec.container_id), settings.namespace), timeout_s=30,
              what="the idle actor gone")  # fmt: skip
     wait_for(lambda: not kernels_of(spec.directory), what="its sandbox's processes gone")
     # The next run starts a fresh actor and kernel over the same directory.
