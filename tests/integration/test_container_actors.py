@@ -4,6 +4,7 @@ kills its sandbox's processes; an idle one ends itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from tests.servers import named_actor_exists, wait_for
 from troupe.runtime.container_runs import BoxSpec
 from troupe.runtime.ray.containers import RayFleet, container_actor_name
-from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.settings import ContainersSettings, RuntimeSettings
 from troupe.sandbox import Limits
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -67,3 +68,12 @@ async def test_an_idle_container_actor_ends_itself(tmp_path: Path) -> None:
     later = await RayFleet(settings).run_python(spec, "print(open('/mnt/data/x', 'w').write('ab'))", timeout_s=30)
     assert (later.stdout, later.fresh) == ("2\n", True)
     await fleet.stop(spec.container_id)
+
+
+async def test_a_container_no_node_has_room_for_fails_clearly(tmp_path: Path) -> None:
+    settings = RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}",
+                               containers=ContainersSettings(start_timeout_s=2.0))  # fmt: skip
+    spec = dataclasses.replace(box(tmp_path), limits=Limits(memory_bytes=1 << 40))  # a TiB: no node here has it
+    with pytest.raises(RuntimeError, match="no node of the cluster had 1024 GiB of memory"):
+        await RayFleet(settings).run_python(spec, "print(1)", timeout_s=30)
+    assert not named_actor_exists(container_actor_name(spec.container_id), settings.namespace)

@@ -245,6 +245,9 @@ class ContainersSettings(BaseModel):
     """Processes and threads a container's code may have at once (RLIMIT_NPROC)."""
     max_disk_bytes: PositiveInt = 1 << 30
     """Disk a container's ``/mnt/data`` may fill (1 GiB); a run that grows it past this is killed."""
+    start_timeout_s: PositiveFloat = 60.0
+    """How long a new container's actor may wait for a node with room for it (its memory and
+    CPUs) and start; past it, the run fails saying so."""
     ray_cpus: NonNegativeFloat = 0.1
     """CPUs each container's actor reserves on Ray (its ``memory`` reservation is its
     ``memory_limit``): how Ray spreads containers over the nodes. The code may use more CPU

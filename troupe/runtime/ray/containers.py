@@ -47,6 +47,7 @@ class RayFleet:
     def __init__(self, settings: RuntimeSettings, *, max_handles: int = 4096) -> None:
         self.namespace = settings.namespace
         self.ray_cpus = settings.containers.ray_cpus
+        self.start_timeout_s = settings.containers.start_timeout_s
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self._max = max_handles
 
@@ -60,11 +61,26 @@ class RayFleet:
                 namespace=self.namespace, lifetime="detached", num_cpus=self.ray_cpus,
                 memory=box.limits.memory_bytes, max_concurrency=64,
             )  # fmt: skip
+            await self._placed(handle, box)
             self._handles[box.container_id] = handle
             if len(self._handles) > self._max:
                 self._handles.popitem(last=False)
         self._handles.move_to_end(box.container_id)
         return handle
+
+    async def _placed(self, handle: Any, box: BoxSpec) -> None:
+        """Wait until the actor runs: Ray keeps an actor no node has room for pending forever."""
+        import ray
+
+        try:
+            await asyncio.wait_for(handle.__ray_ready__.remote(), self.start_timeout_s)
+        except TimeoutError:
+            ray.kill(handle, no_restart=True)
+            gib = box.limits.memory_bytes / (1 << 30)
+            raise RuntimeError(
+                f"the container's sandbox could not start within {self.start_timeout_s:g} s: no node of the cluster "
+                f"had {gib:g} GiB of memory (its memory_limit) and {self.ray_cpus:g} CPUs free for it"
+            ) from None
 
     async def _call(self, box: BoxSpec, method: str, *args: Any) -> Any:
         from ray.exceptions import RayActorError
