@@ -29,9 +29,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import posixpath
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,6 +130,7 @@ class LocalFleet:
     def __init__(self) -> None:
         self._boxes: dict[str, tuple[Sandbox, BoxSpec]] = {}
         self._last_used: dict[str, float] = {}
+        self._busy: dict[str, int] = {}
         self._starting: dict[str, asyncio.Lock] = {}
 
     async def _box(self, box: BoxSpec) -> Sandbox:
@@ -145,20 +147,25 @@ class LocalFleet:
         return found[0]
 
     async def run_python(self, box: BoxSpec, code: str, *, timeout_s: float) -> PythonResult:
-        sandbox = await self._box(box)
-        try:
+        async with self._using(box) as sandbox:
             return await sandbox.run_python(code, timeout_s=timeout_s)
-        finally:
-            self._last_used[box.container_id] = time.monotonic()
 
     async def run_shell(
         self, box: BoxSpec, commands: Sequence[str], *, timeout_s: float, max_output_length: int | None
     ) -> list[CommandResult]:
-        sandbox = await self._box(box)
-        try:
+        async with self._using(box) as sandbox:
             return await sandbox.run_shell(commands, timeout_s=timeout_s, max_output_length=max_output_length)
+
+    @contextlib.asynccontextmanager
+    async def _using(self, box: BoxSpec) -> AsyncIterator[Sandbox]:
+        """The container's sandbox, busy (never closed as idle) while the block runs."""
+        cid = box.container_id
+        self._busy[cid] = self._busy.get(cid, 0) + 1
+        try:
+            yield await self._box(box)
         finally:
-            self._last_used[box.container_id] = time.monotonic()
+            self._busy[cid] -= 1
+            self._last_used[cid] = time.monotonic()
 
     async def stop(self, container_id: str) -> None:
         found = self._boxes.pop(container_id, None)
@@ -173,16 +180,17 @@ class LocalFleet:
     async def _close_idle(self, keep: str) -> None:
         now = time.monotonic()
         for container_id, (_, box) in list(self._boxes.items()):
-            if container_id != keep and now - self._last_used.get(container_id, now) > box.idle_s:
+            idle = not self._busy.get(container_id) and now - self._last_used.get(container_id, now) > box.idle_s
+            if container_id != keep and idle:
                 await self.stop(container_id)
 
 
 def code_run(result: PythonResult, files: Sequence[Mapping[str, Any]]) -> CodeRun:
     """What the loop is told of a sandbox's run: its logs (stdout, stderr, then the traceback or
     the sandbox's notice), its figures as ``data:`` URLs, and the container files it wrote."""
-    logs = result.stdout + result.stderr
-    if result.error and not result.stderr.endswith(result.error):
-        logs += result.error
+    error = result.error or ""
+    shared = len(os.path.commonprefix([result.stderr[::-1], error[::-1]]))  # the sandbox's notice ends both
+    logs = result.stdout + result.stderr[: len(result.stderr) - shared] + error
     images = tuple("data:image/png;base64," + base64.b64encode(png).decode("ascii") for png in result.images)
     written = tuple(
         ContainerFile(file_id=f["id"], filename=posixpath.basename(f["path"]), path=f["path"]) for f in files
