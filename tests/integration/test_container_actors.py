@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -18,6 +19,13 @@ from troupe.runtime.settings import ContainersSettings, RuntimeSettings
 from troupe.sandbox import Limits
 
 pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def shared(tmp_path: Path, **containers: Any) -> RuntimeSettings:
+    """A namespace of its own, and the containers' directory named (as a filesystem every node
+    shares): no storage actor is needed to place the actors beside it."""
+    directory = ContainersSettings(directory=str(tmp_path), **containers)
+    return RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}", containers=directory)
 
 
 def box(tmp_path: Path, *, idle_s: float = 600.0) -> BoxSpec:
@@ -38,7 +46,7 @@ def kernels_of(directory: str) -> list[psutil.Process]:
 
 
 async def test_two_fleets_reach_one_kernel_and_stop_kills_it(tmp_path: Path) -> None:
-    settings = RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}")
+    settings = shared(tmp_path)
     spec = box(tmp_path)
     first, second = RayFleet(settings), RayFleet(settings)  # two hosts' fleets
     made = await first.run_python(spec, "x = 6 * 7\nopen('out.txt', 'w').write('hi')", timeout_s=30)
@@ -57,7 +65,7 @@ async def test_two_fleets_reach_one_kernel_and_stop_kills_it(tmp_path: Path) -> 
 
 
 async def test_an_idle_container_actor_ends_itself(tmp_path: Path) -> None:
-    settings = RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}")
+    settings = shared(tmp_path)
     spec = box(tmp_path, idle_s=1.0)
     fleet = RayFleet(settings)
     assert (await fleet.run_python(spec, "print('once')", timeout_s=30)).stdout == "once\n"
@@ -71,8 +79,7 @@ async def test_an_idle_container_actor_ends_itself(tmp_path: Path) -> None:
 
 
 async def test_a_container_no_node_has_room_for_fails_clearly(tmp_path: Path) -> None:
-    settings = RuntimeSettings(namespace=f"ci-{uuid.uuid4().hex[:6]}",
-                               containers=ContainersSettings(start_timeout_s=2.0))  # fmt: skip
+    settings = shared(tmp_path, start_timeout_s=2.0)
     spec = dataclasses.replace(box(tmp_path), limits=Limits(memory_bytes=1 << 40))  # a TiB: no node here has it
     with pytest.raises(RuntimeError, match="no node of the cluster had 1024 GiB of memory"):
         await RayFleet(settings).run_python(spec, "print(1)", timeout_s=30)

@@ -9,6 +9,10 @@ container's ``memory_limit`` as Ray ``memory`` and ``[containers] ray_cpus`` CPU
 Ray spreads containers over the cluster's nodes. It ends itself once idle for its container's
 expiry time, and the runtime kills it when the container is deleted or expires.
 
+Its sandbox mounts the container's directory, which is on the storage actor's node unless
+``[containers] directory`` names a filesystem every node shares: by default, container actors
+are placed on that node (Ray's node affinity); with a shared directory, anywhere Ray finds room.
+
 If the actor dies (its node, an out-of-memory kill), Ray starts it again under its name and
 the next run gets a fresh kernel over the same directory; the run that was under way fails
 (its call tells the model).
@@ -22,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from troupe.runtime.container_runs import BoxSpec
-from troupe.runtime.ray.actors import start_actor
+from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
 from troupe.runtime.ray.container_actor import ContainerActor
 from troupe.runtime.settings import RuntimeSettings
 from troupe.sandbox import CommandResult, PythonResult
@@ -48,18 +52,21 @@ class RayFleet:
         self.namespace = settings.namespace
         self.ray_cpus = settings.containers.ray_cpus
         self.start_timeout_s = settings.containers.start_timeout_s
+        self.shared_directory = bool(settings.containers.directory)
+        self._node: str | None = None
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self._max = max_handles
 
     async def _actor(self, box: BoxSpec) -> Any:
         handle = self._handles.get(box.container_id)
         if handle is None:
+            placement = {} if self.shared_directory else {"scheduling_strategy": await self._beside_the_files()}
             # Looking the name up is a blocking call to Ray's control store: off the event loop.
             handle = await asyncio.to_thread(
-                start_actor, ContainerActor, box.directory, box.limits, box.isolation, box.idle_s, box.bwrap, box.allowed_domains,
-                name=container_actor_name(box.container_id),
-                namespace=self.namespace, lifetime="detached", num_cpus=self.ray_cpus,
-                memory=box.limits.memory_bytes, max_concurrency=64,
+                start_actor, ContainerActor, box.directory, box.limits, box.isolation, box.idle_s, box.bwrap,
+                box.allowed_domains, name=container_actor_name(box.container_id), namespace=self.namespace,
+                lifetime="detached", num_cpus=self.ray_cpus, memory=box.limits.memory_bytes, max_concurrency=64,
+                **placement,
             )  # fmt: skip
             await self._placed(handle, box)
             self._handles[box.container_id] = handle
@@ -67,6 +74,17 @@ class RayFleet:
                 self._handles.popitem(last=False)
         self._handles.move_to_end(box.container_id)
         return handle
+
+    async def _beside_the_files(self) -> Any:
+        """Ray's strategy that keeps a container's actor on the storage actor's node, where its
+        directory is (the default ``[containers] directory``, on that node's disk)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if self._node is None:
+            storage = await asyncio.to_thread(ray.get_actor, STORAGE_ACTOR_NAME, namespace=self.namespace)
+            self._node = str(await storage.node_id.remote())
+        return NodeAffinitySchedulingStrategy(self._node, soft=False)
 
     async def _placed(self, handle: Any, box: BoxSpec) -> None:
         """Wait until the actor runs: Ray keeps an actor no node has room for pending forever."""

@@ -97,6 +97,11 @@ class StorageService(AsyncStore):
     async def ping(self) -> bool:
         return True
 
+    async def node_id(self) -> str:
+        """The Ray node this actor runs on: where the containers' directories are, unless
+        ``[containers] directory`` names a filesystem every node shares."""
+        return str(ray.get_runtime_context().get_node_id())
+
     async def metrics_snapshot(self) -> dict[str, Any]:
         """This process's metrics: its group commits (``troupe.observe.metrics.Registry.snapshot``)."""
         from troupe.observe.metrics import process_registry
