@@ -47,6 +47,15 @@ def kill_session(sid: int) -> None:
     wait_for(gone, timeout_s=30, what=f"the processes of session {sid} to end")
 
 
+async def until(condition: Callable[[], bool], *, timeout_s: float = 20.0, what: str = "condition") -> None:
+    """``wait_for`` inside an event loop: poll ``condition`` without blocking the loop's other work."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not hold within {timeout_s} s")
+        await asyncio.sleep(0.02)
+
+
 def named_actor_exists(name: str, namespace: str) -> bool:
     """Whether a named Ray actor lives (in the test's Ray session)."""
     import ray

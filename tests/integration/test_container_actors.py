@@ -4,6 +4,7 @@ kills its sandbox's processes; an idle one ends itself."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.servers import named_actor_exists, wait_for
+from tests.servers import named_actor_exists, until, wait_for
 from troupe.runtime.container_runs import BoxSpec
 from troupe.runtime.ray.containers import RayFleet, container_actor_name
 from troupe.runtime.settings import ContainersSettings, RuntimeSettings
@@ -84,3 +85,19 @@ async def test_a_container_no_node_has_room_for_fails_clearly(tmp_path: Path) ->
     with pytest.raises(RuntimeError, match="no node of the cluster had 1024 GiB of memory"):
         await RayFleet(settings).run_python(spec, "print(1)", timeout_s=30)
     assert not named_actor_exists(container_actor_name(spec.container_id), settings.namespace)
+
+
+async def test_a_cancelled_run_is_cancelled_in_its_actor(tmp_path: Path) -> None:
+    settings = shared(tmp_path)
+    spec = box(tmp_path)
+    fleet = RayFleet(settings)
+    endless = asyncio.ensure_future(fleet.run_python(spec, "open('started', 'w').close()\nwhile True:\n    pass",
+                                                     timeout_s=600))  # fmt: skip
+    await until(lambda: (Path(spec.directory) / "started").exists(), what="the code running")
+    endless.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await endless
+    # Had the actor's call run on, this would wait its 600 s: a bound, not a speed.
+    after = await asyncio.wait_for(fleet.run_python(spec, "print(1)", timeout_s=30), 30)
+    assert (after.stdout, after.fresh) == ("1\n", True)
+    await fleet.stop(spec.container_id)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import until
 from troupe.sandbox import Sandbox, SandboxUnavailable, check_available
 
 from .sandbox_support import container_dir, needs_bwrap, needs_packages, started
@@ -155,3 +156,21 @@ async def test_missing_packages_are_refused_naming_make_install(tmp_path: Path) 
     box = Sandbox(container_dir(tmp_path), packages=tmp_path / "no-packages")
     with pytest.raises(SandboxUnavailable, match="make install"):
         await box.start()
+
+
+async def test_a_cancelled_call_stops_its_code_and_the_next_starts_fresh(box: Sandbox) -> None:
+    assert (await box.run_python("kept = 1", timeout_s=10)).fresh
+    endless = asyncio.ensure_future(box.run_python("open('started', 'w').close()\nwhile True:\n    pass", timeout_s=600))
+    await until(lambda: (box.directory / "started").exists())
+    endless.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await endless
+    after = await asyncio.wait_for(box.run_python("print(1)", timeout_s=10), 20)  # a bound, not a speed
+    assert (after.stdout, after.fresh) == ("1\n", True)  # a new kernel: the loop was killed with the old one
+    command = asyncio.ensure_future(box.run_shell(["touch begun; sleep 600"], timeout_s=600))
+    await until(lambda: (box.directory / "begun").exists())
+    command.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await command
+    [done] = await asyncio.wait_for(box.run_shell(["echo next"], timeout_s=10), 20)
+    assert (done.stdout, done.exit_code) == ("next\n", 0)

@@ -9,7 +9,9 @@ enforced by the kernel (the sandbox's, and the rlimits set inside before user co
 A call that the kernel survives returns its error as data (``error``, ``limit``); a call that
 kills it (timeout, disk, CPU, a crash; a fork bomb, whose leftover processes must go) kills
 the whole sandbox (bwrap's pid namespace), starts a fresh kernel and says so (``restarted``).
-Calls on one Sandbox run one at a time (a lock); different Sandboxes are independent.
+Calls on one Sandbox run one at a time (a lock); different Sandboxes are independent. A call
+whose caller is cancelled kills what it runs (a Python call's kernel too: the next call starts
+a fresh one).
 
 Example::
 
@@ -255,7 +257,14 @@ class Sandbox:
             except (ConnectionError, RuntimeError):
                 pass  # the kernel is gone: its exit status says why, below
             else:
-                reply, limit = await self._race(kernel.reply(call_id), before.disk_bytes, timeout_s)
+                try:
+                    reply, limit = await self._race(kernel.reply(call_id), before.disk_bytes, timeout_s)
+                except asyncio.CancelledError:
+                    # The caller gave up (a cancelled response): the code must not run on, and
+                    # its reply must not be read by the next call. The next call starts a kernel.
+                    self._kernel = None
+                    await asyncio.shield(kernel.kill())
+                    raise
             result = PythonResult()
             result.fresh = call_id == 1
             if reply is not None:
@@ -413,6 +422,9 @@ class Sandbox:
         self._command = proc
         try:
             return await self._finish_command(proc, command, start_disk, timeout_s)
+        except asyncio.CancelledError:
+            _kill_group(proc)  # the caller gave up: the command does not run on
+            raise
         finally:
             self._command = None
 

@@ -101,11 +101,16 @@ class RayFleet:
             ) from None
 
     async def _call(self, box: BoxSpec, method: str, *args: Any) -> Any:
+        import ray
         from ray.exceptions import RayActorError
 
         handle = await self._actor(box)
+        ref = getattr(handle, method).remote(*args)
         try:
-            return await getattr(handle, method).remote(*args)
+            return await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)  # the actor's call is cancelled too: the sandbox kills what it ran
+            raise
         except RayActorError:
             # Never tried again: the code may have run. The next call looks the actor up anew.
             self._handles.pop(box.container_id, None)
