@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
+import ray
 
 from tests.servers import named_actor_exists, until, wait_for
 from troupe.runtime.container_runs import BoxSpec
@@ -101,3 +102,24 @@ async def test_a_cancelled_run_is_cancelled_in_its_actor(tmp_path: Path) -> None
     after = await asyncio.wait_for(fleet.run_python(spec, "print(1)", timeout_s=30), 30)
     assert (after.stdout, after.fresh) == ("1\n", True)
     await fleet.stop(spec.container_id)
+
+
+async def test_a_fleet_that_made_a_container_keeps_a_spare_for_the_next(tmp_path: Path) -> None:
+    settings = shared(tmp_path)
+    fleet = RayFleet(settings)
+    assert await fleet.reserve("4g") is None  # a spare is for the default memory limit only
+    assert await fleet.reserve("1g") is None  # none yet: this starts one
+    await until(lambda: fleet._spare is not None and fleet._spare.usable(), timeout_s=60, what="the spare up")
+    reserved = await fleet.reserve("1g")
+    assert reserved is not None and reserved.startswith("cntr_")
+    name = container_actor_name(reserved)
+    spare_id = ray.get_actor(name, namespace=settings.namespace)._actor_id
+    spec = dataclasses.replace(box(tmp_path), container_id=reserved)
+    ran = await fleet.run_python(spec, "print(6 * 7)", timeout_s=30)
+    assert (ran.stdout, ran.fresh) == ("42\n", True)
+    assert ray.get_actor(name, namespace=settings.namespace)._actor_id == spare_id, "the spare's process ran it"
+    await fleet.stop(reserved)
+    next_spare = fleet._spare
+    assert next_spare is not None  # the reservation started the next one
+    await until(lambda: next_spare.started.done(), timeout_s=60, what="the next spare up")
+    await fleet.stop(next_spare.container_id)

@@ -68,6 +68,12 @@ class BoxSpec:
     allowed_domains: tuple[str, ...] | None = None
     """The domains the code may reach (its ``network_policy``'s allowlist); None: none."""
 
+    def sandbox(self) -> dict[str, Any]:
+        """The sandbox's settings as plain values (what a container's actor is sent: it imports
+        nothing of the runtime)."""
+        return {"directory": self.directory, "limits": self.limits, "isolation": self.isolation, "bwrap": self.bwrap,
+                "allowed_domains": self.allowed_domains, "idle_s": self.idle_s}  # fmt: skip
+
 
 def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
     """A container's limits: its ``memory_limit`` (``"1g"`` … ``"64g"``) and the settings'."""
@@ -108,6 +114,11 @@ class ContainerFleet(Protocol):
         self, box: BoxSpec, commands: Sequence[str], *, timeout_s: float, max_output_length: int | None
     ) -> list[CommandResult]:
         """Run shell commands in the container (``Sandbox.run_shell``)."""
+        ...
+
+    async def reserve(self, memory_limit: str) -> str | None:
+        """The id a container about to be made with ``memory_limit`` should take, when this
+        fleet has a sandbox's process ready for it (a spare); None: make a new id."""
         ...
 
     async def stop(self, container_id: str) -> None:
@@ -166,6 +177,10 @@ class LocalFleet:
         finally:
             self._busy[cid] -= 1
             self._last_used[cid] = time.monotonic()
+
+    async def reserve(self, memory_limit: str) -> str | None:
+        """None: a sandbox in this process starts in a tenth of a second, no spare is kept."""
+        return None
 
     async def stop(self, container_id: str) -> None:
         found = self._boxes.pop(container_id, None)

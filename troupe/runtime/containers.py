@@ -68,14 +68,19 @@ class ContainerService:
         settings: the ``[containers]`` table: the memory limit cap, the expiry defaults.
         store: the store client (its containers area).
         stop: stops the sandbox of a container that was deleted or expired (the fleet's).
+        reserve: the fleet's ``reserve``: the id of a sandbox's process already up, for a new container.
     """
 
     def __init__(
-        self, settings: ContainersSettings, store: StoreClient, *, stop: Callable[[str], Awaitable[None]] | None = None
-    ) -> None:
+        self, settings: ContainersSettings, store: StoreClient, *, stop: Callable[[str], Awaitable[None]] | None = None,
+        reserve: Callable[[str], Awaitable[str | None]] | None = None,
+    ) -> None:  # fmt: skip
         self.settings = settings
         self.store = store
         self.stop = stop
+        self.reserve = reserve
+        """The id a new container with a given ``memory_limit`` takes when the fleet has a
+        sandbox's process waiting for it (``ContainerFleet.reserve``); None: a new id."""
         """What stops a container's sandbox (``ContainerFleet.stop``), when its container is
         deleted or expires; None: no sandboxes are run from here."""
 
@@ -94,8 +99,9 @@ class ContainerService:
             body, max_memory_limit=self.settings.max_memory_limit, default_minutes=self.settings.default_expires_minutes,
             max_minutes=self.settings.max_expires_minutes, allowlists=self.settings.network_allowlists,
         )  # fmt: skip
+        reserved = await self.reserve(spec.memory_limit) if self.reserve is not None else None
         container = {
-            "id": new_container_id(), "name": spec.name, "created_at": time.time(),
+            "id": reserved or new_container_id(), "name": spec.name, "created_at": time.time(),
             "expires_minutes": spec.expires_minutes, "memory_limit": spec.memory_limit,
             "network_policy": spec.network_policy,
         }  # fmt: skip

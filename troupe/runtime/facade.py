@@ -182,7 +182,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self._scrapes: ScrapeView | None = None
         self.vector_stores = VectorStores(settings, store, start_ingest)
         """Files, vector stores, their ingestion and search (the Files and Vector Stores APIs)."""
-        self.containers = ContainerService(settings.containers, store, stop=placement.fleet.stop)
+        self.containers = ContainerService(settings.containers, store, stop=placement.fleet.stop,
+                                           reserve=placement.fleet.reserve)  # fmt: skip
         """Containers and their files (the Containers API), and what container actors ask of them."""
 
     # -- construction ------------------------------------------------------------

@@ -143,7 +143,8 @@ class ConversationHost:
         self.executors = list(executors)
         self.mcp_client = mcp_client
         self.fleet = fleet
-        self.containers = ContainerService(settings.containers, store, stop=fleet.stop if fleet else None)
+        self.containers = ContainerService(settings.containers, store, stop=fleet.stop if fleet else None,
+                                           reserve=fleet.reserve if fleet else None)  # fmt: skip
         """The tenants' containers, for the ``code_interpreter`` tool run here (on ``fleet``)."""
         self.models = ModelRegistry(settings.models)
         self.vector_stores = VectorStores(settings, store)

@@ -13,6 +13,14 @@ Its sandbox mounts the container's directory, which is on the storage actor's no
 ``[containers] directory`` names a filesystem every node shares: by default, container actors
 are placed on that node (Ray's node affinity); with a shared directory, anywhere Ray finds room.
 
+**Spares.** A new Ray worker process takes 0.5 to 1 s to start on a 2-core machine, most of a
+new container's first run. So a fleet that has made a container keeps one spare: an actor
+already running under the name of a container id not used yet. The next container made here
+with the default ``memory_limit`` takes that id (:meth:`RayFleet.reserve`, which
+``ContainerService.create_container`` asks), and its first run finds its process up; the
+sandbox itself starts on that run, with the container's settings. A spare unused for
+:data:`SPARE_IDLE_S` ends itself.
+
 If the actor dies (its node, an out-of-memory kill), Ray starts it again under its name and
 the next run gets a fresh kernel over the same directory; the run that was under way fails
 (its call tells the model).
@@ -21,10 +29,13 @@ the next run gets a fresh kernel over the same directory; the run that was under
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from troupe.protocol.containers import new_container_id
 from troupe.runtime.container_runs import BoxSpec
 from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
 from troupe.runtime.ray.container_actor import ContainerActor
@@ -34,6 +45,11 @@ from troupe.sandbox import CommandResult, PythonResult
 __all__ = ["RayFleet", "container_actor_name"]
 
 NAME_PREFIX = "troupe-container-"
+SPARE_MEMORY_LIMIT = "1g"
+"""The ``memory_limit`` a spare's Ray memory is reserved for: the default one."""
+SPARE_IDLE_S = 600.0
+"""How long a spare waits for its container before it ends."""
+_GiB = 1 << 30
 
 
 def container_actor_name(container_id: str) -> str:
@@ -56,23 +72,41 @@ class RayFleet:
         self._node: str | None = None
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self._max = max_handles
+        self._spare: _Spare | None = None
+
+    async def reserve(self, memory_limit: str) -> str | None:
+        """The id of a container actor already running, for a container about to be made with
+        the default ``memory_limit`` (its Ray memory is reserved for that); None otherwise, or
+        when none is ready. Each reservation starts the next spare, in the background: only a
+        process that makes containers keeps one."""
+        if memory_limit != SPARE_MEMORY_LIMIT:
+            return None
+        spare, self._spare = self._spare, None
+        container_id = new_container_id()
+        self._spare = _Spare(container_id, asyncio.ensure_future(self._start(container_id, _GiB, SPARE_IDLE_S)))
+        if spare is None or not spare.usable():
+            return None
+        return spare.container_id
 
     async def _actor(self, box: BoxSpec) -> Any:
         handle = self._handles.get(box.container_id)
         if handle is None:
-            placement = {} if self.shared_directory else {"scheduling_strategy": await self._beside_the_files()}
-            # Looking the name up is a blocking call to Ray's control store: off the event loop.
-            handle = await asyncio.to_thread(
-                start_actor, ContainerActor, box.directory, box.limits, box.isolation, box.idle_s, box.bwrap,
-                box.allowed_domains, name=container_actor_name(box.container_id), namespace=self.namespace,
-                lifetime="detached", num_cpus=self.ray_cpus, memory=box.limits.memory_bytes, max_concurrency=64,
-                **placement,
-            )  # fmt: skip
-            await self._placed(handle, box)
+            handle = await self._start(box.container_id, box.limits.memory_bytes, box.idle_s)
             self._handles[box.container_id] = handle
             if len(self._handles) > self._max:
                 self._handles.popitem(last=False)
         self._handles.move_to_end(box.container_id)
+        return handle
+
+    async def _start(self, container_id: str, memory_bytes: int, idle_s: float) -> Any:
+        """The container's actor, started (or the running one of that name), once it runs."""
+        placement = {} if self.shared_directory else {"scheduling_strategy": await self._beside_the_files()}
+        # Looking the name up is a blocking call to Ray's control store: off the event loop.
+        handle = await asyncio.to_thread(
+            start_actor, ContainerActor, idle_s, name=container_actor_name(container_id), namespace=self.namespace,
+            lifetime="detached", num_cpus=self.ray_cpus, memory=memory_bytes, max_concurrency=64, **placement,
+        )  # fmt: skip
+        await self._placed(handle, memory_bytes)
         return handle
 
     async def _beside_the_files(self) -> Any:
@@ -86,15 +120,15 @@ class RayFleet:
             self._node = str(await storage.node_id.remote())
         return NodeAffinitySchedulingStrategy(self._node, soft=False)
 
-    async def _placed(self, handle: Any, box: BoxSpec) -> None:
+    async def _placed(self, handle: Any, memory_bytes: int) -> None:
         """Wait until the actor runs: Ray keeps an actor no node has room for pending forever."""
         import ray
 
         try:
-            await asyncio.wait_for(handle.__ray_ready__.remote(), self.start_timeout_s)
+            await asyncio.wait_for(handle.ready.remote(), self.start_timeout_s)
         except TimeoutError:
             ray.kill(handle, no_restart=True)
-            gib = box.limits.memory_bytes / (1 << 30)
+            gib = memory_bytes / _GiB
             raise RuntimeError(
                 f"the container's sandbox could not start within {self.start_timeout_s:g} s: no node of the cluster "
                 f"had {gib:g} GiB of memory (its memory_limit) and {self.ray_cpus:g} CPUs free for it"
@@ -105,7 +139,7 @@ class RayFleet:
         from ray.exceptions import RayActorError
 
         handle = await self._actor(box)
-        ref = getattr(handle, method).remote(*args)
+        ref = getattr(handle, method).remote(box.sandbox(), *args)
         try:
             return await ref
         except asyncio.CancelledError:
@@ -142,4 +176,19 @@ class RayFleet:
             ray.kill(handle, no_restart=True)
 
     async def close(self) -> None:
-        """The actors are detached: they end when idle, or with their containers."""
+        """The actors are detached: they end when idle, or with their containers (a spare
+        after :data:`SPARE_IDLE_S` unused)."""
+
+
+@dataclass(slots=True)
+class _Spare:
+    """A container actor started before its container: its id, and its start."""
+
+    container_id: str
+    started: asyncio.Future[Any]
+    at: float = field(default_factory=time.monotonic)
+
+    def usable(self) -> bool:
+        """Running, and young enough not to be ending as idle while its container is made."""
+        fresh = time.monotonic() - self.at < SPARE_IDLE_S / 2
+        return fresh and self.started.done() and not self.started.cancelled() and self.started.exception() is None
