@@ -230,7 +230,7 @@ async def plain_load(client: Any, stop: asyncio.Event, in_flight: int) -> tuple[
 
 def _sandbox_nice(lab: ServeLab) -> list[dict[str, Any]]:
     """The processes of the server's tree at a nice above 0 (the sandboxes), with their nice."""
-    found = []
+    found: list[dict[str, Any]] = []
     if lab.serve is None:
         return found
     for proc in lab.serve.processes():
