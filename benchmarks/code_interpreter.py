@@ -103,8 +103,10 @@ def _text(response: Any) -> str:
                    for part in item.content if part.type == "output_text")  # fmt: skip
 
 
-async def timed(client: Any, text: str, container: str | None, expect: str | None = None) -> tuple[float, str]:
-    """One non-streamed request; (ms, "" or what was wrong)."""
+async def timed(client: Any, text: str, container: str | None, expect: str | None = None,
+                answer: list[str] | None = None) -> tuple[float, str]:
+    """One non-streamed request; (ms, "" or what was wrong). Its answer's text is appended to
+    ANSWER when given."""
     body: dict[str, Any] = {"model": "sim", "input": text}
     if container is not None:
         body["tools"] = _tools(container)
@@ -114,6 +116,8 @@ async def timed(client: Any, text: str, container: str | None, expect: str | Non
     except Exception as exc:  # noqa: BLE001 - a failed request is a result
         return (time.perf_counter() - begun) * 1000, f"{type(exc).__name__}: {exc}"[:300]
     ms = (time.perf_counter() - begun) * 1000
+    if answer is not None:
+        answer.append(_text(response))
     wrong = "" if response.status == "completed" else f"status {response.status}"
     calls = [item for item in response.output if item.type == "code_interpreter_call"]
     if any(call.status != "completed" for call in calls):
@@ -276,9 +280,12 @@ async def cpu_bound(client: Any, lab: ServeLab, args: argparse.Namespace) -> dic
         code = cpu_loop(iterations)
 
         async def run(box: Any) -> dict[str, Any]:
-            ms, wrong = await timed(client, code, box.id, "cpu ")
+            answer: list[str] = []
+            ms, wrong = await timed(client, code, box.id, "cpu ", answer)
             ended.append(time.perf_counter())
-            return {"container": box.id, "wall_ms": round(ms, 1), "ok": not wrong, "error": wrong or None}
+            cpu_s = answer[0].split()[1] if answer and answer[0].startswith("cpu ") else None
+            return {"container": box.id, "wall_ms": round(ms, 1), "ok": not wrong, "error": wrong or None,
+                    "cpu_s": None if cpu_s is None else float(cpu_s)}
 
         ended: list[float] = []
 
@@ -408,9 +415,10 @@ def render(doc: dict[str, Any]) -> str:
         " server first, then throughout the CPU runs (the TTFTs are of the requests started while all of them,"
         f" the first {cpu['all_running_s']:g} s, and while any of them ran).",
         "",
-        "| container | wall s | status |",
-        "|---|---|---|",
-        *(f"| {run['container']} | {run['wall_ms'] / 1000:.1f} | {'completed' if run['ok'] else run['error']} |"
+        "| container | wall s | CPU s of the loop | status |",
+        "|---|---|---|---|",
+        *(f"| {run['container']} | {run['wall_ms'] / 1000:.1f} | {run.get('cpu_s', '–')} |"
+          f" {'completed' if run['ok'] else run['error']} |"
           for run in cpu["runs"]),
         "",
         head,
@@ -454,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         "worktree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "quick": args.quick,
         "machine": machine_info(),
-        "command": ".venv/bin/python -m benchmarks.code_interpreter " + " ".join(argv),
+        "command": " ".join([".venv/bin/python -m benchmarks.code_interpreter", *argv]),
         "params": {k: v for k, v in vars(args).items()},
         "targets": TARGETS,
     }
