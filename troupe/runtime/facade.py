@@ -52,6 +52,7 @@ from troupe.protocol import (
     thread_of_response,
 )
 from troupe.protocol.job import TurnJob
+from troupe.runtime.agents import AgentService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
@@ -184,6 +185,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Files, vector stores, their ingestion and search (the Files and Vector Stores APIs)."""
         self.containers = ContainerService(settings.containers, store, stop=placement.fleet.stop)
         """Containers and their files (the Containers API), and what container actors ask of them."""
+        self.agents = AgentService(settings, store)
+        """Saved agent definitions (the Agents API's agents)."""
 
     # -- construction ------------------------------------------------------------
 
