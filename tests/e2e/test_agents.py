@@ -162,6 +162,19 @@ def test_a_bad_update_or_id_names_its_field_and_changes_nothing(client: OpenAI) 
     client.beta.agents.delete(made.id)
 
 
+def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) -> None:
+    for call in (
+        lambda: client.beta.agents.sessions.list(),
+        lambda: client.beta.agents.sessions.create(agent_id="agent_x", environment={"type": "none"}, input="hi"),
+        lambda: client.beta.agents.environments.list(),
+        lambda: client.beta.agents.automations.list(),
+        lambda: client.beta.agents.sessions.retrieve("sess_1"),
+    ):
+        with pytest.raises(openai.NotFoundError) as refused:
+            call()
+        assert refused.value.body["message"] == "Unknown request URL or method."
+
+
 def test_the_beta_header_is_accepted_not_required(root: str) -> None:
     made = httpx.post(f"{root}/v1/agents", json={"model": "sim"}, timeout=30)  # no OpenAI-Beta header
     assert made.status_code == 200 and made.json()["object"] == "agent"

@@ -309,7 +309,8 @@ def _tools(value: Any) -> list[dict[str, Any]]:
     if size > MAX_TOOLS_BYTES:
         raise InvalidRequest(f"Invalid 'tools': the tool list takes {size} bytes of compact JSON; at most "
                              f"{MAX_TOOLS_BYTES} are allowed.", param="tools", code="invalid_value")  # fmt: skip
-    tools, seen = [], {}
+    tools: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str], int] = {}
     for i, tool in enumerate(value):
         at = f"tools[{i}]"
         if not isinstance(tool, dict):

@@ -8,6 +8,10 @@ Routes (the paths ``client.beta.agents`` of the ``openai`` SDK calls)::
 The SDK sends ``OpenAI-Beta: agents=v1`` with every call; it is accepted, not required (nothing
 in OpenAI's SDK or docs says a server must refuse a call without it).
 
+The SDK's other resources under ``/v1/agents/`` (sessions, environments, automations) are not
+served yet: their collection paths, which these routes would take for an agent id, answer 404 as
+an unknown route does. Their routers, when they come, go before this one in ``ROUTERS``.
+
 What the bodies may hold, the object and what is refused: :mod:`troupe.protocol.agents`; what
 depends on the deployment (the model, the MCP servers): :mod:`troupe.runtime.agents`.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.exceptions import HTTPException
 
 from troupe.protocol import check_id_format
 from troupe.protocol.agents import parse_agent_create, parse_agent_update
@@ -26,6 +31,9 @@ from troupe.runtime.agents import AgentService
 from ..dependencies import Order, PageSize, Tenant, json_body, runtime
 
 __all__ = ["router"]
+
+_NOT_YET = frozenset({"sessions", "environments", "automations"})
+"""The SDK's resources under ``/v1/agents/`` that are not served yet."""
 
 router = APIRouter()
 
@@ -66,4 +74,6 @@ async def delete_agent(request: Request, agent_id: str, who: Tenant) -> dict[str
 
 
 def _agent_id(value: str) -> str:
+    if value in _NOT_YET:
+        raise HTTPException(status_code=404)  # /v1/agents/sessions is no agent's id: an unknown route
     return check_id_format(value, f"{AGENT}_", "agent_id")
