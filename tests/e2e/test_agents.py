@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -82,6 +83,23 @@ def test_an_agent_from_create_to_delete(client: OpenAI) -> None:
             call()
         assert (gone.value.body["param"], gone.value.body["code"]) == ("agent_id", "not_found")
     assert made.id not in [a.id for a in client.beta.agents.list(order="asc")]
+
+
+def test_updates_at_once_each_land(client: OpenAI) -> None:
+    """Each update is read and written in one transaction: none undoes another's field."""
+    made = client.beta.agents.create(model="sim")
+    changes: list[dict[str, Any]] = [
+        {"name": "racer"}, {"instructions": "Be quick."}, {"metadata": {"lane": "3"}}, {"reasoning": {"effort": "high"}},
+        {"service_tier": "default"}, {"text": {"verbosity": "high"}}, {"tools": [WEATHER]},
+        {"multi_agent": {"enabled": False, "max_concurrent_subagents": 2}},
+    ]  # fmt: skip
+    with ThreadPoolExecutor(len(changes)) as pool:
+        list(pool.map(lambda change: client.beta.agents.update(made.id, **change), changes))
+    got = client.beta.agents.retrieve(made.id)
+    assert (got.name, got.instructions, got.metadata, got.reasoning.effort, got.service_tier, got.text.verbosity) == (
+        "racer", "Be quick.", {"lane": "3"}, "high", "default", "high")
+    assert [t.name for t in got.tools] == ["get_weather"] and got.updated_at >= made.updated_at
+    client.beta.agents.delete(made.id)
 
 
 def test_agents_list_in_pages(client: OpenAI) -> None:
