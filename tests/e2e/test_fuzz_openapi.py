@@ -72,11 +72,13 @@ pytestmark = pytest.mark.timeout(max(120, 5 * BUDGET) + (3000 if COVERAGE else 0
 
 def _description() -> dict[str, Any]:
     """The app's own OpenAPI description (building it needs no runtime), steered a little:
-    generated create requests name the ``sim`` model, so that most run the agent loop rather
-    than stop at ``model_not_found`` (negative examples still name other models)."""
+    generated create requests name the ``sim`` model, so that most run the agent loop (and most
+    agents are made) rather than stop at ``model_not_found`` (negative examples still name other
+    models)."""
     raw = copy.deepcopy(create_app(lambda: None, ServerSettings()).openapi())  # type: ignore[arg-type,return-value]
-    create = raw["components"]["schemas"]["CreateResponseRequest"]
-    create["properties"]["model"] = {"type": "string", "enum": ["sim"]}
+    schemas = raw["components"]["schemas"]
+    for name in ("CreateResponseRequest", "AgentCreateRequest", "AgentUpdateRequest"):
+        schemas[name]["properties"]["model"] = {"type": "string", "enum": ["sim"]}
     return raw
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from troupe.protocol.agents import agent_object, parse_agent_create, parse_agent_update
 from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
@@ -745,6 +746,96 @@ def test_prompt_objects_returned_are_copies(store: Store) -> None:
     created["variables"].append("mutated")
     store.get_prompt("acme", "pmpt_1")["variables"].append("mutated")
     assert store.get_prompt("acme", "pmpt_1")["variables"] == ["me"]
+
+
+# -- agents ----------------------------------------------------------------------------
+
+
+def agent(agent_id: str, created_at: float = T0, **fields: Any) -> dict[str, Any]:
+    definition = parse_agent_create({"model": "sim", **fields})
+    return agent_object(agent_id, definition, created_at=created_at, updated_at=created_at)
+
+
+def test_an_agent_is_created_read_updated_and_deleted(store: Store) -> None:
+    made = agent("agent_1", name="helper", instructions="Be brief.", metadata={"team": "a"})
+    assert store.create_agent("acme", made) == made
+    assert store.get_agent("acme", "agent_1") == made
+    assert store.get_agent("acme", "agent_missing") is None
+    changes = parse_agent_update({"name": None, "metadata": {"team": "b"}, "text": {"verbosity": "low"}})
+    updated = store.update_agent("acme", "agent_1", changes, T0 + 5)
+    assert updated == {**made, "name": None, "metadata": {"team": "b"}, "updated_at": T0 + 5,
+                       "text": {"format": {"type": "text"}, "verbosity": "low"}}  # fmt: skip
+    assert store.get_agent("acme", "agent_1") == updated
+    assert store.update_agent("acme", "agent_missing", changes, T0) is None
+    assert store.delete_agent("acme", "agent_1") is True
+    assert store.get_agent("acme", "agent_1") is None
+    assert store.delete_agent("acme", "agent_1") is False
+    assert store.update_agent("acme", "agent_1", changes, T0) is None
+
+
+def test_an_agent_id_is_unique_per_tenant_and_invisible_to_others(store: Store) -> None:
+    store.create_agent("acme", agent("agent_1", name="ours"))
+    with pytest.raises(StorageError):
+        store.create_agent("acme", agent("agent_1", name="again"))
+    store.create_agent("other", agent("agent_1", name="theirs"))  # the same id, another tenant
+    assert store.get_agent("acme", "agent_1")["name"] == "ours"
+    assert store.get_agent("nobody", "agent_1") is None
+    assert store.update_agent("nobody", "agent_1", parse_agent_update({"name": "x"}), T0) is None
+    assert store.delete_agent("nobody", "agent_1") is False
+    assert store.list_agents("nobody").data == []
+    assert [a["name"] for a in store.list_agents("other").data] == ["theirs"]
+    assert store.get_agent("acme", "agent_1")["name"] == "ours", "nothing another tenant did reached it"
+
+
+def test_agents_list_in_pages_in_both_orders(store: Store) -> None:
+    for i in range(5):
+        store.create_agent("acme", agent(f"agent_{i}", T0 + i, name=f"a{i}"))
+    store.update_agent("acme", "agent_0", parse_agent_update({"name": "renamed"}), T0 + 10)  # order stays by creation
+    first = store.list_agents("acme", limit=2, order="asc")
+    assert [a["id"] for a in first.data] == ["agent_0", "agent_1"] and first.has_more
+    assert first.data[0]["name"] == "renamed"
+    rest = store.list_agents("acme", after="agent_1", limit=10, order="asc")
+    assert [a["id"] for a in rest.data] == ["agent_2", "agent_3", "agent_4"] and not rest.has_more
+    newest = store.list_agents("acme", limit=3)
+    assert [a["id"] for a in newest.data] == ["agent_4", "agent_3", "agent_2"] and newest.has_more
+    assert [a["id"] for a in store.list_agents("acme", after="agent_2").data] == ["agent_1", "agent_0"]
+    assert store.list_agents("acme", after="agent_missing").data == []
+    with pytest.raises(ValueError):
+        store.list_agents("acme", limit=0)
+
+
+def test_updates_replace_fields_and_merge_experimental_settings(store: Store) -> None:
+    tools = [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}]
+    store.create_agent("acme", agent("agent_1", tools=tools, reasoning={"effort": "high"}, service_tier="default"))
+    updated = store.update_agent("acme", "agent_1", parse_agent_update({"tools": None, "reasoning": None,
+                                                                        "experimental": {}}), T0 + 1)  # fmt: skip
+    assert (updated["tools"], updated["reasoning"], updated["service_tier"]) == (
+        [], {"effort": None, "summary": None}, "default")
+    assert updated["experimental"] == {"time_awareness": False}
+    assert updated["model"] == "sim" and updated["created_at"] == T0
+
+
+def test_a_long_agent_round_trips_and_its_parts_go_with_it(store: Store) -> None:
+    text = "Be thorough. " * 2000  # longer than a value kept inline (schema.LONG_VALUE_CHARS)
+    store.create_agent("acme", agent("agent_long", instructions=text))
+    assert store.get_agent("acme", "agent_long")["instructions"] == text
+    updated = store.update_agent("acme", "agent_long", parse_agent_update({"instructions": text + "!"}), T0 + 1)
+    assert updated["instructions"] == text + "!"
+    assert store.list_agents("acme").data[0]["instructions"] == text + "!"
+    if isinstance(store, DuckDBStore):
+        assert store.query("SELECT count(DISTINCT id) FROM value_parts")[1] == [(1,)], "the old value's parts went"
+    assert store.delete_agent("acme", "agent_long")
+    if isinstance(store, DuckDBStore):
+        assert store.query("SELECT count(*) FROM value_parts")[1] == [(0,)], "its parts went with it"
+
+
+def test_agent_objects_returned_are_copies(store: Store) -> None:
+    made = agent("agent_1", metadata={"k": "v"})
+    created = store.create_agent("acme", made)
+    made["metadata"]["k"] = "mutated"
+    created["metadata"]["k"] = "mutated"
+    store.get_agent("acme", "agent_1")["metadata"]["k"] = "mutated"
+    assert store.get_agent("acme", "agent_1")["metadata"] == {"k": "v"}
 
 
 # -- evaluation runs -------------------------------------------------------------------

@@ -9,12 +9,22 @@
 - :mod:`.schema_refs` — local JSON Schema ``$ref`` resolution
 - :mod:`.job` — :class:`TurnJob`, a response to run as it travels inside Troupe
 - :mod:`.containers` — the Containers API's bodies and objects
+- :mod:`.agents` — the Agents API's agents: their bodies and objects
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
 lack is written here.
 """
 
+from .agents import (
+    agent_deleted,
+    agent_not_found,
+    agent_object,
+    apply_agent_update,
+    new_agent_id,
+    parse_agent_create,
+    parse_agent_update,
+)
 from .body import DEFAULT_MAX_DEPTH, decode_json_body
 from .containers import (
     ContainerSpec,
@@ -152,6 +162,14 @@ __all__ = [
     "build_response",
     "echo_tool",
     "usage_dict",
+    # agents
+    "agent_deleted",
+    "agent_not_found",
+    "agent_object",
+    "apply_agent_update",
+    "new_agent_id",
+    "parse_agent_create",
+    "parse_agent_update",
     # containers
     "ContainerSpec",
     "container_deleted",

@@ -40,6 +40,7 @@ __all__ = [
     "CODE_INTERPRETER_CALL",
     "CONTAINER",
     "CONTAINER_FILE",
+    "AGENT",
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -77,6 +78,8 @@ CONTAINER = "cntr"
 """A container's id (the Containers API; OpenAI's own prefix: ``cntr_…``)."""
 CONTAINER_FILE = "cfile"
 """A container file's id (OpenAI's own prefix: ``cfile_…``)."""
+AGENT = "agent"
+"""An agent's id (the Agents API). OpenAI does not document its prefix; ``agent_…`` is ours."""
 ITEM = "item"
 """Fallback for item kinds without a conventional prefix."""
 

@@ -9,6 +9,7 @@ Ray-free (they run in-process as on Ray):
 - :mod:`.store_client` — the store as one async interface (in this process, or the storage actor)
 - :mod:`.rag` — files and vector stores: ingestion and search; :mod:`._ingest`, one file's ingestion
 - :mod:`.containers` — containers: the Containers API, and what a container's actor asks of its container
+- :mod:`.agents` — agents: the Agents API's saved agent definitions
 - :mod:`.mcp_policy`, :mod:`.mcp_session`, :mod:`.mcp_sse` — MCP: which servers, one session, the old transport
 - :mod:`.settings` — :class:`RuntimeSettings` and the embedded defaults
 

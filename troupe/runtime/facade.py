@@ -52,6 +52,7 @@ from troupe.protocol import (
     thread_of_response,
 )
 from troupe.protocol.job import TurnJob
+from troupe.runtime.agents import AgentService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
@@ -185,6 +186,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self.containers = ContainerService(settings.containers, store, stop=placement.fleet.stop,
                                            reserve=placement.fleet.reserve)  # fmt: skip
         """Containers and their files (the Containers API), and what container actors ask of them."""
+        self.agents = AgentService(settings, store)
+        """Saved agent definitions (the Agents API's agents)."""
 
     # -- construction ------------------------------------------------------------
 

@@ -12,7 +12,9 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
   values ≤ 512 characters);
 - the Prompts API's three bodies (create, update, set the default version);
 - the Containers API's two: a container's create, and a container file's (a multipart upload,
-  or JSON naming a file of the Files API).
+  or JSON naming a file of the Files API);
+- the Agents API's two: an agent's create and update, with what this server serves of them
+  (the tool types, service tiers and settings it refuses are left out).
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
 code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; 424/500 for a
@@ -47,6 +49,7 @@ from pydantic import TypeAdapter
 
 from troupe.protocol import items as _items
 from troupe.protocol import request as _request
+from troupe.protocol.agents import REASONING_EFFORTS, REASONING_SUMMARIES, SERVED_SERVICE_TIERS
 from troupe.protocol.containers import MAX_EXPIRES_MINUTES, MEMORY_LIMITS
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
@@ -62,7 +65,8 @@ _JSON = "application/json"
 _ERRORS: tuple[tuple[str, str, str], ...] = (
     ("400", "BadRequest", "Invalid request: malformed JSON or an invalid parameter (named by `error.param`)."),
     ("401", "Unauthorized", "Missing or unknown API key (only when the server is configured with API keys)."),
-    ("404", "NotFound", "The addressed response, conversation, item, prompt, model, container or file does not exist."),
+    ("404", "NotFound", "The addressed response, conversation, item, prompt, model, container, file or agent does "
+     "not exist."),
     ("409", "Conflict", "A prompt updated from a version that is not its latest (`version_conflict`)."),
     ("413", "PayloadTooLarge", "The request body is too large (`request_too_large`)."),
     ("424", "ExternalConnectorError", "An MCP server the request names could not be used."),
@@ -79,6 +83,7 @@ _ITEM = {"conversation_id": "$request.path.conversation_id", "item_id": "$respon
 _PROMPT = {"prompt_id": "$response.body#/id"}
 _CONTAINER = {"container_id": "$response.body#/id"}
 _CONTAINER_FILE = {"container_id": "$request.path.container_id", "file_id": "$response.body#/id"}
+_AGENT = {"agent_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/responses"): {
@@ -112,6 +117,11 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "GetContainerFile": ("get", "/v1/containers/{container_id}/files/{file_id}", _CONTAINER_FILE),
         "GetContainerFileContent": ("get", "/v1/containers/{container_id}/files/{file_id}/content", _CONTAINER_FILE),
         "DeleteContainerFile": ("delete", "/v1/containers/{container_id}/files/{file_id}", _CONTAINER_FILE),
+    },
+    ("post", "/v1/agents"): {
+        "GetAgent": ("get", "/v1/agents/{agent_id}", _AGENT),
+        "UpdateAgent": ("post", "/v1/agents/{agent_id}", _AGENT),
+        "DeleteAgent": ("delete", "/v1/agents/{agent_id}", _AGENT),
     },
     ("post", "/v1/conversations/{conversation_id}/items"): {
         "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
@@ -286,6 +296,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     }
     schemas.update(_prompt_schemas(ref, nullable))
     schemas.update(_container_schemas())
+    schemas.update(_agent_schemas(ref, nullable))
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
     def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -307,6 +318,8 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
                 _JSON: {"schema": ref("ContainerFileCreateRequest")},
             },
         },
+        ("post", "/v1/agents"): body("AgentCreateRequest"),
+        ("post", "/v1/agents/{agent_id}"): body("AgentUpdateRequest", required=False),  # empty body: no change
     }
 
 
@@ -382,6 +395,95 @@ def _container_schemas() -> dict[str, Any]:
             "required": ["file_id"],
             "properties": {"file_id": {"type": "string", "minLength": 1, "description": "A file of the Files API, "
                                        "copied in."}},
+        },
+    }  # fmt: skip
+
+
+def _agent_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
+    """The Agents API's bodies (:mod:`troupe.protocol.agents` checks them), as this server serves
+    them: the SDK's ``AgentCreateParams`` without what it refuses (docs/agents.md)."""
+    strings = {"type": "object", "additionalProperties": {"type": "string"}}
+    function = {
+        "type": "object", "title": "AgentFunctionTool", "additionalProperties": False,
+        "required": ["type", "name", "description", "parameters"],
+        "properties": {
+            "type": {"type": "string", "enum": ["function"]},
+            "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+            "description": {"type": "string"},
+            "parameters": {"type": "object", "description": "A JSON Schema object of the function's arguments."},
+            "defer_loading": {"type": "boolean", "enum": [False], "description": "No tool search here."},
+            "async": {**nullable({"type": "boolean", "enum": [False]}), "description": "The agent waits for "
+                      "every result here."},
+        },
+    }
+    mcp = {
+        "type": "object", "title": "AgentMcpTool", "additionalProperties": False,
+        "required": ["type", "server_label", "transport"],
+        "properties": {
+            "type": {"type": "string", "enum": ["mcp"]},
+            "server_label": {"type": "string", "minLength": 1},
+            "transport": {
+                "type": "object", "additionalProperties": False, "required": ["type", "server_url"],
+                "properties": {"type": {"type": "string", "enum": ["http"]}, "server_url": {"type": "string"},
+                               "headers": nullable(strings)},
+                "description": "Over HTTP: the server's URL must be one the MCP policy lets a request reach.",
+            },
+            "allowed_tools": nullable({"type": "array", "items": {"type": "string"}}),
+            "connection_origin": nullable({"type": "string", "enum": ["service"]}),
+            "credential_id": {"type": "null", "description": "No vaults here."},
+            "request_metadata": nullable({"type": "object", "maxProperties": 0}),
+            "required": {"type": "boolean"},
+        },
+    }
+    fields = {
+        "model": {"type": "string", "description": "A model this server serves (`GET /v1/models`)."},
+        "instructions": nullable({"type": "string", "maxLength": 1_048_576}),
+        "name": nullable({"type": "string", "maxLength": 128}),
+        "metadata": nullable(ref("Metadata")),
+        "tools": {**nullable({"type": "array", "items": {"anyOf": [ref("AgentFunctionTool"), ref("AgentMcpTool")]}}),
+                  "description": "Function and MCP tools (within 3 MiB of compact JSON)."},
+        "text": nullable({
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "format": nullable({"anyOf": [
+                    {"type": "object", "additionalProperties": False, "required": ["type"],
+                     "properties": {"type": {"type": "string", "enum": ["text"]}}},
+                    {"type": "object", "additionalProperties": False, "required": ["type", "schema"],
+                     "properties": {"type": {"type": "string", "enum": ["json_schema"]}, "schema": {"type": "object"}}},
+                ]}),
+                "verbosity": nullable({"type": "string", "enum": ["low", "medium", "high"]}),
+            },
+        }),
+        "reasoning": nullable({
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "effort": nullable({"type": "string", "enum": list(REASONING_EFFORTS)}),
+                "summary": nullable({"type": "string", "enum": list(REASONING_SUMMARIES)}),
+            },
+        }),
+        "service_tier": nullable({"type": "string", "enum": list(SERVED_SERVICE_TIERS)}),
+        "multi_agent": nullable({
+            "type": "object", "additionalProperties": False, "required": ["enabled"],
+            "properties": {"enabled": {"type": "boolean", "enum": [False], "description": "No subagents yet."},
+                           "max_concurrent_subagents": {"type": "integer", "minimum": 1}},
+        }),
+        "compaction": nullable({"type": "object", "additionalProperties": False,
+                                "properties": {"async": nullable({"type": "boolean", "enum": [False]})}}),
+        "experimental": nullable({"type": "object", "additionalProperties": False,
+                                  "properties": {"time_awareness": {"type": "boolean", "enum": [False]}}}),
+    }
+    return {
+        "AgentFunctionTool": function,
+        "AgentMcpTool": mcp,
+        "AgentCreateRequest": {
+            "type": "object", "title": "AgentCreateRequest", "additionalProperties": False, "required": ["model"],
+            "properties": fields, "description": "A new agent; what is left out takes OpenAI's default.",
+        },
+        "AgentUpdateRequest": {
+            "type": "object", "title": "AgentUpdateRequest", "additionalProperties": False,
+            "properties": fields,
+            "description": "The fields to change: each replaces the agent's (null: its default), but "
+                           "`experimental`, merged by key.",
         },
     }  # fmt: skip
 

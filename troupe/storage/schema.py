@@ -446,7 +446,26 @@ _V12 = [
     "CREATE INDEX container_files_by_container ON container_files (tenant, container_id)",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
+# Version 13: agents (the Agents API, troupe.protocol.agents). One row per agent, its wire object as one
+# JSON value (in value_parts when long: instructions and tools may take MBs), with its times, model and
+# name beside it for SQL. Agents are not versioned (OpenAI's have no version): an update replaces the row.
+_V13 = [
+    """
+    CREATE TABLE agents (
+        tenant      VARCHAR NOT NULL,
+        id          VARCHAR NOT NULL,
+        created_at  DOUBLE  NOT NULL,
+        updated_at  DOUBLE  NOT NULL,
+        model       VARCHAR NOT NULL,
+        name        VARCHAR,
+        agent       JSON,
+        agent_parts BIGINT,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

@@ -7,6 +7,7 @@
 - :mod:`.files` — ``/v1/files``, ``/v1/vector_stores`` and ``/v1/embeddings``
 - :mod:`.prompts` — ``/v1/prompts``
 - :mod:`.containers` — ``/v1/containers`` and their files
+- :mod:`.agents` — ``/v1/agents`` (the Agents API's saved agents)
 
 Each module's routes are plain functions on its ``router``; what they share (the caller's
 tenant, the JSON body, the runtime) comes from :mod:`troupe.serve.dependencies`. A new
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import containers, conversations, files, models, operator, prompts, responses
+from . import agents, containers, conversations, files, models, operator, prompts, responses
 
 __all__ = ["ROUTERS"]
 
@@ -30,5 +31,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     files.router,
     prompts.router,
     containers.router,
+    agents.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""

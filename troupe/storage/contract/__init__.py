@@ -6,6 +6,7 @@ area                protocol                               DuckDB implementation
 responses and runs  :class:`.responses.Responses`          ``duckdb_store.responses.ResponseTables``
 conversations       :class:`.conversations.Conversations`  ``duckdb_store.conversations.ConversationTables``
 prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompts.PromptTables``
+agents              :class:`.agents.Agents`                ``duckdb_store.agents.AgentTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -13,7 +14,7 @@ containers          :class:`.containers.Containers`        ``duckdb_store.contai
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first five over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first six over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from .agents import Agents
 from .console import Console
 from .containers import Containers
 from .conversations import Conversations
@@ -43,6 +45,7 @@ from .prompts import Prompts
 from .responses import Responses
 
 __all__ = [
+    "Agents",
     "CONTAINERS_METHODS",
     "Console",
     "Containers",
@@ -59,7 +62,7 @@ __all__ = [
 ]
 
 
-class Store(Responses, Conversations, Prompts, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Evaluation, Console, Protocol):
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -79,7 +82,7 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 """Store methods the async store does not forward as they are: their writes are group-committed
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
-STORE_METHODS = methods_of(Responses, Conversations, Prompts, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
+STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
 """What the async store forwards to the store's thread, by name."""
 
 FILES_METHODS = methods_of(Files)

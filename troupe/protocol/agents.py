@@ -1,0 +1,507 @@
+"""The Agents API's agents (OpenAI's Agents API, beta), pure: the create and update bodies, the
+``agent`` object with OpenAI's resolved defaults, its deleted marker and errors.
+
+An agent (``agent_…``; OpenAI's own prefix is not documented, so the word is ours) is a saved,
+reusable definition that sessions use: a model, instructions, tools, text and reasoning
+settings. It is not versioned (the SDK's ``Agent`` has no version field): an update changes it
+in place and moves its ``updated_at``.
+
+``POST /v1/agents`` takes (:func:`parse_agent_create`; the SDK's ``AgentCreateParams``)::
+
+    {"model": str,                                            required; a model this server serves
+     "instructions": str | null, "name": str | null,          name: at most 128 characters
+     "metadata": {str: str} | null,                           16 pairs; keys 64, values 512 characters
+     "tools": [function | mcp, ...] | null,                   within 3 MiB of compact JSON
+     "text": {"format": {"type": "text"} | {"type": "json_schema", "schema": {...}},
+              "verbosity": "low" | "medium" | "high"} | null,
+     "reasoning": {"effort": ..., "summary": ...} | null,
+     "service_tier": "auto" | "default" | null,               OpenAI's processing tiers are refused
+     "multi_agent": {"enabled": false, "max_concurrent_subagents": int} | null,
+     "compaction": {"async": false | null} | null,
+     "experimental": {"time_awareness": false}}
+
+``POST /v1/agents/{agent_id}`` takes the same fields, every one optional
+(:func:`parse_agent_update`): a field given replaces the agent's (null resets it to its
+default), except ``experimental``, whose settings are merged by key (:func:`apply_agent_update`).
+
+What Troupe cannot provide is refused, naming it, never stored and ignored: a value is
+``unsupported_value`` (a tool type, ``service_tier: "flex"``, ``multi_agent.enabled: true``,
+``compaction.async: true``, ``experimental.time_awareness: true``, a function's
+``defer_loading`` or ``async``, an MCP server's ``stdio`` transport or ``environment`` origin),
+a field that has nothing to do here is ``unsupported_parameter`` (an MCP server's
+``credential_id``, its ``request_metadata``). Whether the model is served and an MCP server
+may be reached depend on the deployment: :mod:`troupe.runtime.agents` checks them.
+
+Example::
+
+    >>> definition = parse_agent_create({"model": "sim", "instructions": "Be brief."})
+    >>> definition["service_tier"], definition["text"], definition["multi_agent"]
+    ('auto', {'format': {'type': 'text'}, 'verbosity': 'medium'}, {'enabled': False, 'max_concurrent_subagents': None})
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from .errors import InvalidRequest, NotFound, describe_type, show_value
+from .ids import AGENT, new_id
+from .request import check_metadata
+from .schema_refs import dangling_refs
+
+__all__ = [
+    "AGENT_FIELDS",
+    "AGENT_TOOL_TYPES",
+    "DEFAULT_MAX_SUBAGENTS",
+    "MAX_AGENT_NAME",
+    "MAX_AGENT_TEXT",
+    "MAX_TOOLS_BYTES",
+    "REASONING_EFFORTS",
+    "REASONING_SUMMARIES",
+    "SERVED_SERVICE_TIERS",
+    "SERVED_TOOL_TYPES",
+    "SERVICE_TIERS",
+    "VERBOSITIES",
+    "agent_deleted",
+    "agent_not_found",
+    "agent_object",
+    "apply_agent_update",
+    "new_agent_id",
+    "parse_agent_create",
+    "parse_agent_update",
+]
+
+AGENT_FIELDS = (
+    "model", "instructions", "name", "metadata", "tools", "text", "reasoning", "service_tier", "multi_agent",
+    "compaction", "experimental",
+)  # fmt: skip
+"""The fields of an agent's definition: what a create or an update body may hold."""
+MAX_AGENT_NAME = 128
+MAX_AGENT_TEXT = 1_048_576
+"""The longest ``model`` and ``instructions`` (OpenAI's ``maxLength``)."""
+MAX_TOOLS_BYTES = 3 * 1024 * 1024
+"""The most bytes of compact UTF-8 JSON the tool list may take (OpenAI's limit)."""
+DEFAULT_MAX_SUBAGENTS = 6
+SERVICE_TIERS = ("auto", "default", "flex", "priority", "fast", "ultrafast")
+SERVED_SERVICE_TIERS = ("auto", "default")
+"""The tiers that mean something here: whatever the model server does. The others are OpenAI's
+processing tiers, which no model server behind Troupe offers."""
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+REASONING_SUMMARIES = ("concise", "detailed", "auto")
+VERBOSITIES = ("low", "medium", "high")
+AGENT_TOOL_TYPES = ("function", "tool_search", "programmatic_tool_calling", "mcp", "web_search", "computer_use",
+                    "automations")  # fmt: skip
+"""The tool types of the SDK's ``PersistedAgentToolParam``."""
+SERVED_TOOL_TYPES = ("function", "mcp")
+"""The tool types Troupe provides an agent today."""
+
+_UNSERVED_TOOLS = {
+    "tool_search": "deferred tools and tool search are not available on this server",
+    "programmatic_tool_calling": "tools cannot be called from model-generated code on this server",
+    "web_search": "web search is not available on this server",
+    "computer_use": "computer use needs an OpenAI-hosted browser, which this server does not have",
+    "automations": "automations (scheduled wakeups) are not available on this server yet",
+}
+_FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+_FUNCTION_KEYS = ("type", "name", "description", "parameters", "defer_loading", "async")
+_MCP_KEYS = ("type", "server_label", "transport", "allowed_tools", "connection_origin", "credential_id",
+             "request_metadata", "required")  # fmt: skip
+
+
+def new_agent_id() -> str:
+    return new_id(AGENT)
+
+
+# -- bodies ------------------------------------------------------------------------------
+
+
+def parse_agent_create(body: Any) -> dict[str, Any]:
+    """``POST /v1/agents``'s body, checked: the agent's definition, every field resolved to its
+    value or OpenAI's default (the agent object without ``id``, ``object`` and the times).
+
+    Raises:
+        InvalidRequest: naming the field (``model``, ``tools[2].type``, ``text.format.schema``,
+            ``metadata.<key>``…); ``unsupported_value``/``unsupported_parameter`` for what this
+            server cannot provide (module docstring).
+    """
+    body = _object(body, "", AGENT_FIELDS)
+    if "model" not in body:
+        raise InvalidRequest("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
+    return {name: _FIELDS[name](body.get(name)) for name in AGENT_FIELDS}
+
+
+def parse_agent_update(body: Any) -> dict[str, Any]:
+    """``POST /v1/agents/{agent_id}``'s body, checked: the changes, by field, each resolved as on
+    create (null: the default), but ``experimental``: only the settings given (merged by key).
+
+    Raises:
+        InvalidRequest: as :func:`parse_agent_create`; ``model`` may not be null.
+    """
+    body = _object(body, "", AGENT_FIELDS)
+    changes: dict[str, Any] = {}
+    for name, value in body.items():
+        if name == "experimental":
+            changes[name] = _experimental(value, partial=True)
+        else:
+            changes[name] = _FIELDS[name](value)
+    return changes
+
+
+def apply_agent_update(agent: dict[str, Any], changes: dict[str, Any], updated_at: float) -> dict[str, Any]:
+    """``agent`` (an agent object) with ``changes`` (:func:`parse_agent_update`) made, and
+    ``updated_at``; a new object, ``agent`` is not changed."""
+    updated = copy.deepcopy(agent)
+    for name, value in copy.deepcopy(changes).items():
+        if name == "experimental":
+            updated[name] = {**(updated.get(name) or {}), **value}
+        else:
+            updated[name] = value
+    updated["updated_at"] = int(updated_at)
+    return updated
+
+
+# -- fields ------------------------------------------------------------------------------
+
+
+def _model(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _type("model", "a string", value)
+    return _within(value, "model", MAX_AGENT_TEXT)
+
+
+def _instructions(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _type("instructions", "a string", value)
+    return _within(value, "instructions", MAX_AGENT_TEXT)
+
+
+def _name(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _type("name", "a string", value)
+    return _within(value, "name", MAX_AGENT_NAME)
+
+
+def _metadata(value: Any) -> dict[str, str]:
+    return dict(check_metadata(value) or {})
+
+
+def _service_tier(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if value in SERVED_SERVICE_TIERS:
+        return str(value)
+    if value in SERVICE_TIERS:
+        raise InvalidRequest(f"Unsupported value: 'service_tier' {show_value(value)} is one of OpenAI's processing "
+                             "tiers, which the model servers behind this server do not offer. Use 'auto' or "
+                             "'default'.", param="service_tier", code="unsupported_value")  # fmt: skip
+    raise _one_of("service_tier", value, SERVICE_TIERS)
+
+
+def _reasoning(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"effort": None, "summary": None}
+    value = _object(value, "reasoning", ("effort", "summary"))
+    effort, summary = value.get("effort"), value.get("summary")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise _one_of("reasoning.effort", effort, REASONING_EFFORTS)
+    if summary is not None and summary not in REASONING_SUMMARIES:
+        raise _one_of("reasoning.summary", summary, REASONING_SUMMARIES)
+    return {"effort": effort, "summary": summary}
+
+
+def _text(value: Any) -> dict[str, Any]:
+    if value is None:
+        value = {}
+    value = _object(value, "text", ("format", "verbosity"))
+    verbosity = value.get("verbosity")
+    if verbosity is not None and verbosity not in VERBOSITIES:
+        raise _one_of("text.verbosity", verbosity, VERBOSITIES)
+    return {"format": _text_format(value.get("format")), "verbosity": verbosity or "medium"}
+
+
+def _text_format(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"type": "text"}
+    if not isinstance(value, dict):
+        raise _type("text.format", "an object", value)
+    kind = value.get("type")
+    if kind == "text":
+        _object(value, "text.format", ("type",))
+        return {"type": "text"}
+    if kind != "json_schema":
+        if kind is None:
+            raise _missing("text.format.type")
+        raise _one_of("text.format.type", kind, ("text", "json_schema"))
+    _object(value, "text.format", ("type", "schema"))
+    if "schema" not in value:
+        raise _missing("text.format.schema")
+    schema = value["schema"]
+    if not isinstance(schema, dict):
+        raise _type("text.format.schema", "a JSON Schema object", schema)
+    _check_refs(schema, "text.format.schema")
+    return {"type": "json_schema", "schema": schema}
+
+
+def _multi_agent(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"enabled": False, "max_concurrent_subagents": None}
+    value = _object(value, "multi_agent", ("enabled", "max_concurrent_subagents"))
+    if "enabled" not in value:
+        raise _missing("multi_agent.enabled")
+    enabled = value["enabled"]
+    if not isinstance(enabled, bool):
+        raise _type("multi_agent.enabled", "a boolean", enabled)
+    most = value.get("max_concurrent_subagents")
+    if most is not None and (isinstance(most, bool) or not isinstance(most, int)):
+        raise _type("multi_agent.max_concurrent_subagents", "an integer", most)
+    if most is not None and most < 1:
+        raise InvalidRequest(f"Invalid 'multi_agent.max_concurrent_subagents': {most}. Expected at least 1.",
+                             param="multi_agent.max_concurrent_subagents", code="invalid_value")  # fmt: skip
+    if enabled:
+        raise InvalidRequest("Unsupported value: 'multi_agent.enabled' true. Subagents are not available on this "
+                             "server yet; leave 'multi_agent' out, or send {\"enabled\": false}.",
+                             param="multi_agent.enabled", code="unsupported_value")  # fmt: skip
+    return {"enabled": False, "max_concurrent_subagents": None}  # OpenAI's: null when disabled
+
+
+def _compaction(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"async": False}
+    value = _object(value, "compaction", ("async",))
+    background = value.get("async")
+    if background is not None and not isinstance(background, bool):
+        raise _type("compaction.async", "a boolean", background)
+    if background:
+        raise InvalidRequest("Unsupported value: 'compaction.async' true. This server compacts context only in the "
+                             "turn (blocking), not in the background.", param="compaction.async",
+                             code="unsupported_value")  # fmt: skip
+    return {"async": False}
+
+
+def _experimental(value: Any, *, partial: bool = False) -> dict[str, Any]:
+    if value is None:
+        return {} if partial else {"time_awareness": False}
+    value = _object(value, "experimental", ("time_awareness",))
+    if "time_awareness" not in value:
+        return {} if partial else {"time_awareness": False}
+    aware = value["time_awareness"]
+    if not isinstance(aware, bool):
+        raise _type("experimental.time_awareness", "a boolean", aware)
+    if aware:
+        raise InvalidRequest("Unsupported value: 'experimental.time_awareness' true. This server does not give the "
+                             "model current-time reminders.", param="experimental.time_awareness",
+                             code="unsupported_value")  # fmt: skip
+    return {"time_awareness": False}
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _type("tools", "an array of tools", value)
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_TOOLS_BYTES:
+        raise InvalidRequest(f"Invalid 'tools': the tool list takes {size} bytes of compact JSON; at most "
+                             f"{MAX_TOOLS_BYTES} are allowed.", param="tools", code="invalid_value")  # fmt: skip
+    tools: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, tool in enumerate(value):
+        at = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise _type(at, "an object", tool)
+        kind = tool.get("type")
+        if kind is None:
+            raise _missing(f"{at}.type")
+        if kind == "function":
+            parsed, key = _function_tool(tool, at), ("function", tool["name"])
+        elif kind == "mcp":
+            parsed, key = _mcp_tool(tool, at), ("mcp", tool["server_label"])
+        elif kind in _UNSERVED_TOOLS:
+            raise InvalidRequest(f"Unsupported value: '{at}.type' {show_value(kind)}: {_UNSERVED_TOOLS[kind]}.",
+                                 param=f"{at}.type", code="unsupported_value")  # fmt: skip
+        else:
+            hint = (" An agent runs code and reads files in its session's environment, not with this tool."
+                    if kind in ("code_interpreter", "file_search", "shell", "local_shell") else "")  # fmt: skip
+            raise InvalidRequest(f"Invalid value for '{at}.type': {show_value(kind)} is not a tool type of the Agents "
+                                 f"API (expected one of {', '.join(repr(t) for t in AGENT_TOOL_TYPES)}).{hint}",
+                                 param=f"{at}.type", code="invalid_value")  # fmt: skip
+        if key in seen:
+            field = "name" if kind == "function" else "server_label"
+            raise InvalidRequest(f"Invalid value for '{at}.{field}': duplicate {kind} tool {show_value(key[1])} (also "
+                                 f"tools[{seen[key]}]).", param=f"{at}.{field}", code="invalid_value")  # fmt: skip
+        seen[key] = i
+        tools.append(parsed)
+    return tools
+
+
+def _function_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
+    _object(tool, at, _FUNCTION_KEYS)
+    for key in ("name", "description", "parameters"):
+        if key not in tool:
+            raise _missing(f"{at}.{key}")
+    name, description, parameters = tool["name"], tool["description"], tool["parameters"]
+    if not isinstance(name, str):
+        raise _type(f"{at}.name", "a string", name)
+    if not _FUNCTION_NAME.match(name):
+        raise InvalidRequest(f"Invalid value for '{at}.name': {show_value(name)} must match ^[a-zA-Z0-9_-]{{1,64}}$.",
+                             param=f"{at}.name", code="invalid_value")  # fmt: skip
+    if not isinstance(description, str):
+        raise _type(f"{at}.description", "a string", description)
+    if not isinstance(parameters, dict):
+        raise _type(f"{at}.parameters", "a JSON Schema object", parameters)
+    _check_refs(parameters, f"{at}.parameters")
+    for flag, why in (("defer_loading", "deferred tools and tool search are not available on this server"),
+                      ("async", "the agent waits for every function's result on this server")):  # fmt: skip
+        given = tool.get(flag)
+        if given is not None and not isinstance(given, bool):
+            raise _type(f"{at}.{flag}", "a boolean", given)
+        if given:
+            raise InvalidRequest(f"Unsupported value: '{at}.{flag}' true: {why}.", param=f"{at}.{flag}",
+                                 code="unsupported_value")  # fmt: skip
+    return {"type": "function", "name": name, "description": description, "parameters": parameters,
+            "defer_loading": False, "async": tool.get("async")}  # fmt: skip
+
+
+def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
+    _object(tool, at, _MCP_KEYS)
+    for key in ("server_label", "transport"):
+        if key not in tool:
+            raise _missing(f"{at}.{key}")
+    label = tool["server_label"]
+    if not isinstance(label, str) or not label:
+        raise _type(f"{at}.server_label", "a non-empty string", label)
+    allowed = tool.get("allowed_tools")
+    if allowed is not None and (not isinstance(allowed, list) or not all(isinstance(n, str) for n in allowed)):
+        raise _type(f"{at}.allowed_tools", "an array of tool names", allowed)
+    origin = tool.get("connection_origin")
+    if origin == "environment":
+        raise InvalidRequest(f"Unsupported value: '{at}.connection_origin' 'environment': connections to MCP servers "
+                             "are made by this server ('service').", param=f"{at}.connection_origin",
+                             code="unsupported_value")  # fmt: skip
+    if origin not in (None, "service"):
+        raise _one_of(f"{at}.connection_origin", origin, ("service", "environment"))
+    if tool.get("credential_id") is not None:
+        raise InvalidRequest(f"Unsupported parameter: '{at}.credential_id'. Vaults and their credentials are not "
+                             "available on this server.", param=f"{at}.credential_id",
+                             code="unsupported_parameter")  # fmt: skip
+    metadata = tool.get("request_metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise _type(f"{at}.request_metadata", "an object", metadata)
+    if metadata:
+        raise InvalidRequest(f"Unsupported parameter: '{at}.request_metadata'. This server's MCP client sends no "
+                             "request metadata.", param=f"{at}.request_metadata", code="unsupported_parameter")  # fmt: skip
+    required = tool.get("required", False)
+    if not isinstance(required, bool):
+        raise _type(f"{at}.required", "a boolean", required)
+    return {
+        "type": "mcp", "server_label": label, "transport": _transport(tool["transport"], f"{at}.transport"),
+        "allowed_tools": allowed, "connection_origin": "service", "credential_id": None, "request_metadata": {},
+        "required": required,
+    }  # fmt: skip
+
+
+def _transport(value: Any, at: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _type(at, "an object", value)
+    kind = value.get("type")
+    if kind == "stdio":
+        raise InvalidRequest(f"Unsupported value: '{at}.type' 'stdio': this server starts no MCP server a request "
+                             "names (it reaches MCP servers over HTTP).", param=f"{at}.type",
+                             code="unsupported_value")  # fmt: skip
+    if kind != "http":
+        if kind is None:
+            raise _missing(f"{at}.type")
+        raise _one_of(f"{at}.type", kind, ("http", "stdio"))
+    _object(value, at, ("type", "server_url", "headers"))
+    if "server_url" not in value:
+        raise _missing(f"{at}.server_url")
+    url = value["server_url"]
+    if not isinstance(url, str) or not url:
+        raise _type(f"{at}.server_url", "a URL", url)
+    headers = value.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise _type(f"{at}.headers", "an object of strings", headers)
+    for key, header in headers.items():
+        if not isinstance(header, str):
+            raise _type(f"{at}.headers.{key}", "a string", header)
+        if key.lower() in ("authorization", "proxy-authorization", "cookie"):
+            # An agent is stored and shown whole: OpenAI's definitions are credential-free, and so are ours.
+            raise InvalidRequest(f"Invalid value for '{at}.headers.{key}': an agent's MCP headers are stored and "
+                                 "shown, so they may not carry credentials.", param=f"{at}.headers.{key}",
+                                 code="invalid_value")  # fmt: skip
+    return {"type": "http", "server_url": url, "headers": dict(headers)}
+
+
+_FIELDS = {
+    "model": _model, "instructions": _instructions, "name": _name, "metadata": _metadata, "tools": _tools,
+    "text": _text, "reasoning": _reasoning, "service_tier": _service_tier, "multi_agent": _multi_agent,
+    "compaction": _compaction, "experimental": _experimental,
+}  # fmt: skip
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _object(body: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        if not where:
+            raise InvalidRequest(f"The request body must be a JSON object, got {describe_type(body)}.",
+                                 code="invalid_type")  # fmt: skip
+        raise _type(where, "an object", body)
+    for key in body:
+        if key not in allowed:
+            param = f"{where}.{key}" if where else key
+            raise InvalidRequest(f"Unknown parameter: {show_value(param)}.", param=param, code="unknown_parameter")
+    return body
+
+
+def _type(param: str, expected: str, value: Any) -> InvalidRequest:
+    return InvalidRequest(f"Invalid type for '{param}': expected {expected}, got {describe_type(value)}.",
+                          param=param, code="invalid_type")  # fmt: skip
+
+
+def _missing(param: str) -> InvalidRequest:
+    return InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+
+
+def _one_of(param: str, value: Any, allowed: tuple[str, ...]) -> InvalidRequest:
+    return InvalidRequest(f"Invalid value for '{param}': {show_value(value)}. Expected one of "
+                          f"{', '.join(repr(a) for a in allowed)}.", param=param, code="invalid_value")  # fmt: skip
+
+
+def _within(value: str, param: str, most: int) -> str:
+    if len(value) > most:
+        raise InvalidRequest(f"Invalid '{param}': string too long. Expected at most {most} characters, got "
+                             f"{len(value)}.", param=param, code="string_above_max_length")  # fmt: skip
+    return value
+
+
+def _check_refs(schema: dict[str, Any], param: str) -> None:
+    if bad := dangling_refs(schema):
+        raise InvalidRequest(f"Invalid schema for '{param}': $ref {show_value(bad[0])} does not resolve to a "
+                             "definition in the schema.", param=param, code="invalid_value")  # fmt: skip
+
+
+# -- objects and errors --------------------------------------------------------------------
+
+
+def agent_object(agent_id: str, definition: dict[str, Any], *, created_at: float, updated_at: float) -> dict[str, Any]:
+    """The wire object (the SDK's ``Agent``): ``{"id", "object": "agent", "created_at",
+    "updated_at"}`` and the definition's fields (:func:`parse_agent_create`)."""
+    fields = {name: copy.deepcopy(definition[name]) for name in AGENT_FIELDS}
+    return {"id": agent_id, "object": "agent", "created_at": int(created_at), "updated_at": int(updated_at), **fields}
+
+
+def agent_deleted(agent_id: str) -> dict[str, Any]:
+    return {"id": agent_id, "object": "agent.deleted", "deleted": True}
+
+
+def agent_not_found(agent_id: str) -> NotFound:
+    return NotFound(f"Agent with id '{agent_id}' not found.", param="agent_id")
+
