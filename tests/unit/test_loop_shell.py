@@ -423,3 +423,23 @@ def test_long_output_is_shown_cut_in_the_middle_per_stream():
     assert shown.endswith("line 9999\n[stderr]\nboom\n[exit code 0]")
     assert len(shown) < 12_000
     assert format_output(["x"], [CommandRun(exit_code=None)]) == "$ x\n[killed: the command hit a limit]"
+
+
+async def test_a_local_call_round_trips_through_the_runtime_and_its_store(runtime):
+    """Through ``Runtime.local`` (tests/unit/conftest.py): stored, continued by ``previous_response_id``."""
+    from openai.types.responses import Response
+
+    tools = [{"type": "shell"}]
+    first = await runtime.respond("", parse_create_request({"model": "sim", "input": "[[shell]]ls\npwd[[/shell]]", "tools": tools}))
+    Response.model_validate(first)
+    [call] = first["output"]
+    assert (first["status"], call["type"], call["environment"]) == ("completed", "shell_call", {"type": "local"})
+    sent = {"type": "shell_call_output", "call_id": call["call_id"],
+            "output": [{"stdout": "notes.txt\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+                       {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}]}  # fmt: skip
+    second = await runtime.respond("", parse_create_request(
+        {"model": "sim", "previous_response_id": first["id"], "tools": tools, "input": [sent]}))  # fmt: skip
+    assert second["output"][-1]["content"][0]["text"] == "$ ls\nnotes.txt\n[exit code 0]\n$ pwd\n[timed out]"
+    [stored] = (await runtime.list_input_items("", second["id"])).data
+    parsed = ResponseFunctionShellToolCallOutput.model_validate(stored)
+    assert parsed.id.startswith("sho_") and parsed.status == "completed" and parsed.call_id == call["call_id"]
