@@ -22,7 +22,7 @@ from tests.loop_harness import both, check_stream, history_of, run
 from troupe.agentloop.checkpoint import INTERRUPTED, ResumePoint
 from troupe.agentloop.driver import prepare, run_loop
 from troupe.agentloop.events import Checkpoint, StepTraced
-from troupe.agentloop.shell import SHELL, CommandRun, format_output, shell_action
+from troupe.agentloop.shell import SHELL, CommandRun, CommandsStream, format_output, shell_action
 from troupe.agentloop.writer import WireWriter
 from troupe.protocol import InvalidRequest, NotFound, parse_create_request
 from troupe.sim.directives import parse_directives
@@ -63,16 +63,18 @@ async def test_a_container_call_streams_as_openai_streams_it_field_for_field():
     events = [e for e in outcome.events if "response" not in e]
     call_id, output_id = events[0]["item"]["id"], None
     assert call_id.startswith("sh_")
-    assert [e["type"] for e in events[:14]] == [
+    assert [e["type"] for e in events[:15]] == [
         "response.output_item.added",
-        *["response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done"] * 2,
+        *["response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done"],
+        *["response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.delta",
+          "response.shell_call_command.done"],
         "response.output_item.done",
         "response.output_item.added",
         *["response.shell_call_output_content.delta", "response.shell_call_output_content.done"] * 2,
         "response.output_item.done",
     ]
-    assert events[14]["type"] == "response.output_item.added" and events[14]["item"]["type"] == "message"
-    for event in events[:14]:
+    assert events[15]["type"] == "response.output_item.added" and events[15]["item"]["type"] == "message"
+    for event in events[:15]:
         if event["type"] in _EVENT_MODELS:
             strictly(event)
     env = {"container_id": "cntr_1", "type": "container_reference"}
@@ -81,27 +83,30 @@ async def test_a_container_call_streams_as_openai_streams_it_field_for_field():
                          "output_index": 0, "sequence_number": events[0]["sequence_number"],
                          "type": "response.output_item.added"}  # fmt: skip
     seq = events[1]["sequence_number"]
-    told = [{k: v for k, v in e.items() if k != "sequence_number"} for e in events[1:7]]
-    assert [e["sequence_number"] for e in events[1:7]] == list(range(seq, seq + 6))
+    told = [{k: v for k, v in e.items() if k != "sequence_number"} for e in events[1:8]]
+    assert [e["sequence_number"] for e in events[1:8]] == list(range(seq, seq + 7))
+    # The arguments arrive in two halves, '{"commands": ["echo hi", "cat n' and 'ope"], …}': each
+    # command is told as it is written.
     assert told == [
         {"command": "", "command_index": 0, "output_index": 0, "type": "response.shell_call_command.added"},
         {"command_index": 0, "delta": "echo hi", "output_index": 0, "type": "response.shell_call_command.delta"},
         {"command": "echo hi", "command_index": 0, "output_index": 0, "type": "response.shell_call_command.done"},
         {"command": "", "command_index": 1, "output_index": 0, "type": "response.shell_call_command.added"},
-        {"command_index": 1, "delta": "cat nope", "output_index": 0, "type": "response.shell_call_command.delta"},
+        {"command_index": 1, "delta": "cat n", "output_index": 0, "type": "response.shell_call_command.delta"},
+        {"command_index": 1, "delta": "ope", "output_index": 0, "type": "response.shell_call_command.delta"},
         {"command": "cat nope", "command_index": 1, "output_index": 0, "type": "response.shell_call_command.done"},
     ]
     call = {"id": call_id, "action": {"commands": ["echo hi", "cat nope"], "max_output_length": 100, "timeout_ms": None},
             "call_id": "call_sh_0", "environment": env, "status": "completed", "type": "shell_call"}  # fmt: skip
-    assert events[7]["item"] == call and events[7]["output_index"] == 0
-    output_id = events[8]["item"]["id"]
+    assert events[8]["item"] == call and events[8]["output_index"] == 0
+    output_id = events[9]["item"]["id"]
     assert output_id.startswith("sho_")
-    assert events[8]["item"] == {"id": output_id, "call_id": "call_sh_0", "max_output_length": 100, "output": [],
+    assert events[9]["item"] == {"id": output_id, "call_id": "call_sh_0", "max_output_length": 100, "output": [],
                                  "status": "in_progress", "type": "shell_call_output"}  # fmt: skip
-    assert events[8]["output_index"] == 1
+    assert events[9]["output_index"] == 1
     first = {"outcome": {"exit_code": 0, "type": "exit"}, "stderr": "", "stdout": "hi\n"}
     second = {"outcome": {"exit_code": 1, "type": "exit"}, "stderr": "cat: nope: No such file or directory\n", "stdout": ""}
-    content = [{k: v for k, v in e.items() if k != "sequence_number"} for e in events[9:13]]
+    content = [{k: v for k, v in e.items() if k != "sequence_number"} for e in events[10:14]]
     assert content == [
         {"command_index": 0, "delta": {"stderr": "", "stdout": "hi\n"}, "item_id": output_id, "output_index": 1,
          "type": "response.shell_call_output_content.delta"},
@@ -114,7 +119,7 @@ async def test_a_container_call_streams_as_openai_streams_it_field_for_field():
     ]  # fmt: skip
     done = {"id": output_id, "call_id": "call_sh_0", "max_output_length": 100, "output": [first, second],
             "status": "completed", "type": "shell_call_output"}  # fmt: skip
-    assert events[13]["item"] == done and events[13]["output_index"] == 1
+    assert events[14]["item"] == done and events[14]["output_index"] == 1
     ResponseFunctionShellToolCall.model_validate(call)
     ResponseFunctionShellToolCallOutput.model_validate(done)
     assert outcome.response["output"][:2] == [call, done] and outcome.text == "Done."
@@ -443,3 +448,47 @@ async def test_a_local_call_round_trips_through_the_runtime_and_its_store(runtim
     [stored] = (await runtime.list_input_items("", second["id"])).data
     parsed = ResponseFunctionShellToolCallOutput.model_validate(stored)
     assert parsed.id.startswith("sho_") and parsed.status == "completed" and parsed.call_id == call["call_id"]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 5, 1000])
+def test_the_commands_stream_as_they_are_written(piece):
+    commands = ['echo "hi" \u00e9\U0001F600', "ls -la", ""]
+    arguments = json.dumps({"commands": commands, "timeout_ms": 5})  # escapes, a surrogate pair
+    stream, steps = CommandsStream(), []
+    for start in range(0, len(arguments), piece):
+        steps += stream.feed(arguments[start : start + piece])
+    assert stream.rest(commands) == [], "all told as they streamed"
+    assert [(kind, i) for kind, i, _ in steps if kind != "delta"] == [
+        ("added", 0), ("done", 0), ("added", 1), ("done", 1), ("added", 2), ("done", 2)]  # fmt: skip
+    for i, command in enumerate(commands):
+        assert "".join(t for kind, j, t in steps if kind == "delta" and j == i) == command
+        assert ("done", i, command) in steps
+
+
+def test_commands_of_another_shape_are_told_whole_when_the_call_ends():
+    stream = CommandsStream()
+    assert stream.feed('{"timeout_ms": 5, "commands": ["ls"]}') == []
+    assert stream.rest(["ls"]) == [("added", 0, ""), ("delta", 0, "ls"), ("done", 0, "ls")]
+    cut = CommandsStream()
+    assert cut.feed('{"commands": ["echo a", "ec') == [("added", 0, ""), ("delta", 0, "echo a"), ("done", 0, "echo a"),
+                                                         ("added", 1, ""), ("delta", 1, "ec")]  # fmt: skip
+    assert cut.rest(cut.sent) == [("done", 1, "ec")], "a call cut short closes what was told"
+
+
+async def test_a_model_that_fails_while_writing_the_commands_leaves_no_item_open():
+    from tests.fakes import FunctionModel
+    from troupe.agentloop.model import ModelError, ToolCallArgumentsDelta, ToolCallStart
+
+    def failing(request: Any) -> Any:
+        yield ToolCallStart(index=0, call_id="call_1", name=SHELL)
+        yield ToolCallArgumentsDelta(index=0, delta='{"commands": ["echo a", "ec')
+        raise ModelError("connection reset", status=502)
+
+    runner = ToyShellRunner()
+    outcome = await run(body("x", model="m"), FunctionModel(failing), shell_runner=runner)
+    check_stream(outcome)
+    [call] = outcome.response["output"]
+    assert (call["status"], call["action"]["commands"]) == ("incomplete", ["echo a", "ec"])
+    done = [e["command"] for e in outcome.events if e["type"] == "response.shell_call_command.done"]
+    assert done == ["echo a", "ec"], "every command told is closed"
+    assert outcome.response["status"] == "failed" and runner.runs == []

@@ -78,7 +78,17 @@ from .model import (
     ToolCallStart,
     TurnEnd,
 )  # fmt: skip
-from .shell import SHELL, CommandRun, ShellRunner, ShellTool, output_entries, shell_action, shell_spec
+from .shell import (
+    SHELL,
+    CommandRun,
+    CommandsStream,
+    CommandStep,
+    ShellRunner,
+    ShellTool,
+    output_entries,
+    shell_action,
+    shell_spec,
+)  # fmt: skip
 from .shell import last_container as last_shell_container
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
@@ -640,6 +650,7 @@ class _Run:
         ci_item_at: dict[int, str] = {}  # tool-call index -> code_interpreter_call item id (self.ci_items: by call id)
         code_at: dict[int, CodeStream] = {}  # tool-call index -> its code, as told so far
         sh_item_at: dict[int, str] = {}  # tool-call index -> shell_call item id (closed when the turn ends)
+        commands_at: dict[int, CommandsStream] = {}  # tool-call index -> its commands, as told so far
         starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
@@ -680,6 +691,9 @@ class _Run:
                                 code = code_at.setdefault(index, CodeStream()).feed(delta)
                                 if code:
                                     yield ev.CodeInterpreterCallCodeDelta(item_id=ci_item_at[index], delta=code)
+                            elif index in sh_item_at:
+                                for step in commands_at.setdefault(index, CommandsStream()).feed(delta):
+                                    yield _command_event(sh_item_at[index], step)
                         case TurnEnd():
                             turn = chunk
                     if self.cancel.is_set():
@@ -717,10 +731,13 @@ class _Run:
                 if rest := code_at.setdefault(index, CodeStream()).rest(code):
                     yield ev.CodeInterpreterCallCodeDelta(item_id=ci_item_at[index], delta=rest)
                 yield ev.CodeInterpreterCallCodeDone(item_id=ci_item_at[index], code=code)
-            elif index in sh_item_at:  # its commands are told now, whole (module shell)
+            elif index in sh_item_at:  # the commands not told as they streamed are told now, whole
+                action_ = shell_action(call.arguments)
+                for step in commands_at.setdefault(index, CommandsStream()).rest(action_["commands"]):
+                    yield _command_event(sh_item_at[index], step)
                 environment = self.sh.environment() if self.sh is not None else None
-                yield ev.ShellCallDone(item_id=sh_item_at[index], action=shell_action(call.arguments),
-                                       environment=environment, status=item_status)  # fmt: skip
+                yield ev.ShellCallDone(item_id=sh_item_at[index], action=action_, environment=environment,
+                                       status=item_status)  # fmt: skip
         for index in sorted(set(function_item_at) - set(range(len(calls)))):
             yield ev.FunctionCallDone(item_id=function_item_at[index], arguments="", status="incomplete")
         for index in sorted(set(ci_item_at) - set(range(len(calls)))):  # cut short: never run
@@ -729,7 +746,11 @@ class _Run:
             yield ev.CodeInterpreterCallCodeDone(item_id=ci_item_at[index], code=sent)
             yield self._code_interpreter_done(ci_item_at[index], "", None, "incomplete")
         for index in sorted(set(sh_item_at) - set(range(len(calls)))):  # cut short: never run
-            yield ev.ShellCallDone(item_id=sh_item_at[index], action=shell_action(""), status="incomplete")
+            stream = commands_at.setdefault(index, CommandsStream())
+            for step in stream.rest(list(stream.sent)):  # what was told is what the item says
+                yield _command_event(sh_item_at[index], step)
+            action_ = {**shell_action(""), "commands": list(stream.sent)}
+            yield ev.ShellCallDone(item_id=sh_item_at[index], action=action_, status="incomplete")
         usage = turn.usage if turn is not None else None
         yield ev.StepTraced(
             kind="model", name=self.upstream_model, started_at=started, ended_at=ended,
@@ -1055,6 +1076,16 @@ def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome, detail: dict[str, An
         call_id=call.call_id, output=outcome.output, error=outcome.error_text, started=outcome.started,
         ended=outcome.ended, detail=detail,
     ))  # fmt: skip
+
+
+def _command_event(item_id: str, step: CommandStep) -> ev.ShellCommandAdded | ev.ShellCommandDelta | ev.ShellCommandDone:
+    """The loop event of one step a :class:`~.shell.CommandsStream` told."""
+    kind, index, text = step
+    if kind == "added":
+        return ev.ShellCommandAdded(item_id=item_id, command_index=index)
+    if kind == "delta":
+        return ev.ShellCommandDelta(item_id=item_id, command_index=index, delta=text)
+    return ev.ShellCommandDone(item_id=item_id, command_index=index, command=text)
 
 
 _OUTPUTS_EMITTED = ev.Checkpoint(step=ToolOutputsStep())

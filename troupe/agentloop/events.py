@@ -43,6 +43,9 @@ __all__ = [
     "CodeInterpreterCallInterpreting",
     "CodeInterpreterCallDone",
     "ShellCallStarted",
+    "ShellCommandAdded",
+    "ShellCommandDelta",
+    "ShellCommandDone",
     "ShellCallDone",
     "ShellOutputStarted",
     "ShellOutputDone",
@@ -244,9 +247,31 @@ class ShellCallStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommandAdded:
+    """The model began the call's command at ``command_index`` (module ``shell``: ``CommandsStream``)."""
+
+    item_id: str
+    command_index: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommandDelta:
+    item_id: str
+    command_index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommandDone:
+    item_id: str
+    command_index: int
+    command: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ShellCallDone:
-    """The call's arguments are whole: its commands are told one by one and its item closes
-    (``completed``; ``incomplete`` when the turn was cut short)."""
+    """The call's arguments are whole (its commands told): its item closes (``completed``;
+    ``incomplete`` when the turn was cut short)."""
 
     item_id: str
     action: dict[str, Any]
@@ -393,6 +418,9 @@ LoopEvent = (
     | CodeInterpreterCallInterpreting
     | CodeInterpreterCallDone
     | ShellCallStarted
+    | ShellCommandAdded
+    | ShellCommandDelta
+    | ShellCommandDone
     | ShellCallDone
     | ShellOutputStarted
     | ShellOutputDone

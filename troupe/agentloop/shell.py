@@ -23,9 +23,9 @@ A call run on the server (by :class:`ShellTool`, an executor like the others) st
 items, in OpenAI's order::
 
     response.output_item.added                    shell_call, in_progress, action.commands []
-    response.shell_call_command.added   ┐
-    response.shell_call_command.delta   │ per command (command_index), once the arguments are whole
-    response.shell_call_command.done    ┘
+    response.shell_call_command.added   ┐ per command (command_index), as the model writes it
+    response.shell_call_command.delta   │ (:class:`CommandsStream`): added as its string opens,
+    response.shell_call_command.done    ┘ deltas as it grows, done as it closes
     response.output_item.done                     shell_call, completed
     response.output_item.added                    shell_call_output, in_progress, output []
     response.shell_call_output_content.delta  ┐ per command: its stdout and stderr
@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -81,6 +82,8 @@ __all__ = [
     "CommandRun",
     "ShellRunner",
     "ShellTool",
+    "CommandsStream",
+    "CommandStep",
     "shell_spec",
     "shell_action",
     "format_output",
@@ -279,6 +282,120 @@ class ShellTool:
             raise RuntimeError(f"the runner answered {len(runs)} results for {len(action['commands'])} commands")
         self.runs[call.call_id] = (container_id, list(runs))
         return format_output(action["commands"], runs)
+
+
+_COMMANDS_OPEN = re.compile(r'\s*\{\s*"commands"\s*:\s*\[')
+
+CommandStep = tuple[str, int, str]
+"""What :class:`CommandsStream` tells: ``("added", i, "")``, ``("delta", i, text)`` or
+``("done", i, command)``, for the command at index ``i``."""
+
+
+class CommandsStream:
+    """The commands of a call whose arguments stream in, told as they are written.
+
+    ``{"commands": ["…", "…"`` tells each command as its string opens (added), grows (deltas:
+    its characters, an escape only once it is whole) and closes (done). Arguments of any other
+    shape (another key first, a string for ``commands``) tell nothing until the call ends, when
+    :meth:`rest` tells every command not yet told, whole.
+    """
+
+    __slots__ = ("arguments", "sent", "closed")
+
+    def __init__(self) -> None:
+        self.arguments = ""
+        self.sent: list[str] = []
+        """Each command as told so far."""
+        self.closed: list[bool] = []
+        """Whether each command's done was told."""
+
+    def feed(self, delta: str) -> list[CommandStep]:
+        """Take an arguments delta; return what it tells."""
+        self.arguments += delta
+        steps: list[CommandStep] = []
+        for i, (text, closed) in enumerate(_commands_prefix(self.arguments)):
+            if i == len(self.sent):
+                self.sent.append("")
+                self.closed.append(False)
+                steps.append(("added", i, ""))
+            if self.closed[i] or not text.startswith(self.sent[i]):
+                continue
+            if len(text) > len(self.sent[i]):
+                steps.append(("delta", i, text[len(self.sent[i]) :]))
+                self.sent[i] = text
+            if closed:
+                self.closed[i] = True
+                steps.append(("done", i, text))
+        return steps
+
+    def rest(self, commands: Sequence[str]) -> list[CommandStep]:
+        """What is still to tell of the final ``commands``: every one not yet done, whole."""
+        steps: list[CommandStep] = []
+        for i, command in enumerate(commands):
+            if i == len(self.sent):
+                self.sent.append("")
+                self.closed.append(False)
+                steps.append(("added", i, ""))
+            if i >= len(self.closed) or self.closed[i]:
+                continue
+            if command.startswith(self.sent[i]) and len(command) > len(self.sent[i]):
+                steps.append(("delta", i, command[len(self.sent[i]) :]))
+            self.sent[i], self.closed[i] = command, True
+            steps.append(("done", i, command))
+        return steps
+
+
+def _commands_prefix(arguments: str) -> list[tuple[str, bool]]:
+    """The commands the arguments so far surely begin with: each as far as it is sure, and
+    whether its string is closed ([] when the arguments are not ``{"commands": [`` strings)."""
+    opened = _COMMANDS_OPEN.match(arguments)
+    if opened is None:
+        return []
+    found: list[tuple[str, bool]] = []
+    pos = opened.end()
+    while True:
+        while pos < len(arguments) and arguments[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(arguments) or arguments[pos] != '"':
+            return found  # not yet, the list's end, or not a string: told at the end
+        text, end = _string_prefix(arguments, pos + 1)
+        if text is None:
+            return found
+        found.append((text, end is not None))
+        if end is None:
+            return found
+        pos = end
+        while pos < len(arguments) and arguments[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(arguments) or arguments[pos] != ",":
+            return found
+        pos += 1
+
+
+def _string_prefix(text: str, start: int) -> tuple[str | None, int | None]:
+    """The JSON string whose body starts at ``text[start]``: what of it is sure, decoded (None:
+    nothing decodes), and the index after its closing quote (None: not closed yet)."""
+    i = start
+    while i < len(text) and text[i] != '"':
+        if text[i] != "\\":
+            i += 1
+        elif i + 1 >= len(text):
+            break
+        elif text[i + 1] != "u":
+            i += 2
+        elif i + 6 > len(text):
+            break
+        elif text[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db"):  # a high surrogate: wait for its pair
+            if i + 12 > len(text):
+                break
+            i += 12 if text[i + 6 : i + 8] == "\\u" else 6
+        else:
+            i += 6
+    try:
+        decoded: str = json.loads('"' + text[start:i] + '"', strict=False)
+    except ValueError:
+        return None, None
+    return decoded, (i + 1 if i < len(text) and text[i] == '"' else None)
 
 
 def shell_action(arguments: str, *, strict: bool = False) -> dict[str, Any]:

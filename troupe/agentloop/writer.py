@@ -261,11 +261,16 @@ class WireWriter:
                 return [self._item_event("response.code_interpreter_call.completed", item_id), self._done(item)]
             case ev.ShellCallStarted(item_id=item_id, call_id=call_id, environment=environment):
                 return [self._add(_shell_call(item_id, call_id, _NO_ACTION, environment, "in_progress"))]
+            case ev.ShellCommandAdded(item_id=item_id, command_index=index):
+                return [self._command_event("response.shell_call_command.added", item_id, index, command="")]
+            case ev.ShellCommandDelta(item_id=item_id, command_index=index, delta=delta):
+                return [self._command_event("response.shell_call_command.delta", item_id, index, delta=delta)]
+            case ev.ShellCommandDone(item_id=item_id, command_index=index, command=command):
+                return [self._command_event("response.shell_call_command.done", item_id, index, command=command)]
             case ev.ShellCallDone(item_id=item_id, action=action, environment=environment, status=status):
                 opened = self._output[self._index[item_id]]
                 item = _shell_call(item_id, opened["call_id"], action, environment or opened["environment"], status)
-                told = [e for i, command in enumerate(action["commands"]) for e in self._command_events(item_id, i, command)]
-                return [*told, self._done(item)]
+                return [self._done(item)]
             case ev.ShellOutputStarted(item_id=item_id, call_id=call_id, max_output_length=most):
                 return [self._add(_shell_call_output(item_id, call_id, most, [], "in_progress"))]
             case ev.ShellOutputDone(item_id=item_id, output=output, status=status):
@@ -444,19 +449,14 @@ class WireWriter:
             "type": "response.code_interpreter_call_code.done",
         }
 
-    def _command_events(self, item_id: str, index: int, command: str) -> list[dict[str, Any]]:
-        """``ResponseShellCallCommand{Added,Delta,Done}Event`` for one command (they carry no
-        ``item_id``: the ``output_index`` names the ``shell_call``). The command is told whole,
-        once the call's arguments are."""
-        i = self._index[item_id]
-        return [
-            {"command": "", "command_index": index, "output_index": i, "sequence_number": self._next_seq(),
-             "type": "response.shell_call_command.added"},
-            {"command_index": index, "delta": command, "output_index": i, "sequence_number": self._next_seq(),
-             "type": "response.shell_call_command.delta"},
-            {"command": command, "command_index": index, "output_index": i, "sequence_number": self._next_seq(),
-             "type": "response.shell_call_command.done"},
-        ]  # fmt: skip
+    def _command_event(self, type_: str, item_id: str, index: int, **text: str) -> dict[str, Any]:
+        """``ResponseShellCallCommand{Added,Delta,Done}Event``: ``command=`` (added, done) or
+        ``delta=``. They carry no ``item_id``: the ``output_index`` names the ``shell_call``."""
+        if "command" in text:
+            return {"command": text["command"], "command_index": index, "output_index": self._index[item_id],
+                    "sequence_number": self._next_seq(), "type": type_}  # fmt: skip
+        return {"command_index": index, "delta": text["delta"], "output_index": self._index[item_id],
+                "sequence_number": self._next_seq(), "type": type_}  # fmt: skip
 
     def _output_content_events(self, item_id: str, index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
         """``ResponseShellCallOutputContent{Delta,Done}Event`` for one command's output entry."""
