@@ -107,7 +107,7 @@ class RecordingModel:
             yield chunk
 
 
-__all__ = ["ScriptedModel", "FunctionModel", "RecordingModel", "FunctionMcpClient", "ToyCodeRunner", "text_turn", "tool_turn",
+__all__ = ["ScriptedModel", "FunctionModel", "RecordingModel", "FunctionMcpClient", "ToyCodeRunner", "ToyShellRunner", "text_turn", "tool_turn",
            "ModelError"]  # fmt: skip
 
 
@@ -291,3 +291,81 @@ class ToyCodeRunner:
                 trace = f"Traceback (most recent call last):\n  line: {line}\n{type(exc).__name__}: {exc}\n"
                 return CodeRun(logs="".join(logs) + trace, failed=True, images=tuple(images), files=tuple(written))
         return CodeRun(logs="".join(logs), images=tuple(images), files=tuple(written))
+
+
+class ToyShellRunner:
+    """A small, real :class:`troupe.agentloop.shell.ShellRunner` for loop unit tests: containers
+    are dicts of files, and commands are a few kinds, run one by one:
+
+    * ``echo TEXT``: prints TEXT; ``echo TEXT > NAME`` writes it to the file NAME instead;
+    * ``cat NAME``: prints the file, or says on stderr that it is missing (exit code 1);
+    * ``ls``: the files' names, one a line;
+    * ``exit N``: ends with exit code N;
+    * ``sleep``: runs into its timeout (``timed_out``);
+    * ``crash``: the runner itself fails (an exception: the call cannot run);
+    * anything else: ``sh: CMD: not found`` on stderr, exit code 127.
+
+    ``max_output_length`` cuts each stream. It records the containers it made and every run
+    (container, commands, timeout_ms, max_output_length).
+    """
+
+    def __init__(self, *, containers: Sequence[str] = (), broken: bool = False) -> None:
+        self.files: dict[str, dict[str, str]] = {c: {} for c in containers}
+        self.created: list[dict[str, Any]] = []
+        self.asked: list[tuple[Any, str | None]] = []
+        self.runs: list[tuple[str, list[str], int | None, int | None]] = []
+        self.broken = broken
+
+    async def container_for(self, spec: str | dict[str, Any], *, reuse: str | None) -> str:
+        from troupe.agentloop.code_interpreter import ContainerNotFound
+
+        self.asked.append((spec, reuse))
+        if self.broken:
+            raise RuntimeError("no sandbox is available")
+        if isinstance(spec, str):
+            if spec not in self.files:
+                raise ContainerNotFound(spec)
+            return spec
+        if reuse is not None and reuse in self.files:
+            return reuse
+        container_id = f"cntr_{len(self.created) + 1}"
+        self.created.append(dict(spec))
+        self.files[container_id] = {}
+        return container_id
+
+    async def run_shell(
+        self, container_id: str, commands: Sequence[str], *, timeout_ms: int | None, max_output_length: int | None
+    ) -> list[Any]:
+        from troupe.agentloop.code_interpreter import ContainerNotFound
+        from troupe.agentloop.shell import CommandRun
+
+        self.runs.append((container_id, list(commands), timeout_ms, max_output_length))
+        if container_id not in self.files:
+            raise ContainerNotFound(container_id)
+        files = self.files[container_id]
+        cut = (lambda text: text[:max_output_length]) if max_output_length else (lambda text: text)
+        runs = []
+        for command in commands:
+            word, _, rest = command.strip().partition(" ")
+            out, err, code, timed_out = "", "", 0, False
+            if word == "crash":
+                raise RuntimeError("the sandbox went away")
+            if word == "echo" and " > " in rest:
+                text, _, name = rest.partition(" > ")
+                files[name.strip()] = text + "\n"
+            elif word == "echo":
+                out = rest + "\n"
+            elif word == "cat" and rest in files:
+                out = files[rest]
+            elif word == "cat":
+                err, code = f"cat: {rest}: No such file or directory\n", 1
+            elif word == "ls":
+                out = "".join(f"{name}\n" for name in sorted(files))
+            elif word == "exit":
+                code = int(rest)
+            elif word == "sleep":
+                code, timed_out = None, True  # type: ignore[assignment]
+            else:
+                err, code = f"sh: {word}: not found\n", 127
+            runs.append(CommandRun(stdout=cut(out), stderr=cut(err), exit_code=code, timed_out=timed_out))
+        return runs

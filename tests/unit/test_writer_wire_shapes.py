@@ -23,6 +23,7 @@ from tests.fakes import (
     FunctionModel,
     ScriptedModel,
     ToyCodeRunner,
+    ToyShellRunner,
     WordsFileSearcher,
     text_turn,
     tool_turn,
@@ -77,6 +78,11 @@ WRITER_EVENT_TYPES = frozenset(
         "response.code_interpreter_call_code.done",
         "response.code_interpreter_call.interpreting",
         "response.code_interpreter_call.completed",
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+        "response.shell_call_output_content.delta",
+        "response.shell_call_output_content.done",
         "response.output_text.annotation.added",
         "response.compaction.compacting",
         "error",
@@ -251,6 +257,18 @@ async def code_interpreter() -> list[Outcome]:
             await run(stopped, SimModel(), code_runner=ToyCodeRunner())]  # fmt: skip
 
 
+async def shell() -> list[Outcome]:
+    """A container call whose commands ran (an exit code, a failure, a timeout), one that could
+    not run, and a local call the client is to run."""
+    auto = {"type": "shell", "environment": {"type": "container_auto"}}
+    ran = {"model": "sim", "input": "[[shell]]\necho hi\ncat nope\nsleep", "tools": [auto]}
+    crashed = {"model": "sim", "input": "[[shell]]crash", "tools": [auto]}
+    local = {"model": "sim", "input": "[[shell]]ls", "tools": [{"type": "shell", "environment": {"type": "local"}}]}
+    return [await run(ran, SimModel(), shell_runner=ToyShellRunner()),
+            await run(crashed, SimModel(), shell_runner=ToyShellRunner()),
+            await run(local, SimModel())]  # fmt: skip
+
+
 async def compaction() -> list[Outcome]:
     history = [{"type": "message", "role": "user", "content": "x" * 400},
                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y" * 400}]}]
@@ -275,6 +293,7 @@ SCENARIOS: list[Callable[[], Awaitable[list[Outcome]]]] = [
     mcp_approval,
     file_search,
     code_interpreter,
+    shell,
     compaction,
 ]
 

@@ -24,7 +24,7 @@ one-call functions are made of): :func:`prepare` a request, :func:`run_loop` it 
 checkpoints), and feed them to a :class:`WireWriter` (or :func:`collect_response`).
 
 The other modules (``chat``, ``checkpoint``, ``code_interpreter``, ``compaction``, ``context``,
-``decide``, ``file_search``, ``mcp``, ``transcript``) are the loop's internals, imported by Troupe's own
+``decide``, ``file_search``, ``mcp``, ``shell``, ``transcript``) are the loop's internals, imported by Troupe's own
 runtime: their names may change without notice. Names are imported on first use
 (:mod:`troupe._lazy`), so a Ray worker that imports ``troupe.agentloop.tools`` does not
 import the driver.

@@ -18,7 +18,8 @@ class                      ``kind``    when                                  hol
 :class:`ApprovedCallsStep` approved    approved MCP calls' items were opened those items (call id → item id)
 :class:`ToolResultStep`    tool        one server-side tool call ended       its call id, output and error,
                                                                              times, and what its item needs
-                                                                             (a code run's logs, images, files)
+                                                                             (a code run's logs, images, files;
+                                                                             a shell call's command results)
 :class:`ToolOutputsStep`   tools       the turn's tool outputs were emitted  nothing more
 :class:`CompactionStep`    compaction  the loop compacted the thread before  the summary the model wrote, and
                                        a model call (``context_management``) the usage of the call that wrote it
@@ -35,8 +36,8 @@ tools:
 * a call whose result is checkpointed (``tool``) is never run again: its stored result is used;
 * a call of the last turn with no result checkpointed may have been running when the host
   died. It runs again only if its tool is idempotent (``idempotent = true`` in ``[[tools]]``,
-  or an MCP tool whose annotations say ``idempotentHint``; a ``code_interpreter`` call never
-  is, for code changes its container); otherwise the model is told, in the call's output,
+  or an MCP tool whose annotations say ``idempotentHint``; a ``code_interpreter`` or ``shell``
+  call never is, for code and commands change their container); otherwise the model is told, in the call's output,
   that the call was interrupted (:data:`INTERRUPTED`).
 
 Because a ``model`` step is stored before the loop starts the turn's tools, a call that ran
@@ -143,7 +144,8 @@ class ToolResultStep:
     """Seconds on the loop's clock."""
     detail: dict[str, Any] | None = None
     """What the call's item needs beyond its output, as JSON (a ``code_interpreter`` run: its
-    container and :meth:`~troupe.agentloop.code_interpreter.CodeRun.to_data`); stored only when set."""
+    container and :meth:`~troupe.agentloop.code_interpreter.CodeRun.to_data`; a ``shell`` call:
+    ``{"container_id", "commands": [CommandRun.to_data()…]}``); stored only when set."""
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": "tool", "call_id": self.call_id, "output": self.output, "error": self.error,

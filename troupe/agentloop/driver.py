@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, assert_never
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
-from troupe.protocol.ids import CODE_INTERPRETER_CALL
+from troupe.protocol.ids import CODE_INTERPRETER_CALL, SHELL_CALL, SHELL_CALL_OUTPUT
 
 from . import events as ev
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
@@ -78,12 +78,24 @@ from .model import (
     ToolCallStart,
     TurnEnd,
 )  # fmt: skip
+from .shell import (
+    SHELL,
+    CommandRun,
+    CommandsStream,
+    CommandStep,
+    ShellRunner,
+    ShellTool,
+    output_entries,
+    shell_action,
+    shell_spec,
+)  # fmt: skip
+from .shell import last_container as last_shell_container
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
 
 __all__ = ["LoopSettings", "PreparedTurn", "prepare", "run_loop"]
 
-_SUPPORTED_TOOL_TYPES = frozenset({"function"})
+_SUPPORTED_TOOL_TYPES = frozenset({"function", "shell"})  # shell: its local environment always (module shell)
 
 _NOT_RERUN = "interrupted by a host failure; not run again (the tool is not idempotent)"
 
@@ -114,6 +126,9 @@ class PreparedTurn:
     """The request's ``file_search`` tool, when it offers one (module :mod:`.file_search`)."""
     code_interpreter: CodeInterpreterTool | None = None
     """The request's ``code_interpreter`` tool, when it offers one (module :mod:`.code_interpreter`)."""
+    shell: ShellTool | None = None
+    """The request's ``shell`` tool, when it offers one (module :mod:`.shell`): run here in a
+    container, or by the client (its local environment)."""
 
 
 def prepare(
@@ -125,6 +140,7 @@ def prepare(
     mcp_servers: Sequence[McpServer] = (),
     file_searcher: FileSearcher | None = None,
     code_runner: CodeRunner | None = None,
+    shell_runner: ShellRunner | None = None,
 ) -> PreparedTurn:
     """Validate the parts of ``request`` only the loop can judge, and build its transcript.
 
@@ -136,6 +152,8 @@ def prepare(
         mcp_servers: the request's ``mcp`` tools, resolved (secrets included).
         file_searcher: searches vector stores (None: ``file_search`` tools are refused).
         code_runner: runs code in containers (None: ``code_interpreter`` tools are refused).
+        shell_runner: runs shell commands in containers (None: a ``shell`` tool with a container
+            environment is refused; a local one, whose client runs the commands, is always accepted).
 
     Returns:
         The prepared turn.
@@ -164,12 +182,14 @@ def prepare(
     choice_types = ("function", "allowed_tools") + (("mcp",) if mcp_client is not None else ())
     choice_types += ("file_search",) if file_searcher is not None else ()
     choice_types += ("code_interpreter",) if code_runner is not None else ()
+    choice_types += ("shell",)  # when a shell tool is offered (_shell_tool)
     if isinstance(choice, dict) and choice.get("type") not in choice_types:
         raise InvalidRequest(
             f"tool_choice of type '{choice.get('type')}' is not supported by this server.",
             param="tool_choice",
             code="unsupported_value",
         )
+    shell = _shell_tool(tools, shell_runner, choice)
     transcript, accepted = build_transcript(history, request.input_items())
     mcp = None
     if mcp_client is not None and mcp_servers:
@@ -185,7 +205,7 @@ def prepare(
     if file_searcher is not None and (spec := _file_search_spec(tools)) is not None:
         file_search = FileSearchTool(file_searcher, spec, next_marker(transcript.outputs_of(FILE_SEARCH)))
     functions = [t for t in tools if t.get("type") == "function"]
-    declared = {t["name"] for t in functions}
+    declared: set[str] = {t["name"] for t in functions}
     code_interpreter = None
     if code_runner is not None and (ci_spec := code_interpreter_spec(tools)) is not None:
         index, container = ci_spec
@@ -197,12 +217,19 @@ def prepare(
         code_interpreter = CodeInterpreterTool(
             code_runner, container, param=f"tools[{index}].container", reuse=last_container([*history, *accepted])
         )
+    if shell is not None:
+        if SHELL in declared:  # its calls would be taken for the shell tool's
+            raise InvalidRequest(f"A function tool named '{SHELL}' cannot be given with the shell tool, which the model "
+                                 f"sees as '{SHELL}'.", param="tools", code="invalid_value")  # fmt: skip
+        shell.reuse = last_shell_container([*history, *accepted])
     hosted: list[ToolExecutor] = [t for t in (file_search, code_interpreter) if t is not None]
-    offered = hosted + list(executors)
+    offered = hosted + ([shell] if shell is not None else []) + list(executors)
     definitions = functions + [d for ex in offered for d in ex.definitions() if d["name"] not in declared]
+    if shell is not None and shell.local:
+        declared.add(SHELL)  # the client's to run, as its function calls are
     allowed = None
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
-        hosted_names = {"file_search": FILE_SEARCH, "code_interpreter": PYTHON}
+        hosted_names = {"file_search": FILE_SEARCH, "code_interpreter": PYTHON, "shell": SHELL}
         allowed = frozenset(
             t["name"] if t.get("type") == "function" else hosted_names[t["type"]]
             for t in choice.get("tools", [])
@@ -223,7 +250,33 @@ def prepare(
         mcp=mcp,
         file_search=file_search,
         code_interpreter=code_interpreter,
+        shell=shell,
     )
+
+
+def _shell_tool(tools: list[dict[str, Any]], runner: ShellRunner | None, choice: Any) -> ShellTool | None:
+    """The request's ``shell`` tool (module :mod:`.shell`); None when it offers none.
+
+    Raises:
+        InvalidRequest: an environment :func:`~.shell.shell_spec` refuses; a container
+            environment without a runner (``tools[i].environment``, ``unsupported_value``);
+            ``tool_choice: {"type": "shell"}`` without a shell tool.
+    """
+    spec = shell_spec(tools)
+    if spec is None:
+        if isinstance(choice, dict) and choice.get("type") == "shell":
+            raise InvalidRequest("tool_choice 'shell' needs a shell tool in 'tools'.", param="tool_choice",
+                                 code="invalid_value")  # fmt: skip
+        return None
+    index, container = spec
+    if container is None:
+        return ShellTool()
+    if runner is None:
+        raise InvalidRequest("The shell tool's container environments are not supported by this server: only "
+                             "the local one, whose commands the client runs.", param=f"tools[{index}].environment",
+                             code="unsupported_value")  # fmt: skip
+    param = f"tools[{index}].environment" + (".container_id" if isinstance(container, str) else "")
+    return ShellTool(runner, container, param=param)
 
 
 def _file_search_spec(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -287,14 +340,17 @@ class _Run:
         self.mcp = prepared.mcp
         self.fs = prepared.file_search
         self.ci = prepared.code_interpreter
-        # The MCP servers, file_search and code_interpreter act as executors too, consulted first.
-        hosted: list[ToolExecutor] = [t for t in (self.mcp, self.fs, self.ci) if t is not None]
+        self.sh = prepared.shell
+        # The MCP servers, file_search, code_interpreter and shell act as executors too, consulted
+        # first (a local shell executes nothing: its calls are the client's).
+        hosted: list[ToolExecutor] = [t for t in (self.mcp, self.fs, self.ci, self.sh) if t is not None]
         self.executors: list[ToolExecutor] = hosted + list(executors)
         self.fs_items: dict[str, str] = {}  # call_id -> open file_search_call item id
         self.include_results = "file_search_call.results" in (self.req.include or [])
         self.ci_items: dict[str, str] = {}  # call_id -> open code_interpreter_call item id
         self.ci_interpreting: set[str] = set()  # code_interpreter_call items whose interpreting event was written
         self.include_outputs = INCLUDE_OUTPUTS in (self.req.include or [])
+        self.sh_outputs: dict[str, str] = {}  # call_id -> open shell_call_output item id
         self.upstream_model = upstream_model or self.req.model
         self.cancel = cancel
         self.clock = clock
@@ -331,6 +387,8 @@ class _Run:
             if self.ci is not None:
                 # Before the first event too: an explicit container that does not exist is an HTTP 404.
                 await self.ci.check()
+            if self.sh is not None and not self.sh.local:
+                await self.sh.check()  # likewise
             budget = self._budget()
             if budget is not None and self.req.truncation != "auto":
                 # Before the first event too: a thread that does not fit is OpenAI's HTTP 400.
@@ -374,6 +432,8 @@ class _Run:
                     yield ev.FileSearchCallDone(item_id=item_id, queries=(), status="failed")
                 for item_id in self.ci_items.values():  # calls never run (tool_choice none, a model failure)
                     yield self._code_interpreter_done(item_id, "", None, "incomplete")
+                for item_id in self.sh_outputs.values():  # commands cut short (cancelled)
+                    yield ev.ShellOutputDone(item_id=item_id, status="incomplete")
                 yield ev.ResponseFinished(
                     status=action.status,
                     usage=self.state.usage,
@@ -514,12 +574,13 @@ class _Run:
 
     def _open_call(
         self, index: int, call_id: str, name: str, mcp_item_at: dict[int, str], function_item_at: dict[int, str],
-        ci_item_at: dict[int, str],
+        ci_item_at: dict[int, str], sh_item_at: dict[int, str],
     ) -> ev.LoopEvent | None:
         """Open the item a model's tool call streams as, and remember it by the call's index (in
-        ``mcp_item_at``, ``function_item_at`` or ``ci_item_at``): an ``mcp_call``, a
-        ``file_search_call``, a ``code_interpreter_call``, a ``function_call``, or nothing for an
-        MCP call that waits for approval (it becomes an approval request once the turn ends)."""
+        ``mcp_item_at``, ``function_item_at``, ``ci_item_at`` or ``sh_item_at``): an ``mcp_call``, a
+        ``file_search_call``, a ``code_interpreter_call``, a ``shell_call``, a ``function_call``, or
+        nothing for an MCP call that waits for approval (it becomes an approval request once the
+        turn ends)."""
         label = self._mcp_streams(name)
         if label is not None:
             mcp_item_at[index] = self.mcp_items[call_id] = new_id("mcp")
@@ -535,19 +596,27 @@ class _Run:
                 item_id=ci_item_at[index], container_id=self.ci.known_container,
                 outputs=() if self.include_outputs else None,
             )  # fmt: skip
+        if self.sh is not None and name == SHELL:
+            sh_item_at[index] = new_id(SHELL_CALL)
+            return ev.ShellCallStarted(item_id=sh_item_at[index], call_id=call_id, environment=self.sh.environment())
         function_item_at[index] = new_id("fc")
         return ev.FunctionCallStarted(item_id=function_item_at[index], call_id=call_id, name=name)
 
     async def _before_open(self, name: str) -> None:
-        """Before a ``python`` call's item opens: resolve the response's container, so the item
-        opens with its id (as OpenAI's does). A failure is left for the call, which tries again
-        and tells the model."""
+        """Before a ``python`` or a server-run ``shell`` call's item opens: resolve the response's
+        container, so the item opens with its id (as OpenAI's does). A failure is left for the
+        call, which tries again and tells the model."""
         policy = self.p.policy
-        if self.ci is None or name != PYTHON or self.ci.container_id is not None or not policy.execute:
+        tool: CodeInterpreterTool | ShellTool | None = None
+        if self.ci is not None and name == PYTHON:
+            tool = self.ci
+        elif self.sh is not None and name == SHELL and not self.sh.local:
+            tool = self.sh
+        if tool is None or tool.container_id is not None or not policy.execute:
             return
-        if policy.allowed is None or PYTHON in policy.allowed:
+        if policy.allowed is None or name in policy.allowed:
             with contextlib.suppress(Exception):
-                await self.ci.resolve()
+                await tool.resolve()
 
     def _mcp_streams(self, name: str) -> str | None:
         """The server label when a call to ``name`` streams as an ``mcp_call`` item now.
@@ -580,6 +649,8 @@ class _Run:
         mcp_item_at: dict[int, str] = {}  # tool-call index -> mcp_call item id (self.mcp_items: by call id)
         ci_item_at: dict[int, str] = {}  # tool-call index -> code_interpreter_call item id (self.ci_items: by call id)
         code_at: dict[int, CodeStream] = {}  # tool-call index -> its code, as told so far
+        sh_item_at: dict[int, str] = {}  # tool-call index -> shell_call item id (closed when the turn ends)
+        commands_at: dict[int, CommandsStream] = {}  # tool-call index -> its commands, as told so far
         starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
@@ -606,7 +677,9 @@ class _Run:
                             # A call over max_tool_calls is ignored, as OpenAI does: no item ever opens.
                             if not self._over_budget(starts, index):
                                 await self._before_open(name)
-                                opened = self._open_call(index, call_id, name, mcp_item_at, function_item_at, ci_item_at)
+                                opened = self._open_call(
+                                    index, call_id, name, mcp_item_at, function_item_at, ci_item_at, sh_item_at
+                                )
                                 if opened is not None:
                                     yield opened
                         case ToolCallArgumentsDelta(index=index, delta=delta):
@@ -618,6 +691,9 @@ class _Run:
                                 code = code_at.setdefault(index, CodeStream()).feed(delta)
                                 if code:
                                     yield ev.CodeInterpreterCallCodeDelta(item_id=ci_item_at[index], delta=code)
+                            elif index in sh_item_at:
+                                for step in commands_at.setdefault(index, CommandsStream()).feed(delta):
+                                    yield _command_event(sh_item_at[index], step)
                         case TurnEnd():
                             turn = chunk
                     if self.cancel.is_set():
@@ -641,7 +717,9 @@ class _Run:
         for index, call in enumerate(calls):
             if index not in starts and call.call_id not in ignored:  # a model that did not announce the call
                 await self._before_open(call.name)
-                opened = self._open_call(index, call.call_id, call.name, mcp_item_at, function_item_at, ci_item_at)
+                opened = self._open_call(
+                    index, call.call_id, call.name, mcp_item_at, function_item_at, ci_item_at, sh_item_at
+                )
                 if opened is not None:
                     yield opened
             if index in mcp_item_at:
@@ -653,6 +731,13 @@ class _Run:
                 if rest := code_at.setdefault(index, CodeStream()).rest(code):
                     yield ev.CodeInterpreterCallCodeDelta(item_id=ci_item_at[index], delta=rest)
                 yield ev.CodeInterpreterCallCodeDone(item_id=ci_item_at[index], code=code)
+            elif index in sh_item_at:  # the commands not told as they streamed are told now, whole
+                action_ = shell_action(call.arguments)
+                for step in commands_at.setdefault(index, CommandsStream()).rest(action_["commands"]):
+                    yield _command_event(sh_item_at[index], step)
+                environment = self.sh.environment() if self.sh is not None else None
+                yield ev.ShellCallDone(item_id=sh_item_at[index], action=action_, environment=environment,
+                                       status=item_status)  # fmt: skip
         for index in sorted(set(function_item_at) - set(range(len(calls)))):
             yield ev.FunctionCallDone(item_id=function_item_at[index], arguments="", status="incomplete")
         for index in sorted(set(ci_item_at) - set(range(len(calls)))):  # cut short: never run
@@ -660,6 +745,12 @@ class _Run:
             sent = code_at[index].sent if index in code_at else ""
             yield ev.CodeInterpreterCallCodeDone(item_id=ci_item_at[index], code=sent)
             yield self._code_interpreter_done(ci_item_at[index], "", None, "incomplete")
+        for index in sorted(set(sh_item_at) - set(range(len(calls)))):  # cut short: never run
+            stream = commands_at.setdefault(index, CommandsStream())
+            for step in stream.rest(list(stream.sent)):  # what was told is what the item says
+                yield _command_event(sh_item_at[index], step)
+            action_ = {**shell_action(""), "commands": list(stream.sent)}
+            yield ev.ShellCallDone(item_id=sh_item_at[index], action=action_, status="incomplete")
         usage = turn.usage if turn is not None else None
         yield ev.StepTraced(
             kind="model", name=self.upstream_model, started_at=started, ended_at=ended,
@@ -718,6 +809,9 @@ class _Run:
                     )
                     if self.ci is not None and step.detail is not None and "run" in step.detail:
                         self.ci.runs[step.call_id] = (step.detail["container_id"], CodeRun.from_data(step.detail["run"]))
+                    if self.sh is not None and step.detail is not None and "commands" in step.detail:
+                        runs = [CommandRun.from_data(c) for c in step.detail["commands"]]
+                        self.sh.runs[step.call_id] = (step.detail["container_id"], runs)
                 case CompactionStep():
                     self._fold_compaction(step.summary, step.usage)
                 case ToolOutputsStep():
@@ -728,6 +822,7 @@ class _Run:
                         self.mcp_items.pop(call.call_id, None)
                         self.fs_items.pop(call.call_id, None)
                         self.ci_items.pop(call.call_id, None)
+                        self.sh_outputs.pop(call.call_id, None)
                     self.settled = {}
                     self.state = self.state.after_tools()
                 case _:
@@ -744,6 +839,12 @@ class _Run:
                     self.ci.reuse = item.get("container_id") or self.ci.reuse
                     if item.get("status") == "interpreting":  # its event is in the log already
                         self.ci_interpreting.add(item["id"])
+        if self.sh is not None and not self.sh.local:
+            for item in point.output:
+                if item.get("type") == "shell_call" and isinstance(item.get("environment"), dict):
+                    self.sh.reuse = item["environment"].get("container_id") or self.sh.reuse
+                elif item.get("type") == "shell_call_output" and item.get("status") == "in_progress":
+                    self.sh_outputs[item["call_id"]] = item["id"]  # opened before the host died: closed by this run
 
     # -- tools -------------------------------------------------------------------
 
@@ -763,6 +864,9 @@ class _Run:
             if self.checkpoints:
                 opened = {call.call_id: self.mcp_items[call.call_id] for call in action.calls}
                 yield ev.Checkpoint(step=ApprovedCallsStep(mcp_items=opened))
+        for call in action.calls:  # a server-run shell call's output item opens as its commands are to run
+            if self._runs_shell(call) and call.call_id not in self.sh_outputs:
+                yield self._open_shell_output(call)
         results = {c.call_id: self.settled[c.call_id] for c in action.calls if c.call_id in self.settled}
         for call in action.calls:
             if call.call_id in self.in_flight and not is_idempotent(self._executor_of(call), call):
@@ -820,6 +924,11 @@ class _Run:
             mcp_item = self.mcp_items.pop(call.call_id, None)
             fs_item = self.fs_items.pop(call.call_id, None)
             ci_item = self.ci_items.pop(call.call_id, None)
+            sh_output = self.sh_outputs.pop(call.call_id, None)
+            if sh_output is None and self.sh is not None and call.name == SHELL and call.call_id not in self.approved_labels:
+                started_output = self._open_shell_output(call)  # a call answered without running (rejected)
+                sh_output = started_output.item_id
+                yield started_output
             outcome = results.get(call.call_id)
             if outcome is not None:
                 yield ev.StepTraced(
@@ -837,6 +946,8 @@ class _Run:
                 yield self._file_search_done(fs_item, call, output, failure)
             elif ci_item is not None:
                 yield self._code_interpreter_ran(ci_item, call, failure)
+            elif sh_output is not None:
+                yield self._shell_ran(sh_output, call, failure)
             else:
                 yield ev.ItemEmitted(item=_output_item(call, output))
 
@@ -878,10 +989,34 @@ class _Run:
         return ev.CodeInterpreterCallDone(item_id=item_id, container_id=container_id or known, status=status,
                                           outputs=outputs)  # fmt: skip
 
+    def _runs_shell(self, call: ToolCall) -> bool:
+        """Whether ``call`` is a ``shell`` call this server runs (a container environment)."""
+        return self.sh is not None and not self.sh.local and call.name == SHELL and call.call_id not in self.approved_labels
+
+    def _open_shell_output(self, call: ToolCall) -> ev.ShellOutputStarted:
+        """Open a ``shell_call`` 's ``shell_call_output`` item (remembered in ``sh_outputs``)."""
+        item_id = self.sh_outputs[call.call_id] = new_id(SHELL_CALL_OUTPUT)
+        most = shell_action(call.arguments)["max_output_length"]
+        return ev.ShellOutputStarted(item_id=item_id, call_id=call.call_id, max_output_length=most)
+
+    def _shell_ran(self, item_id: str, call: ToolCall, failure: Exception | None) -> ev.ShellOutputDone:
+        """The end of a ``shell_call_output`` item: ``completed`` with one entry per command when
+        they ran, ``incomplete`` and empty when they could not (module :mod:`.shell`)."""
+        ran = self.sh.runs.get(call.call_id) if self.sh is not None else None
+        if failure is not None or ran is None:
+            return ev.ShellOutputDone(item_id=item_id, status="incomplete")
+        return ev.ShellOutputDone(item_id=item_id, output=tuple(output_entries(ran[1])))
+
     def _detail(self, call: ToolCall) -> dict[str, Any] | None:
-        """What a call's checkpoint keeps for its item beyond its output (a code run)."""
+        """What a call's checkpoint keeps for its item beyond its output (a code run, a shell
+        call's commands)."""
         ran = self.ci.runs.get(call.call_id) if self.ci is not None else None
-        return None if ran is None else {"container_id": ran[0], "run": ran[1].to_data()}
+        if ran is not None:
+            return {"container_id": ran[0], "run": ran[1].to_data()}
+        commands = self.sh.runs.get(call.call_id) if self.sh is not None else None
+        if commands is not None:
+            return {"container_id": commands[0], "commands": [c.to_data() for c in commands[1]]}
+        return None
 
     def _citations(self, text: str) -> tuple[dict[str, Any], ...]:
         """The annotations of an answer: ``file_citation`` (module :mod:`.file_search`) and
@@ -941,6 +1076,16 @@ def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome, detail: dict[str, An
         call_id=call.call_id, output=outcome.output, error=outcome.error_text, started=outcome.started,
         ended=outcome.ended, detail=detail,
     ))  # fmt: skip
+
+
+def _command_event(item_id: str, step: CommandStep) -> ev.ShellCommandAdded | ev.ShellCommandDelta | ev.ShellCommandDone:
+    """The loop event of one step a :class:`~.shell.CommandsStream` told."""
+    kind, index, text = step
+    if kind == "added":
+        return ev.ShellCommandAdded(item_id=item_id, command_index=index)
+    if kind == "delta":
+        return ev.ShellCommandDelta(item_id=item_id, command_index=index, delta=text)
+    return ev.ShellCommandDone(item_id=item_id, command_index=index, command=text)
 
 
 _OUTPUTS_EMITTED = ev.Checkpoint(step=ToolOutputsStep())

@@ -42,6 +42,13 @@ __all__ = [
     "CodeInterpreterCallCodeDone",
     "CodeInterpreterCallInterpreting",
     "CodeInterpreterCallDone",
+    "ShellCallStarted",
+    "ShellCommandAdded",
+    "ShellCommandDelta",
+    "ShellCommandDone",
+    "ShellCallDone",
+    "ShellOutputStarted",
+    "ShellOutputDone",
     "CompactionStarted",
     "CompactionSampling",
     "CompactionDone",
@@ -228,6 +235,73 @@ class CodeInterpreterCallDone:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCallStarted:
+    """The model called ``shell``: its ``shell_call`` item opens (module ``shell``), with no
+    commands yet."""
+
+    item_id: str
+    call_id: str
+    environment: dict[str, Any]
+    """``{"type": "local"}``, or ``{"container_id", "type": "container_reference"}`` (the
+    container as far as it is known)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommandAdded:
+    """The model began the call's command at ``command_index`` (module ``shell``: ``CommandsStream``)."""
+
+    item_id: str
+    command_index: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommandDelta:
+    item_id: str
+    command_index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCommandDone:
+    item_id: str
+    command_index: int
+    command: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellCallDone:
+    """The call's arguments are whole (its commands told): its item closes (``completed``;
+    ``incomplete`` when the turn was cut short)."""
+
+    item_id: str
+    action: dict[str, Any]
+    """``{"commands", "max_output_length", "timeout_ms"}`` (:func:`~troupe.agentloop.shell.shell_action`)."""
+    environment: dict[str, Any] | None = None
+    """The environment once the container is known (None: as the item opened)."""
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellOutputStarted:
+    """A server-run call's commands run: its ``shell_call_output`` item opens, empty."""
+
+    item_id: str
+    call_id: str
+    max_output_length: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShellOutputDone:
+    """The commands ran (``completed``: one entry per command, told one by one) or could not
+    (``incomplete``, no entries)."""
+
+    item_id: str
+    output: tuple[dict[str, Any], ...] = ()
+    """``output_entries``: ``{"outcome", "stderr", "stdout"}`` per command."""
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CompactionStarted:
     """The loop compacts the thread (``context_management``): its ``compaction`` item opens,
     without content until the model has written the summary (module :mod:`.compaction`)."""
@@ -343,6 +417,13 @@ LoopEvent = (
     | CodeInterpreterCallCodeDone
     | CodeInterpreterCallInterpreting
     | CodeInterpreterCallDone
+    | ShellCallStarted
+    | ShellCommandAdded
+    | ShellCommandDelta
+    | ShellCommandDone
+    | ShellCallDone
+    | ShellOutputStarted
+    | ShellOutputDone
     | CompactionStarted
     | CompactionSampling
     | CompactionDone

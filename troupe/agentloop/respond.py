@@ -5,7 +5,8 @@ Ray, storage or web server: they validate the request (:func:`~troupe.protocol.p
 :func:`~troupe.agentloop.driver.prepare` it, :func:`~troupe.agentloop.driver.run_loop` it and
 frame its events with a :class:`~troupe.agentloop.writer.WireWriter`. Use those three directly
 for what these do not offer (the loop's own events and step traces, checkpoints, MCP servers,
-``file_search``, ``code_interpreter``).
+``file_search``, ``code_interpreter``, a ``shell`` tool run in containers; its local environment,
+whose commands the caller runs, is served here).
 
 Nothing is stored, so ``previous_response_id`` and ``conversation`` are refused; pass the earlier
 items as ``history`` instead (a previous response's ``output`` after its input, say).
@@ -61,7 +62,7 @@ async def create_response(
     Raises:
         InvalidRequest: the request is not valid, or asks for what needs Troupe's server
             (``previous_response_id``, ``conversation``, a stored ``prompt``, MCP,
-            ``file_search`` or ``code_interpreter`` tools). A model or tool failure is no exception: the Response
+            ``file_search`` or ``code_interpreter`` tools, a ``shell`` tool's container environment). A model or tool failure is no exception: the Response
             says it (``status: failed``, or the tool's error given to the model).
     """
     writer, events = _start(request, model, tools, history, settings, context_window)

@@ -18,6 +18,11 @@ Canonicalization rules (:func:`build_transcript`):
   so does a ``file_search_call``, its output rebuilt from its ``results`` (:mod:`.file_search`),
   and a ``code_interpreter_call``, as a ``python`` call of its ``code`` with its ``outputs`` as
   the output (:mod:`.code_interpreter`);
+* a ``shell_call`` becomes a ``shell`` call of its ``action``, and the ``shell_call_output``
+  that answers it (the server's, or the client's for a local environment) its output, each
+  command's stdout, stderr and exit code as text (:mod:`.shell`); a ``shell_call_output``
+  pairs with a ``shell_call`` by ``call_id`` as a ``function_call_output`` does with its call
+  (an unpaired one is a 400 naming ``input[i].call_id``);
 * ``mcp_list_tools``, ``mcp_approval_request``, ``mcp_approval_response``,
   ``reasoning`` and hosted-tool items never go upstream;
 * a ``compaction`` item (made by ``POST /v1/responses/compact``, or by the loop itself under
@@ -53,6 +58,8 @@ from .code_interpreter import replayed_output as replayed_run
 from .compaction import decode_summary, summary_message
 from .file_search import FILE_SEARCH, replayed_output, replayed_results
 from .model import ToolCall
+from .shell import SHELL, shell_action
+from .shell import replayed_output as replayed_commands
 
 __all__ = ["Transcript", "build_transcript"]
 
@@ -232,6 +239,7 @@ def build_transcript(
     requests: dict[str, dict[str, Any]] = {}  # mcp_approval_request items by id
     approved: dict[str, dict[str, Any]] = {}  # approved in this input, not yet run
     markers = [0]  # the next file_search passage marker, numbered across the thread
+    shell_calls: dict[str, list[str]] = {}  # shell_call call_id -> its commands
 
     def take(item: dict[str, Any], index: int | None) -> None:
         kind = item.get("type", "message")
@@ -281,6 +289,26 @@ def build_transcript(
             transcript.items.append({"type": "function_call", "call_id": call_id, "name": PYTHON,
                                      "arguments": json.dumps({"code": code if isinstance(code, str) else ""})})  # fmt: skip
             transcript.add_output(call_id, replayed_run(item))
+        elif kind == "shell_call":
+            call_id = item.get("call_id") or ""
+            action = item.get("action") if isinstance(item.get("action"), dict) else {}
+            shown = shell_action(json.dumps(action))
+            calls.add(call_id)
+            shell_calls[call_id] = shown["commands"]
+            arguments = {"commands": shown["commands"], **{k: v for k, v in shown.items() if k != "commands" and v}}
+            transcript.items.append({"type": "function_call", "call_id": call_id, "name": SHELL,
+                                     "arguments": json.dumps(arguments)})  # fmt: skip
+        elif kind == "shell_call_output":
+            call_id = item.get("call_id") or ""
+            if index is not None:
+                _check_output(call_id, index, calls, settled, kind="shell_call_output")
+                if call_id not in shell_calls:
+                    raise InvalidRequest(f"No shell call found for shell_call_output with call_id '{call_id}'.",
+                                         param=f"input[{index}].call_id", code="invalid_value")  # fmt: skip
+            elif call_id not in shell_calls or call_id in settled:
+                return  # a stray output in stored history cannot be sent upstream
+            settled.add(call_id)
+            transcript.add_output(call_id, replayed_commands(shell_calls[call_id], item))
         elif kind == "compaction":
             content = item.get("encrypted_content")
             if content == "":
@@ -338,14 +366,16 @@ def build_transcript(
     return transcript, accepted
 
 
-def _check_output(call_id: str | None, index: int, calls: set[str], settled: set[str]) -> None:
+def _check_output(
+    call_id: str | None, index: int, calls: set[str], settled: set[str], *, kind: str = "function_call_output"
+) -> None:
     param = f"input[{index}].call_id"
     if not call_id:
-        raise InvalidRequest("A function_call_output needs a 'call_id'.", param=param, code="missing_required_parameter")
+        raise InvalidRequest(f"A {kind} needs a 'call_id'.", param=param, code="missing_required_parameter")
     if call_id not in calls:
-        raise InvalidRequest(
-            f"No tool call found for function call output with call_id '{call_id}'.", param=param, code="invalid_value"
-        )
+        what = "function call output" if kind == "function_call_output" else kind
+        raise InvalidRequest(f"No tool call found for {what} with call_id '{call_id}'.", param=param,
+                             code="invalid_value")  # fmt: skip
     if call_id in settled:
         raise InvalidRequest(
             f"The tool call '{call_id}' already has an output.", param=param, code="invalid_value"

@@ -115,8 +115,9 @@ class WireWriter:
         """Take up where the writer that wrote ``events`` stood after them (a resumed run): the
         next event numbers on from the last of them, and the output is what they built.
 
-        ``events`` must end at a step boundary (every item done, but an ``mcp_call`` or a
-        ``code_interpreter_call`` waiting for its result), which is where runs are checkpointed.
+        ``events`` must end at a step boundary (every item done, but an ``mcp_call``, a
+        ``code_interpreter_call`` or a ``shell_call_output`` waiting for its result), which is
+        where runs are checkpointed.
         """
         for event in events:
             match event["type"]:
@@ -258,6 +259,25 @@ class WireWriter:
                 if status != "completed":  # no code_interpreter_call.failed/.incomplete event: the item says it
                     return [self._done(item)]
                 return [self._item_event("response.code_interpreter_call.completed", item_id), self._done(item)]
+            case ev.ShellCallStarted(item_id=item_id, call_id=call_id, environment=environment):
+                return [self._add(_shell_call(item_id, call_id, _NO_ACTION, environment, "in_progress"))]
+            case ev.ShellCommandAdded(item_id=item_id, command_index=index):
+                return [self._command_event("response.shell_call_command.added", item_id, index, command="")]
+            case ev.ShellCommandDelta(item_id=item_id, command_index=index, delta=delta):
+                return [self._command_event("response.shell_call_command.delta", item_id, index, delta=delta)]
+            case ev.ShellCommandDone(item_id=item_id, command_index=index, command=command):
+                return [self._command_event("response.shell_call_command.done", item_id, index, command=command)]
+            case ev.ShellCallDone(item_id=item_id, action=action, environment=environment, status=status):
+                opened = self._output[self._index[item_id]]
+                item = _shell_call(item_id, opened["call_id"], action, environment or opened["environment"], status)
+                return [self._done(item)]
+            case ev.ShellOutputStarted(item_id=item_id, call_id=call_id, max_output_length=most):
+                return [self._add(_shell_call_output(item_id, call_id, most, [], "in_progress"))]
+            case ev.ShellOutputDone(item_id=item_id, output=output, status=status):
+                opened = self._output[self._index[item_id]]
+                told = [e for i, entry in enumerate(output) for e in self._output_content_events(item_id, i, entry)]
+                item = _shell_call_output(item_id, opened["call_id"], opened["max_output_length"], list(output), status)
+                return [*told, self._done(item)]
             case ev.CompactionStarted(item_id=item_id):
                 return [self._add(_compaction(item_id, ""))]
             case ev.CompactionSampling(item_id=item_id):
@@ -429,6 +449,25 @@ class WireWriter:
             "type": "response.code_interpreter_call_code.done",
         }
 
+    def _command_event(self, type_: str, item_id: str, index: int, **text: str) -> dict[str, Any]:
+        """``ResponseShellCallCommand{Added,Delta,Done}Event``: ``command=`` (added, done) or
+        ``delta=``. They carry no ``item_id``: the ``output_index`` names the ``shell_call``."""
+        if "command" in text:
+            return {"command": text["command"], "command_index": index, "output_index": self._index[item_id],
+                    "sequence_number": self._next_seq(), "type": type_}  # fmt: skip
+        return {"command_index": index, "delta": text["delta"], "output_index": self._index[item_id],
+                "sequence_number": self._next_seq(), "type": type_}  # fmt: skip
+
+    def _output_content_events(self, item_id: str, index: int, entry: dict[str, Any]) -> list[dict[str, Any]]:
+        """``ResponseShellCallOutputContent{Delta,Done}Event`` for one command's output entry."""
+        i = self._index[item_id]
+        return [
+            {"command_index": index, "delta": {"stderr": entry["stderr"], "stdout": entry["stdout"]}, "item_id": item_id,
+             "output_index": i, "sequence_number": self._next_seq(), "type": "response.shell_call_output_content.delta"},
+            {"command_index": index, "item_id": item_id, "output": [entry], "output_index": i,
+             "sequence_number": self._next_seq(), "type": "response.shell_call_output_content.done"},
+        ]  # fmt: skip
+
     def _error_event(self, code: str | None, message: str) -> dict[str, Any]:
         """``ResponseErrorEvent`` (the SDK's flat error shape)."""
         return {"code": code, "message": message, "param": None, "sequence_number": self._next_seq(), "type": "error"}
@@ -515,6 +554,39 @@ def _code_interpreter_call(
         "outputs": None if outputs is None else list(outputs),
         "status": status,
         "type": "code_interpreter_call",
+    }
+
+
+_NO_ACTION: dict[str, Any] = {"commands": [], "max_output_length": None, "timeout_ms": None}
+"""A ``shell_call``'s action before its arguments are whole."""
+
+
+def _shell_call(
+    item_id: str, call_id: str, action: dict[str, Any], environment: dict[str, Any], status: str
+) -> dict[str, Any]:
+    """A ``ResponseFunctionShellToolCall``."""
+    return {
+        "id": item_id,
+        "action": {"commands": list(action["commands"]), "max_output_length": action.get("max_output_length"),
+                   "timeout_ms": action.get("timeout_ms")},
+        "call_id": call_id,
+        "environment": environment,
+        "status": status,
+        "type": "shell_call",
+    }  # fmt: skip
+
+
+def _shell_call_output(
+    item_id: str, call_id: str, max_output_length: int | None, output: list[dict[str, Any]], status: str
+) -> dict[str, Any]:
+    """A ``ResponseFunctionShellToolCallOutput``."""
+    return {
+        "id": item_id,
+        "call_id": call_id,
+        "max_output_length": max_output_length,
+        "output": output,
+        "status": status,
+        "type": "shell_call_output",
     }
 
 

@@ -38,6 +38,8 @@ __all__ = [
     "REASONING",
     "COMPACTION",
     "CODE_INTERPRETER_CALL",
+    "SHELL_CALL",
+    "SHELL_CALL_OUTPUT",
     "CONTAINER",
     "CONTAINER_FILE",
     "AGENT",
@@ -74,6 +76,10 @@ COMPACTION = "cmp"
 """``compaction`` item id."""
 CODE_INTERPRETER_CALL = "ci"
 """``code_interpreter_call`` item id (OpenAI's own prefix: ``ci_…``)."""
+SHELL_CALL = "sh"
+"""``shell_call`` item id (the item; its ``call_id`` is the model's, ``call_…``)."""
+SHELL_CALL_OUTPUT = "sho"
+"""``shell_call_output`` item id."""
 CONTAINER = "cntr"
 """A container's id (the Containers API; OpenAI's own prefix: ``cntr_…``)."""
 CONTAINER_FILE = "cfile"
@@ -96,6 +102,8 @@ ITEM_ID_PREFIXES: dict[str, str] = {
     "web_search_call": "ws",
     "file_search_call": "fs",
     "code_interpreter_call": CODE_INTERPRETER_CALL,
+    "shell_call": SHELL_CALL,
+    "shell_call_output": SHELL_CALL_OUTPUT,
 }
 """Item ``type`` → id prefix (OpenAI's convention; clients do not check it)."""
 

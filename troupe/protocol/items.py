@@ -250,8 +250,9 @@ def normalize_input(input: str | list[dict[str, Any]]) -> list[dict[str, Any]]: 
       "status"}``; string content becomes one ``input_text`` part (``output_text``
       with ``annotations: []`` for the assistant); missing ids become ``msg_…``;
     - other items get their ``type`` set and an ``id`` if missing (``fc_``, ``fco_``,
-      ``mcpa_``…, see :data:`~troupe.protocol.ids.ITEM_ID_PREFIXES`); ``function_call``
-      and ``function_call_output`` also get ``status: "completed"`` if missing;
+      ``mcpa_``…, see :data:`~troupe.protocol.ids.ITEM_ID_PREFIXES`); ``function_call``,
+      ``function_call_output``, ``shell_call`` and ``shell_call_output`` also get
+      ``status: "completed"`` if missing (the SDK's output items require one);
       ``item_reference`` is kept as is (its id names a stored item).
 
     The input is not mutated. Pure apart from minting ids.
@@ -270,7 +271,7 @@ def normalize_input(input: str | list[dict[str, Any]]) -> list[dict[str, Any]]: 
         item["type"] = kind
         if kind != "item_reference" and not item.get("id"):
             item["id"] = new_id(ITEM_ID_PREFIXES.get(kind, ITEM))
-        if kind in ("function_call", "function_call_output") and not item.get("status"):
+        if kind in ("function_call", "function_call_output", "shell_call", "shell_call_output") and not item.get("status"):
             item["status"] = "completed"
         out.append(item)
     return out

@@ -11,13 +11,14 @@ import re
 from dataclasses import dataclass, field
 
 from troupe.agentloop.code_interpreter import PYTHON
+from troupe.agentloop.shell import SHELL
 
 __all__ = ["CallCue", "Directives", "parse_directives"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallCue:
-    """A ``[[call]]`` or ``[[python]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue."""
+    """A ``[[call]]``, ``[[python]]`` or ``[[shell]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue."""
 
     name: str
     arguments: str | None
@@ -41,7 +42,7 @@ class Directives:
 
 # Each directive's body, matched right after "[[keyword". `call` is special-cased because
 # its JSON may itself contain "]]" or nested braces.
-_OPEN = re.compile(r"\[\[(call|python|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
+_OPEN = re.compile(r"\[\[(call|python|shell|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
 _BODIES = {
     "say": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
     "think": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
@@ -53,6 +54,7 @@ _BODIES = {
 }
 _PYTHON_OPEN = re.compile(r"\s*\]\]")
 _PYTHON_CLOSE = "[[/python]]"
+_SHELL_CLOSE = "[[/shell]]"
 _CALL_NAME = re.compile(r"\s+([^\s\[\]{}]+)\s*")
 _CLOSE = re.compile(r"\s*\]\]")
 _JSON = json.JSONDecoder()
@@ -76,17 +78,40 @@ def _parse_call(text: str, start: int) -> tuple[int, CallCue] | None:
     return close.end(), CallCue(name=name.group(1), arguments=arguments, loop=False)
 
 
-def _parse_python(text: str, start: int) -> tuple[int, CallCue] | None:
-    """``[[python]]`` then the code, up to ``[[/python]]`` or the end of the message."""
+def _block(text: str, start: int, closing: str) -> tuple[int, str] | None:
+    """A block directive's body: from after ``]]`` (a line break right after it skipped) up to
+    ``closing`` or the end of the message; the position after it."""
     opened = _PYTHON_OPEN.match(text, start)
     if opened is None:
         return None
-    close = text.find(_PYTHON_CLOSE, opened.end())
+    close = text.find(closing, opened.end())
     end = len(text) if close < 0 else close
-    code = text[opened.end() : end]
-    code = code[1:] if code.startswith("\n") else code.lstrip(" ")
-    after = end if close < 0 else close + len(_PYTHON_CLOSE)
-    return after, CallCue(name=PYTHON, arguments=json.dumps({"code": code.rstrip()}), loop=False)
+    body = text[opened.end() : end]
+    body = body[1:] if body.startswith("\n") else body.lstrip(" ")
+    return (end if close < 0 else close + len(closing)), body.rstrip()
+
+
+def _parse_python(text: str, start: int) -> tuple[int, CallCue] | None:
+    """``[[python]]`` then the code, up to ``[[/python]]`` or the end of the message."""
+    block = _block(text, start, _PYTHON_CLOSE)
+    if block is None:
+        return None
+    after, code = block
+    return after, CallCue(name=PYTHON, arguments=json.dumps({"code": code}), loop=False)
+
+
+def _parse_shell(text: str, start: int) -> tuple[int, CallCue] | None:
+    """``[[shell]]`` then commands, one a line (blank lines skipped), up to ``[[/shell]]`` or the
+    end of the message: a call of ``shell`` with ``{"commands": [...]}``."""
+    block = _block(text, start, _SHELL_CLOSE)
+    if block is None:
+        return None
+    after, body = block
+    commands = [line.strip() for line in body.splitlines() if line.strip()]
+    return after, CallCue(name=SHELL, arguments=json.dumps({"commands": commands}), loop=False)
+
+
+_BLOCKS = {"call": _parse_call, "python": _parse_python, "shell": _parse_shell}
 
 
 def parse_directives(text: str) -> Directives:
@@ -97,8 +122,8 @@ def parse_directives(text: str) -> Directives:
     while (opening := _OPEN.search(text, pos)) is not None:
         kind, body_start = opening.group(1), opening.end()
         end: int | None = None
-        if kind in ("call", "python"):
-            parsed = _parse_call(text, body_start) if kind == "call" else _parse_python(text, body_start)
+        if kind in _BLOCKS:
+            parsed = _BLOCKS[kind](text, body_start)
             if parsed is not None:
                 end, call = parsed
                 found.calls.append(call)

@@ -12,6 +12,9 @@ by newlines). Directives in double brackets, anywhere in it::
                            right after it is skipped) to ``[[/python]]``, or to the end of the
                            message without one; directives inside it are code. Several blocks
                            -> several calls, in order, as ``call`` (the two mix, in order).
+    [[shell]] COMMANDS [[/shell]]  call ``shell`` (the ``shell`` tool's function) with
+                           ``{"commands": [...]}``, one command a line (blank lines skipped),
+                           read as ``[[python]]``'s code is; mixes with the others, in order.
     [[say TEXT]]           answer exactly TEXT
     [[tokens N]]           answer with N deterministic words (the NATO alphabet, cycled)
     [[think TEXT]]         emit TEXT as reasoning before the answer / tool calls
@@ -35,7 +38,7 @@ Decision order for each turn:
 3. Tool results after the last user message: without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
    passage's text and its citation marker (``troupe.agentloop.file_search``), or says nothing
-   was found; a ``python`` result is answered with the output as it is (the run's logs and
+   was found; a ``python`` or ``shell`` result is answered with the output as it is (the run's logs and
    the links of the files it wrote, so the answer cites them); with ``loop``, call the loop tools again. A compaction's summary (a system
    message beginning ``SUMMARY_HEADING``) after the last user message, and no tool result
    after it, stands for that message's tool calls and results, which the loop compacted
@@ -99,6 +102,7 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
+from troupe.agentloop.shell import SHELL
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
 from troupe.sim.schema import SchemaError, generate_bounded, generate_from_schema
@@ -334,7 +338,7 @@ def _summary_after(messages: list[dict[str, Any]], last: int) -> str | None:
 
 def _result_line(name: str, output: str) -> str:
     """The answer's line for one tool result."""
-    if name == PYTHON:
+    if name in (PYTHON, SHELL):
         return output
     if name != FILE_SEARCH:
         return f"{name} -> {output}"
