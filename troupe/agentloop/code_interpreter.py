@@ -413,13 +413,17 @@ def replayed_output(item: Mapping[str, Any]) -> str:
 
 
 def last_container(items: Iterable[Mapping[str, Any]]) -> str | None:
-    """The container the last ``code_interpreter_call`` of ``items`` ran in (None: none did)."""
+    """The container the last ``code_interpreter_call`` or ``shell_call`` (in a container) of
+    ``items`` ran in (None: none did): what an auto container of either tool reuses."""
     found = None
     for item in items:
+        container_id: Any = None
         if item.get("type") == "code_interpreter_call":
             container_id = item.get("container_id")
-            if isinstance(container_id, str) and container_id:
-                found = container_id
+        elif item.get("type") == "shell_call" and isinstance(env := item.get("environment"), dict):
+            container_id = env.get("container_id") if env.get("type") == "container_reference" else None
+        if isinstance(container_id, str) and container_id:
+            found = container_id
     return found
 
 

@@ -89,7 +89,6 @@ from .shell import (
     shell_action,
     shell_spec,
 )  # fmt: skip
-from .shell import last_container as last_shell_container
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
 
@@ -221,7 +220,7 @@ def prepare(
         if SHELL in declared:  # its calls would be taken for the shell tool's
             raise InvalidRequest(f"A function tool named '{SHELL}' cannot be given with the shell tool, which the model "
                                  f"sees as '{SHELL}'.", param="tools", code="invalid_value")  # fmt: skip
-        shell.reuse = last_shell_container([*history, *accepted])
+        shell.reuse = last_container([*history, *accepted])
     hosted: list[ToolExecutor] = [t for t in (file_search, code_interpreter) if t is not None]
     offered = hosted + ([shell] if shell is not None else []) + list(executors)
     definitions = functions + [d for ex in offered for d in ex.definitions() if d["name"] not in declared]

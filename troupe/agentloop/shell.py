@@ -74,7 +74,7 @@ from typing import Any, Protocol
 
 from troupe.protocol import InvalidRequest, NotFound
 
-from .code_interpreter import ContainerNotFound, code_interpreter_spec
+from .code_interpreter import ContainerNotFound, code_interpreter_spec, last_container
 from .model import ToolCall
 
 __all__ = [
@@ -508,21 +508,6 @@ def replayed_output(commands: Sequence[str], item: Mapping[str, Any]) -> str:
     if item.get("status") == "incomplete":
         return told + "\n[The commands were stopped before they all finished.]"
     return told
-
-
-def last_container(items: Iterable[Mapping[str, Any]]) -> str | None:
-    """The container the last ``shell_call`` (in a container) or ``code_interpreter_call`` of
-    ``items`` ran in (None: none did)."""
-    found = None
-    for item in items:
-        container_id: Any = None
-        if item.get("type") == "code_interpreter_call":
-            container_id = item.get("container_id")
-        elif item.get("type") == "shell_call" and isinstance(env := item.get("environment"), dict):
-            container_id = env.get("container_id") if env.get("type") == "container_reference" else None
-        if isinstance(container_id, str) and container_id:
-            found = container_id
-    return found
 
 
 def shell_spec(tools: Sequence[dict[str, Any]]) -> tuple[int, str | dict[str, Any] | None] | None:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from troupe.agentloop.code_interpreter import CodeRun, ContainerFile, ContainerNotFound
+from troupe.agentloop.shell import CommandRun
 from troupe.observe import Observer
 from troupe.protocol import InvalidRequest, NotFound, ServerError
 from troupe.protocol.containers import MEMORY_LIMITS, parse_network_policy
@@ -83,23 +84,30 @@ def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
 
 
 def check_code_tool(settings: ContainersSettings, tool: Mapping[str, Any], index: int) -> None:
-    """Refuse a request's ``code_interpreter`` tool that this server cannot honour, before
-    anything runs.
+    """Refuse a request's tool that runs code on this server (``code_interpreter``, ``shell``
+    in a container) when this server cannot honour it, before anything runs; a ``shell`` run by
+    the client (``local``) is not checked.
 
     Raises:
         ServerError: bubblewrap (or setpriv) is missing; the message names the package and the
             command that installs it (``param``: ``tools[i]``).
         InvalidRequest: its auto container asks for a network allowlist, which the
-            configuration forbids (``param``: ``tools[i].container.network_policy``).
+            configuration forbids (``param``: ``tools[i].container.network_policy``, or
+            ``tools[i].environment.network_policy``).
     """
+    if tool.get("type") == "code_interpreter":
+        where, container = "container", tool.get("container")
+    else:
+        where, container = "environment", tool.get("environment")
+        if not isinstance(container, Mapping) or container.get("type") not in ("container_auto", "container_reference"):
+            return  # the client runs the commands
     try:
         check_available(settings.isolation, bwrap=settings.bwrap)
     except SandboxUnavailable as exc:
         raise ServerError(f"Code cannot run on this server: {exc}.", param=f"tools[{index}]",
                           code="sandbox_unavailable") from exc  # fmt: skip
-    container = tool.get("container")
     if isinstance(container, Mapping) and container.get("network_policy") is not None:
-        parse_network_policy(container["network_policy"], param=f"tools[{index}].container.network_policy",
+        parse_network_policy(container["network_policy"], param=f"tools[{index}].{where}.network_policy",
                              allowlists=settings.network_allowlists)  # fmt: skip
 
 
@@ -215,8 +223,9 @@ def code_run(result: PythonResult, files: Sequence[Mapping[str, Any]]) -> CodeRu
 
 
 class ContainerRunner:
-    """The loop's :class:`~troupe.agentloop.code_interpreter.CodeRunner` for one tenant: its
-    containers through the Containers API's service, their code on a fleet.
+    """The loop's :class:`~troupe.agentloop.code_interpreter.CodeRunner` and
+    :class:`~troupe.agentloop.shell.ShellRunner` for one tenant: its containers through the
+    Containers API's service, their code and commands on a fleet.
 
     Args:
         containers: the runtime's ``ContainerService`` (the store's containers area).
@@ -261,9 +270,10 @@ class ContainerRunner:
 
     async def run_shell(
         self, container_id: str, commands: Sequence[str], *, timeout_ms: int | None, max_output_length: int | None
-    ) -> list[CommandResult]:
-        """Run shell commands in the container, each bounded by ``timeout_ms`` (at most the
-        configured ``call_timeout_s``); files they wrote become container files."""
+    ) -> list[CommandRun]:
+        """Run shell commands in the container (the ``shell`` tool's
+        :class:`~troupe.agentloop.shell.ShellRunner`), each bounded by ``timeout_ms`` (at most
+        the configured ``call_timeout_s``); files they wrote become container files."""
         box = await self._box(container_id)
         timeout_s = self.settings.call_timeout_s
         if timeout_ms is not None and timeout_ms > 0:
@@ -273,7 +283,8 @@ class ContainerRunner:
             for result in results:
                 self.observer.container_run("shell", started=False, limit=result.limit)
         await self._register(container_id, None)
-        return results
+        return [CommandRun(stdout=r.stdout, stderr=r.stderr, exit_code=r.exit_code, timed_out=r.timed_out)
+                for r in results]  # fmt: skip
 
     async def _box(self, container_id: str) -> BoxSpec:
         container = await self._active(container_id)

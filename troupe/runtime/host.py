@@ -123,7 +123,8 @@ class ConversationHost:
         store: the storage client (group-committing writes).
         executors: the server-side tool executors.
         mcp_client: how MCP servers are reached (None: ``mcp`` tools are refused).
-        fleet: where containers' sandboxes run (None: ``code_interpreter`` tools are refused).
+        fleet: where containers' sandboxes run (None: ``code_interpreter`` tools, and ``shell``
+            tools in containers, are refused).
         host_label: the host's ``host`` label in metrics (``local``, ``replica``, a pooled
             actor's name, ``dedicated``).
     """
@@ -204,8 +205,9 @@ class ConversationHost:
         return []
 
     def _code_runner(self, tenant: str) -> ContainerRunner | None:
-        """What runs a turn's code in the tenant's containers; None (the tool is refused): no
-        fleet, or a tenant ``[containers] code_tenants`` does not name."""
+        """What runs a turn's code and shell commands in the tenant's containers; None (the tools
+        are refused; a ``shell`` the client runs is not): no fleet, or a tenant
+        ``[containers] code_tenants`` does not name."""
         allowed = self.settings.containers.code_tenants
         if self.fleet is None or ("*" not in allowed and tenant not in allowed):
             return None
@@ -398,12 +400,12 @@ class ConversationHost:
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
             for i, tool in enumerate(tools):
-                if tool.get("type") == "code_interpreter" and code_runner is not None:
+                if tool.get("type") in ("code_interpreter", "shell") and code_runner is not None:
                     check_code_tool(self.settings.containers, tool, i)
         prepared = prepare(
             request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
             file_searcher=self.vector_stores.searcher(job.tenant),
-            code_runner=code_runner,
+            code_runner=code_runner, shell_runner=code_runner,
         )  # fmt: skip
         obs = self.observer.turn(job, started=started)
         if obs is not None:
