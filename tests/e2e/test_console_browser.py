@@ -141,3 +141,17 @@ def test_a_code_interpreter_call_shows_its_code_and_its_figure(chromium, troupe_
         assert [b["data-kind"] for b in page.bars].count("tool") == 1, "the run is a tool step"
     finally:
         client.containers.delete(call.container_id)
+
+
+def test_a_shell_call_shows_its_commands_and_their_outcomes(chromium, troupe_apps, tmp_path) -> None:
+    root = troupe_apps["replica"]
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    response = client.responses.create(model="sim", input="[[shell]]echo shown\nexit 3[[/shell]]",
+                                       tools=[{"type": "shell", "environment": {"type": "container_auto"}}])  # fmt: skip
+    try:
+        dom = headless(chromium, tmp_path / "profile-shell", "--dump-dom",
+                       f"{root}/console#/responses/{response.id}").stdout  # fmt: skip
+        assert 'class="item shell_call"' in dom and "$ echo shown\n$ exit 3" in dom
+        assert 'class="item shell_call_output"' in dom and "shown\n[exit code 0]\n[exit code 3]" in dom
+    finally:
+        client.containers.delete(response.output[0].environment.container_id)

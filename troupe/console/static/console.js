@@ -343,6 +343,8 @@
     else if (type === "function_call_output") body = h("pre", {}, typeof item.output === "string" ? item.output : JSON.stringify(item.output));
     else if (type === "mcp_call") body = h("pre", {}, `${item.server_label}.${item.name}(${item.arguments})\n→ ${item.output ?? item.error ?? ""}`);
     else if (type === "code_interpreter_call") body = codeView(item);
+    else if (type === "shell_call") body = h("pre", {}, ((item.action || {}).commands || []).map((c) => `$ ${c}`).join("\n"));
+    else if (type === "shell_call_output") body = h("pre", {}, (item.output || []).map(shellOutcome).join("\n"));
     else if (type === "reasoning") body = h("pre", {}, [...(item.summary || []), ...(item.content || [])].map((p) => p.text).join("\n") || "(reasoning)");
     else body = null;
     return h(
@@ -368,6 +370,12 @@
       logs ? h("pre", { class: "logs" }, logs) : item.outputs ? null : h("div", { class: "muted" }, "(outputs not included)"),
       images.map((o) => h("img", { class: "figure", src: o.url, alt: "figure" })),
     );
+  }
+
+  function shellOutcome(o) {
+    const outcome = o.outcome || {};
+    const end = outcome.type === "exit" ? `[exit code ${outcome.exit_code}]` : `[${outcome.type || "?"}]`;
+    return [o.stdout, o.stderr ? `[stderr]\n${o.stderr}` : "", end].filter(Boolean).join("");
   }
 
   function niceStep(span) {

@@ -15,10 +15,11 @@ are placed on that node (Ray's node affinity); with a shared directory, anywhere
 
 **Spares.** A new Ray worker process takes 0.5 to 1 s to start on a 2-core machine, most of a
 new container's first run. So a fleet that has made a container keeps one spare: an actor
-already running under the name of a container id not used yet. The next container made here
-with the default ``memory_limit`` takes that id (:meth:`RayFleet.reserve`, which
-``ContainerService.create_container`` asks), and its first run finds its process up; the
-sandbox itself starts on that run, with the container's settings. A spare unused for
+already running (or starting) under the name of a container id not used yet. The next container
+made here with the default ``memory_limit`` takes that id (:meth:`RayFleet.reserve`, which
+``ContainerService.create_container`` asks; a spare still starting is waited for, as it is ahead
+of a new actor), and its first run finds its process up; the sandbox itself starts on that run,
+with the container's settings. A spare unused for
 :data:`SPARE_IDLE_S` ends itself.
 
 If the actor dies (its node, an out-of-memory kill), Ray starts it again under its name and
@@ -29,6 +30,7 @@ the next run gets a fresh kernel over the same directory; the run that was under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -75,18 +77,31 @@ class RayFleet:
         self._spare: _Spare | None = None
 
     async def reserve(self, memory_limit: str) -> str | None:
-        """The id of a container actor already running, for a container about to be made with
-        the default ``memory_limit`` (its Ray memory is reserved for that); None otherwise, or
-        when none is ready. Each reservation starts the next spare, in the background: only a
-        process that makes containers keeps one."""
+        """The id of a container actor already running (a spare), for a container about to be
+        made with the default ``memory_limit`` (the spare's Ray memory is reserved for that);
+        None for another limit, and for the first container made here, which starts the spare.
+
+        A spare still starting is waited for: it is ahead of a new actor. Taking one starts
+        the next, in the background: a fleet keeps at most one, and only a fleet that makes
+        containers keeps one.
+        """
         if memory_limit != SPARE_MEMORY_LIMIT:
             return None
-        spare, self._spare = self._spare, None
-        container_id = new_container_id()
-        self._spare = _Spare(container_id, asyncio.ensure_future(self._start(container_id, _GiB, SPARE_IDLE_S)))
-        if spare is None or not spare.usable():
+        spare, self._spare = self._spare, self._new_spare()
+        if spare is None:
             return None
-        return spare.container_id
+        if not spare.started.done() and spare.fresh():
+            with contextlib.suppress(Exception):  # it failed: a new id, and a new actor
+                await asyncio.wait_for(asyncio.shield(spare.started), self.start_timeout_s)
+        if spare.usable():
+            return spare.container_id
+        if spare.started.done() and not spare.started.cancelled() and spare.started.exception() is None:
+            asyncio.ensure_future(self.stop(spare.container_id))  # too old to hand out: end it now
+        return None
+
+    def _new_spare(self) -> _Spare:
+        container_id = new_container_id()
+        return _Spare(container_id, asyncio.ensure_future(self._start(container_id, _GiB, SPARE_IDLE_S)))
 
     async def _actor(self, box: BoxSpec) -> Any:
         handle = self._handles.get(box.container_id)
@@ -188,7 +203,10 @@ class _Spare:
     started: asyncio.Future[Any]
     at: float = field(default_factory=time.monotonic)
 
+    def fresh(self) -> bool:
+        """Young enough not to be ending as idle while its container is made."""
+        return time.monotonic() - self.at < SPARE_IDLE_S / 2
+
     def usable(self) -> bool:
-        """Running, and young enough not to be ending as idle while its container is made."""
-        fresh = time.monotonic() - self.at < SPARE_IDLE_S / 2
-        return fresh and self.started.done() and not self.started.cancelled() and self.started.exception() is None
+        """Running, and fresh."""
+        return self.fresh() and self.started.done() and not self.started.cancelled() and self.started.exception() is None
