@@ -126,6 +126,22 @@ def root(request) -> str:
     return request.getfixturevalue("troupe_apps")[request.param]
 
 
+LOCAL_ONLY = pytest.mark.parametrize("root", ["local"], indirect=True)
+"""For a test of ``root``'s that nothing of the placement changes: the in-process app only."""
+
+
+@pytest.fixture
+def containers_client(root: str) -> Iterator[OpenAI]:
+    """A client of ``root`` whose containers are deleted after the test (their sandboxes, and on
+    Ray their actors, with them)."""
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    before = {c.id for c in client.containers.list(limit=100)}
+    yield client
+    for container in client.containers.list(limit=100):
+        if container.id not in before:
+            client.containers.delete(container.id)
+
+
 @pytest.fixture
 def url(request) -> str:
     """The server root of the in-process app and of each deployment (``/v1`` is appended by the tests)."""

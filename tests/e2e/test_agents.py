@@ -1,7 +1,8 @@
 """The Agents API's agents with the ``openai`` SDK only (``client.beta.agents``), over real HTTP.
 
 On the in-process app and on Ray Serve's ``replica`` app of the session (the agents in the
-storage actor's DuckDB file); the tenants' test and the MCP allowlist on a keyed in-process app.
+storage actor's DuckDB file; what the placement cannot change, ``LOCAL_ONLY``, in process only);
+the tenants' test and the MCP allowlist on a keyed in-process app.
 Sessions, which run agents, are not here yet (issue 29's next increments).
 """
 
@@ -21,17 +22,11 @@ from tests.servers import served_local
 from troupe.runtime.settings import McpSettings
 from troupe.serve.config import ServerSettings
 
+from .conftest import LOCAL_ONLY
+
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
 CLOCK = {"type": "function", "name": "now", "description": "The time.", "parameters": {"type": "object"}}
-
-
-@pytest.fixture(params=["local", "replica"])
-def root(request) -> str:
-    """The server root of the in-process app, and of the session's Ray Serve ``replica`` app."""
-    if request.param == "local":
-        return request.getfixturevalue("local_url")
-    return request.getfixturevalue("troupe_apps")[request.param]
 
 
 @pytest.fixture
@@ -85,6 +80,7 @@ def test_an_agent_from_create_to_delete(client: OpenAI) -> None:
     assert made.id not in [a.id for a in client.beta.agents.list(order="asc")]
 
 
+@LOCAL_ONLY
 def test_updates_at_once_each_land(client: OpenAI) -> None:
     """Each update is read and written in one transaction: none undoes another's field."""
     made = client.beta.agents.create(model="sim")
@@ -102,6 +98,7 @@ def test_updates_at_once_each_land(client: OpenAI) -> None:
     client.beta.agents.delete(made.id)
 
 
+@LOCAL_ONLY
 def test_agents_list_in_pages(client: OpenAI) -> None:
     made = [client.beta.agents.create(model="sim", name=f"paged-{i}").id for i in range(3)]
     page = client.beta.agents.list(limit=2)
@@ -120,6 +117,7 @@ def test_agents_list_in_pages(client: OpenAI) -> None:
     assert not {a.id for a in client.beta.agents.list(limit=100)} & set(made)
 
 
+@LOCAL_ONLY
 @pytest.mark.parametrize(
     ("body", "status", "param", "code"),
     [
@@ -158,6 +156,7 @@ def test_a_bad_body_names_its_field(client: OpenAI, body: dict[str, Any], status
     assert refused.value.body["type"] == "invalid_request_error"
 
 
+@LOCAL_ONLY
 def test_a_bad_update_or_id_names_its_field_and_changes_nothing(client: OpenAI) -> None:
     made = client.beta.agents.create(model="sim", name="kept", tools=[WEATHER])
     for kwargs, status, param, code in (
@@ -180,6 +179,7 @@ def test_a_bad_update_or_id_names_its_field_and_changes_nothing(client: OpenAI) 
     client.beta.agents.delete(made.id)
 
 
+@LOCAL_ONLY
 def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) -> None:
     for call in (
         lambda: client.beta.agents.sessions.list(),

@@ -29,20 +29,16 @@ from troupe.runtime.ray.containers import container_actor_name
 from troupe.runtime.settings import ContainersSettings
 from troupe.serve.config import ServerSettings
 
+from .conftest import LOCAL_ONLY
+
 AUTO = [{"type": "code_interpreter", "container": {"type": "auto"}}]
 INCLUDE = ["code_interpreter_call.outputs"]
 CSV = b"city,temperature\nParis,21\nOslo,9\nLisbon,24\n"
 
 
 @pytest.fixture
-def client(root: str) -> Iterator[OpenAI]:
-    """A client whose containers are deleted after the test (their sandboxes with them)."""
-    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
-    before = {c.id for c in client.containers.list(limit=100)}
-    yield client
-    for container in client.containers.list(limit=100):
-        if container.id not in before:
-            client.containers.delete(container.id)
+def client(containers_client: OpenAI) -> OpenAI:
+    return containers_client
 
 
 def run(client: OpenAI, code: str, *, tools: list[dict[str, Any]] = AUTO, **options: Any) -> Any:
@@ -59,6 +55,7 @@ def logs_of(item: Any) -> str:
     return "".join(o.logs for o in item.outputs if o.type == "logs")
 
 
+@LOCAL_ONLY  # the actor's path: the tests of state, files and the network
 def test_arithmetic_runs_in_a_new_container(client: OpenAI) -> None:
     response = run(client, "print(sum(range(101)))")
     call = the_call(response)
@@ -107,6 +104,7 @@ def test_a_csv_in_and_a_derived_file_out(client: OpenAI) -> None:
     assert listed == {"/mnt/data/weather.csv": "user", "/mnt/data/warm.csv": "assistant"}
 
 
+@LOCAL_ONLY  # the actor's path: the tests of state, files and the network
 def test_a_matplotlib_figure_comes_back_as_an_image(client: OpenAI) -> None:
     code = "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9, 16])\nplt.title('squares')"
     call = the_call(run(client, code))
@@ -117,6 +115,7 @@ def test_a_matplotlib_figure_comes_back_as_an_image(client: OpenAI) -> None:
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
 
 
+@LOCAL_ONLY  # the actor's path: the tests of state, files and the network
 def test_the_stream_tells_the_call_in_openais_order(client: OpenAI) -> None:
     code = "print('streamed')"
     events = list(client.responses.create(model="sim", input=f"[[python]]{code}[[/python]]", tools=AUTO,  # type: ignore[arg-type]

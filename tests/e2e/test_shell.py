@@ -1,6 +1,7 @@
 """The ``shell`` tool with the ``openai`` SDK, over real HTTP: commands in real sandboxed
 containers (the in-process app and Ray Serve's ``replica`` app, a container actor each), and
-commands the client runs (``local``).
+commands the client runs (``local``). What the placement cannot change runs in process only
+(``LOCAL_ONLY``).
 
 The sim calls the tool when told ``[[shell]]`` with one command a line, and answers with
 what the call returned.
@@ -8,25 +9,20 @@ what the call returned.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 from openai import OpenAI
 
+from .conftest import LOCAL_ONLY
+
 AUTO = [{"type": "shell", "environment": {"type": "container_auto"}}]
 
 
 @pytest.fixture
-def client(root: str) -> Iterator[OpenAI]:
-    """A client whose containers are deleted after the test (their sandboxes with them)."""
-    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
-    before = {c.id for c in client.containers.list(limit=100)}
-    yield client
-    for container in client.containers.list(limit=100):
-        if container.id not in before:
-            client.containers.delete(container.id)
+def client(containers_client: OpenAI) -> OpenAI:
+    return containers_client
 
 
 def shell(client: OpenAI, *commands: str, tools: list[dict[str, Any]] = AUTO, **options: Any) -> Any:
@@ -61,6 +57,7 @@ def test_shell_and_code_interpreter_share_the_threads_container(client: OpenAI) 
     assert (call.container_id, call.outputs[0].logs) == (container_id, "['a,b', '1,2']\n")
 
 
+@LOCAL_ONLY
 def test_a_command_past_its_timeout_is_a_timeout_outcome(client: OpenAI) -> None:
     response = client.responses.create(
         model="sim", tools=AUTO,  # type: ignore[arg-type]
@@ -71,6 +68,7 @@ def test_a_command_past_its_timeout_is_a_timeout_outcome(client: OpenAI) -> None
     assert (output.output[0].stdout, output.output[1].stdout) == ("before\n", "after\n")
 
 
+@LOCAL_ONLY
 def test_the_stream_tells_commands_and_their_output_in_order(client: OpenAI) -> None:
     events = list(client.responses.create(model="sim", input="[[shell]]echo one\necho two[[/shell]]",
                                           tools=AUTO, stream=True))  # type: ignore[arg-type]  # fmt: skip
@@ -85,6 +83,7 @@ def test_the_stream_tells_commands_and_their_output_in_order(client: OpenAI) -> 
     assert [e.sequence_number for e in events] == list(range(len(events)))
 
 
+@LOCAL_ONLY
 def test_the_local_environment_hands_the_commands_to_the_client(client: OpenAI) -> None:
     local = [{"type": "shell", "environment": {"type": "local"}}]
     first = shell(client, "uname -s", tools=local)
@@ -99,6 +98,7 @@ def test_the_local_environment_hands_the_commands_to_the_client(client: OpenAI) 
     assert second.output_text == "$ uname -s\nPlan9\n[exit code 0]"
 
 
+@LOCAL_ONLY
 def test_an_unknown_container_is_a_404_naming_it(client: OpenAI) -> None:
     tools = [{"type": "shell", "environment": {"type": "container_reference", "container_id": "cntr_nope"}}]
     with pytest.raises(openai.NotFoundError) as refused:

@@ -104,41 +104,30 @@ async def test_a_cancelled_run_is_cancelled_in_its_actor(tmp_path: Path) -> None
     await fleet.stop(spec.container_id)
 
 
-async def test_a_fleet_that_made_a_container_keeps_a_spare_for_the_next(tmp_path: Path) -> None:
+async def test_a_fleet_keeps_one_spare_actor_that_the_next_container_runs_in(tmp_path: Path) -> None:
     settings = shared(tmp_path)
     fleet = RayFleet(settings)
     assert await fleet.reserve("4g") is None  # a spare is for the default memory limit only
     assert await fleet.reserve("1g") is None  # none yet: this starts one
-    reserved = await fleet.reserve("1g")  # the one just started: waited for
-    assert reserved is not None and reserved.startswith("cntr_")
-    name = container_actor_name(reserved)
-    spare_id = ray.get_actor(name, namespace=settings.namespace)._actor_id
-    spec = dataclasses.replace(box(tmp_path), container_id=reserved)
-    ran = await fleet.run_python(spec, "print(6 * 7)", timeout_s=30)
-    assert (ran.stdout, ran.fresh) == ("42\n", True)
-    assert ray.get_actor(name, namespace=settings.namespace)._actor_id == spare_id, "the spare's process ran it"
-    await fleet.stop(reserved)
-    next_spare = fleet._spare
-    assert next_spare is not None  # the reservation started the next one
-    await until(lambda: next_spare.started.done(), timeout_s=60, what="the next spare up")
-    await fleet.stop(next_spare.container_id)
-
-
-async def test_containers_made_faster_than_spares_start_leave_no_orphan_spares(tmp_path: Path) -> None:
-    settings = shared(tmp_path)
-    fleet = RayFleet(settings)
-    assert await fleet.reserve("1g") is None
     taken = [await fleet.reserve("1g") for _ in range(3)]  # at once: each waits for the spare on its way
     assert all(taken) and len(set(taken)) == 3
     spare = fleet._spare
-    assert spare is not None
+    assert spare is not None  # the last reservation started the next
     await until(lambda: spare.started.done(), timeout_s=60, what="the last spare up")
 
     def named() -> set[str]:
         listed = ray.util.list_named_actors(all_namespaces=True)
         return {a["name"] for a in listed if a["namespace"] == settings.namespace}
 
-    assert named() == {container_actor_name(c) for c in [*taken, spare.container_id]}  # type: ignore[list-item]
-    for container_id in [*taken, spare.container_id]:
+    everyone = [*taken, spare.container_id]
+    assert named() == {container_actor_name(c) for c in everyone}, "no orphan spare"  # type: ignore[arg-type]
+    # A container that took a reserved id runs in the spare's process.
+    first = taken[0]
+    assert first is not None
+    spare_id = ray.get_actor(container_actor_name(first), namespace=settings.namespace)._actor_id
+    ran = await fleet.run_python(dataclasses.replace(box(tmp_path), container_id=first), "print(6 * 7)", timeout_s=30)
+    assert (ran.stdout, ran.fresh) == ("42\n", True)
+    assert ray.get_actor(container_actor_name(first), namespace=settings.namespace)._actor_id == spare_id
+    for container_id in everyone:
         await fleet.stop(container_id)  # type: ignore[arg-type]
     wait_for(lambda: not named(), what="every actor gone")
