@@ -328,27 +328,34 @@ def _code_prefix(arguments: str) -> str | None:
     opened = _CODE_OPENS.match(arguments)
     if opened is None:
         return None
-    body, i = arguments[opened.end() :], 0
-    while i < len(body) and body[i] != '"':
-        if body[i] != "\\":
+    return json_string_prefix(arguments, opened.end())[0]
+
+
+def json_string_prefix(text: str, start: int) -> tuple[str | None, int | None]:
+    """The JSON string whose body starts at ``text[start]`` (after its opening quote), as far as
+    it has streamed: what of it is sure, decoded (an escape only once it is whole; None: nothing
+    decodes), and the index after its closing quote (None: not closed yet)."""
+    i = start
+    while i < len(text) and text[i] != '"':
+        if text[i] != "\\":
             i += 1
-        elif i + 1 >= len(body):
+        elif i + 1 >= len(text):
             break
-        elif body[i + 1] != "u":
+        elif text[i + 1] != "u":
             i += 2
-        elif i + 6 > len(body):
+        elif i + 6 > len(text):
             break
-        elif body[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db"):  # a high surrogate: wait for its pair
-            if i + 12 > len(body):
+        elif text[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db"):  # a high surrogate: wait for its pair
+            if i + 12 > len(text):
                 break
-            i += 12 if body[i + 6 : i + 8] == "\\u" else 6
+            i += 12 if text[i + 6 : i + 8] == "\\u" else 6
         else:
             i += 6
     try:
-        decoded: str = json.loads('"' + body[:i] + '"', strict=False)
-        return decoded
+        decoded: str = json.loads('"' + text[start:i] + '"', strict=False)
     except ValueError:
-        return None
+        return None, None
+    return decoded, (i + 1 if i < len(text) and text[i] == '"' else None)
 
 
 def format_output(run: CodeRun) -> str:

@@ -74,7 +74,7 @@ from typing import Any, Protocol
 
 from troupe.protocol import InvalidRequest, NotFound
 
-from .code_interpreter import ContainerNotFound, code_interpreter_spec, last_container
+from .code_interpreter import ContainerNotFound, code_interpreter_spec, json_string_prefix, last_container
 from .model import ToolCall
 
 __all__ = [
@@ -358,7 +358,7 @@ def _commands_prefix(arguments: str) -> list[tuple[str, bool]]:
             pos += 1
         if pos >= len(arguments) or arguments[pos] != '"':
             return found  # not yet, the list's end, or not a string: told at the end
-        text, end = _string_prefix(arguments, pos + 1)
+        text, end = json_string_prefix(arguments, pos + 1)
         if text is None:
             return found
         found.append((text, end is not None))
@@ -370,32 +370,6 @@ def _commands_prefix(arguments: str) -> list[tuple[str, bool]]:
         if pos >= len(arguments) or arguments[pos] != ",":
             return found
         pos += 1
-
-
-def _string_prefix(text: str, start: int) -> tuple[str | None, int | None]:
-    """The JSON string whose body starts at ``text[start]``: what of it is sure, decoded (None:
-    nothing decodes), and the index after its closing quote (None: not closed yet)."""
-    i = start
-    while i < len(text) and text[i] != '"':
-        if text[i] != "\\":
-            i += 1
-        elif i + 1 >= len(text):
-            break
-        elif text[i + 1] != "u":
-            i += 2
-        elif i + 6 > len(text):
-            break
-        elif text[i + 2 : i + 4].lower() in ("d8", "d9", "da", "db"):  # a high surrogate: wait for its pair
-            if i + 12 > len(text):
-                break
-            i += 12 if text[i + 6 : i + 8] == "\\u" else 6
-        else:
-            i += 6
-    try:
-        decoded: str = json.loads('"' + text[start:i] + '"', strict=False)
-    except ValueError:
-        return None, None
-    return decoded, (i + 1 if i < len(text) and text[i] == '"' else None)
 
 
 def shell_action(arguments: str, *, strict: bool = False) -> dict[str, Any]:

@@ -58,9 +58,11 @@ from .errors import (
     format_param,
     invalid_request_from_errors,
     model_not_found,
+    object_body,
     previous_response_not_found,
     show_value,
     validate_as,
+    wrong_type,
 )
 from .ids import ITEM_ID_PREFIXES, new_id, new_response_id, thread_of_response
 from .items import (
@@ -132,6 +134,8 @@ __all__ = [
     "validate_as",
     "describe_type",
     "show_value",
+    "object_body",
+    "wrong_type",
     # ids
     "ITEM_ID_PREFIXES",
     "new_id",

@@ -46,7 +46,7 @@ import json
 import re
 from typing import Any
 
-from .errors import InvalidRequest, NotFound, describe_type, show_value
+from .errors import InvalidRequest, NotFound, object_body, show_value, wrong_type
 from .ids import AGENT, new_id
 from .request import check_metadata
 from .schema_refs import dangling_refs
@@ -126,7 +126,7 @@ def parse_agent_create(body: Any) -> dict[str, Any]:
             ``metadata.<key>``…); ``unsupported_value``/``unsupported_parameter`` for what this
             server cannot provide (module docstring).
     """
-    body = _object(body, "", AGENT_FIELDS)
+    body = object_body(body, "", AGENT_FIELDS)
     if "model" not in body:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
     return {name: _FIELDS[name](body.get(name)) for name in AGENT_FIELDS}
@@ -139,7 +139,7 @@ def parse_agent_update(body: Any) -> dict[str, Any]:
     Raises:
         InvalidRequest: as :func:`parse_agent_create`; ``model`` may not be null.
     """
-    body = _object(body, "", AGENT_FIELDS)
+    body = object_body(body, "", AGENT_FIELDS)
     changes: dict[str, Any] = {}
     for name, value in body.items():
         if name == "experimental":
@@ -167,7 +167,7 @@ def apply_agent_update(agent: dict[str, Any], changes: dict[str, Any], updated_a
 
 def _model(value: Any) -> str:
     if not isinstance(value, str):
-        raise _type("model", "a string", value)
+        raise wrong_type("model", "a string", value)
     return _within(value, "model", MAX_AGENT_TEXT)
 
 
@@ -175,7 +175,7 @@ def _instructions(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise _type("instructions", "a string", value)
+        raise wrong_type("instructions", "a string", value)
     return _within(value, "instructions", MAX_AGENT_TEXT)
 
 
@@ -183,7 +183,7 @@ def _name(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise _type("name", "a string", value)
+        raise wrong_type("name", "a string", value)
     return _within(value, "name", MAX_AGENT_NAME)
 
 
@@ -206,7 +206,7 @@ def _service_tier(value: Any) -> str:
 def _reasoning(value: Any) -> dict[str, Any]:
     if value is None:
         return {"effort": None, "summary": None}
-    value = _object(value, "reasoning", ("effort", "summary"))
+    value = object_body(value, "reasoning", ("effort", "summary"))
     effort, summary = value.get("effort"), value.get("summary")
     if effort is not None and effort not in REASONING_EFFORTS:
         raise _one_of("reasoning.effort", effort, REASONING_EFFORTS)
@@ -218,7 +218,7 @@ def _reasoning(value: Any) -> dict[str, Any]:
 def _text(value: Any) -> dict[str, Any]:
     if value is None:
         value = {}
-    value = _object(value, "text", ("format", "verbosity"))
+    value = object_body(value, "text", ("format", "verbosity"))
     verbosity = value.get("verbosity")
     if verbosity is not None and verbosity not in VERBOSITIES:
         raise _one_of("text.verbosity", verbosity, VERBOSITIES)
@@ -229,21 +229,21 @@ def _text_format(value: Any) -> dict[str, Any]:
     if value is None:
         return {"type": "text"}
     if not isinstance(value, dict):
-        raise _type("text.format", "an object", value)
+        raise wrong_type("text.format", "an object", value)
     kind = value.get("type")
     if kind == "text":
-        _object(value, "text.format", ("type",))
+        object_body(value, "text.format", ("type",))
         return {"type": "text"}
     if kind != "json_schema":
         if kind is None:
             raise _missing("text.format.type")
         raise _one_of("text.format.type", kind, ("text", "json_schema"))
-    _object(value, "text.format", ("type", "schema"))
+    object_body(value, "text.format", ("type", "schema"))
     if "schema" not in value:
         raise _missing("text.format.schema")
     schema = value["schema"]
     if not isinstance(schema, dict):
-        raise _type("text.format.schema", "a JSON Schema object", schema)
+        raise wrong_type("text.format.schema", "a JSON Schema object", schema)
     _check_refs(schema, "text.format.schema")
     return {"type": "json_schema", "schema": schema}
 
@@ -251,15 +251,15 @@ def _text_format(value: Any) -> dict[str, Any]:
 def _multi_agent(value: Any) -> dict[str, Any]:
     if value is None:
         return {"enabled": False, "max_concurrent_subagents": None}
-    value = _object(value, "multi_agent", ("enabled", "max_concurrent_subagents"))
+    value = object_body(value, "multi_agent", ("enabled", "max_concurrent_subagents"))
     if "enabled" not in value:
         raise _missing("multi_agent.enabled")
     enabled = value["enabled"]
     if not isinstance(enabled, bool):
-        raise _type("multi_agent.enabled", "a boolean", enabled)
+        raise wrong_type("multi_agent.enabled", "a boolean", enabled)
     most = value.get("max_concurrent_subagents")
     if most is not None and (isinstance(most, bool) or not isinstance(most, int)):
-        raise _type("multi_agent.max_concurrent_subagents", "an integer", most)
+        raise wrong_type("multi_agent.max_concurrent_subagents", "an integer", most)
     if most is not None and most < 1:
         raise InvalidRequest(f"Invalid 'multi_agent.max_concurrent_subagents': {most}. Expected at least 1.",
                              param="multi_agent.max_concurrent_subagents", code="invalid_value")  # fmt: skip
@@ -273,10 +273,10 @@ def _multi_agent(value: Any) -> dict[str, Any]:
 def _compaction(value: Any) -> dict[str, Any]:
     if value is None:
         return {"async": False}
-    value = _object(value, "compaction", ("async",))
+    value = object_body(value, "compaction", ("async",))
     background = value.get("async")
     if background is not None and not isinstance(background, bool):
-        raise _type("compaction.async", "a boolean", background)
+        raise wrong_type("compaction.async", "a boolean", background)
     if background:
         raise InvalidRequest("Unsupported value: 'compaction.async' true. This server compacts context only in the "
                              "turn (blocking), not in the background.", param="compaction.async",
@@ -287,12 +287,12 @@ def _compaction(value: Any) -> dict[str, Any]:
 def _experimental(value: Any, *, partial: bool = False) -> dict[str, Any]:
     if value is None:
         return {} if partial else {"time_awareness": False}
-    value = _object(value, "experimental", ("time_awareness",))
+    value = object_body(value, "experimental", ("time_awareness",))
     if "time_awareness" not in value:
         return {} if partial else {"time_awareness": False}
     aware = value["time_awareness"]
     if not isinstance(aware, bool):
-        raise _type("experimental.time_awareness", "a boolean", aware)
+        raise wrong_type("experimental.time_awareness", "a boolean", aware)
     if aware:
         raise InvalidRequest("Unsupported value: 'experimental.time_awareness' true. This server does not give the "
                              "model current-time reminders.", param="experimental.time_awareness",
@@ -304,7 +304,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _type("tools", "an array of tools", value)
+        raise wrong_type("tools", "an array of tools", value)
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
     if size > MAX_TOOLS_BYTES:
         raise InvalidRequest(f"Invalid 'tools': the tool list takes {size} bytes of compact JSON; at most "
@@ -314,7 +314,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
     for i, tool in enumerate(value):
         at = f"tools[{i}]"
         if not isinstance(tool, dict):
-            raise _type(at, "an object", tool)
+            raise wrong_type(at, "an object", tool)
         kind = tool.get("type")
         if kind is None:
             raise _missing(f"{at}.type")
@@ -341,26 +341,26 @@ def _tools(value: Any) -> list[dict[str, Any]]:
 
 
 def _function_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
-    _object(tool, at, _FUNCTION_KEYS)
+    object_body(tool, at, _FUNCTION_KEYS)
     for key in ("name", "description", "parameters"):
         if key not in tool:
             raise _missing(f"{at}.{key}")
     name, description, parameters = tool["name"], tool["description"], tool["parameters"]
     if not isinstance(name, str):
-        raise _type(f"{at}.name", "a string", name)
+        raise wrong_type(f"{at}.name", "a string", name)
     if not _FUNCTION_NAME.match(name):
         raise InvalidRequest(f"Invalid value for '{at}.name': {show_value(name)} must match ^[a-zA-Z0-9_-]{{1,64}}$.",
                              param=f"{at}.name", code="invalid_value")  # fmt: skip
     if not isinstance(description, str):
-        raise _type(f"{at}.description", "a string", description)
+        raise wrong_type(f"{at}.description", "a string", description)
     if not isinstance(parameters, dict):
-        raise _type(f"{at}.parameters", "a JSON Schema object", parameters)
+        raise wrong_type(f"{at}.parameters", "a JSON Schema object", parameters)
     _check_refs(parameters, f"{at}.parameters")
     for flag, why in (("defer_loading", "deferred tools and tool search are not available on this server"),
                       ("async", "the agent waits for every function's result on this server")):  # fmt: skip
         given = tool.get(flag)
         if given is not None and not isinstance(given, bool):
-            raise _type(f"{at}.{flag}", "a boolean", given)
+            raise wrong_type(f"{at}.{flag}", "a boolean", given)
         if given:
             raise InvalidRequest(f"Unsupported value: '{at}.{flag}' true: {why}.", param=f"{at}.{flag}",
                                  code="unsupported_value")  # fmt: skip
@@ -369,16 +369,16 @@ def _function_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
 
 
 def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
-    _object(tool, at, _MCP_KEYS)
+    object_body(tool, at, _MCP_KEYS)
     for key in ("server_label", "transport"):
         if key not in tool:
             raise _missing(f"{at}.{key}")
     label = tool["server_label"]
     if not isinstance(label, str) or not label:
-        raise _type(f"{at}.server_label", "a non-empty string", label)
+        raise wrong_type(f"{at}.server_label", "a non-empty string", label)
     allowed = tool.get("allowed_tools")
     if allowed is not None and (not isinstance(allowed, list) or not all(isinstance(n, str) for n in allowed)):
-        raise _type(f"{at}.allowed_tools", "an array of tool names", allowed)
+        raise wrong_type(f"{at}.allowed_tools", "an array of tool names", allowed)
     origin = tool.get("connection_origin")
     if origin == "environment":
         raise InvalidRequest(f"Unsupported value: '{at}.connection_origin' 'environment': connections to MCP servers "
@@ -392,13 +392,13 @@ def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
                              code="unsupported_parameter")  # fmt: skip
     metadata = tool.get("request_metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        raise _type(f"{at}.request_metadata", "an object", metadata)
+        raise wrong_type(f"{at}.request_metadata", "an object", metadata)
     if metadata:
         raise InvalidRequest(f"Unsupported parameter: '{at}.request_metadata'. This server's MCP client sends no "
                              "request metadata.", param=f"{at}.request_metadata", code="unsupported_parameter")  # fmt: skip
     required = tool.get("required", False)
     if not isinstance(required, bool):
-        raise _type(f"{at}.required", "a boolean", required)
+        raise wrong_type(f"{at}.required", "a boolean", required)
     return {
         "type": "mcp", "server_label": label, "transport": _transport(tool["transport"], f"{at}.transport"),
         "allowed_tools": allowed, "connection_origin": "service", "credential_id": None, "request_metadata": {},
@@ -408,7 +408,7 @@ def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
 
 def _transport(value: Any, at: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise _type(at, "an object", value)
+        raise wrong_type(at, "an object", value)
     kind = value.get("type")
     if kind == "stdio":
         raise InvalidRequest(f"Unsupported value: '{at}.type' 'stdio': this server starts no MCP server a request "
@@ -418,18 +418,18 @@ def _transport(value: Any, at: str) -> dict[str, Any]:
         if kind is None:
             raise _missing(f"{at}.type")
         raise _one_of(f"{at}.type", kind, ("http", "stdio"))
-    _object(value, at, ("type", "server_url", "headers"))
+    object_body(value, at, ("type", "server_url", "headers"))
     if "server_url" not in value:
         raise _missing(f"{at}.server_url")
     url = value["server_url"]
     if not isinstance(url, str) or not url:
-        raise _type(f"{at}.server_url", "a URL", url)
+        raise wrong_type(f"{at}.server_url", "a URL", url)
     headers = value.get("headers") or {}
     if not isinstance(headers, dict):
-        raise _type(f"{at}.headers", "an object of strings", headers)
+        raise wrong_type(f"{at}.headers", "an object of strings", headers)
     for key, header in headers.items():
         if not isinstance(header, str):
-            raise _type(f"{at}.headers.{key}", "a string", header)
+            raise wrong_type(f"{at}.headers.{key}", "a string", header)
         if key.lower() in ("authorization", "proxy-authorization", "cookie"):
             # An agent is stored and shown whole: OpenAI's definitions are credential-free, and so are ours.
             raise InvalidRequest(f"Invalid value for '{at}.headers.{key}': an agent's MCP headers are stored and "
@@ -446,24 +446,6 @@ _FIELDS = {
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def _object(body: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        if not where:
-            raise InvalidRequest(f"The request body must be a JSON object, got {describe_type(body)}.",
-                                 code="invalid_type")  # fmt: skip
-        raise _type(where, "an object", body)
-    for key in body:
-        if key not in allowed:
-            param = f"{where}.{key}" if where else key
-            raise InvalidRequest(f"Unknown parameter: {show_value(param)}.", param=param, code="unknown_parameter")
-    return body
-
-
-def _type(param: str, expected: str, value: Any) -> InvalidRequest:
-    return InvalidRequest(f"Invalid type for '{param}': expected {expected}, got {describe_type(value)}.",
-                          param=param, code="invalid_type")  # fmt: skip
 
 
 def _missing(param: str) -> InvalidRequest:

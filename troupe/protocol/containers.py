@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import InvalidRequest, NotFound, describe_type, show_value
+from .errors import InvalidRequest, NotFound, object_body, show_value, wrong_type
 from .ids import CONTAINER, CONTAINER_FILE, new_id
 
 __all__ = [
@@ -123,12 +123,12 @@ def parse_container_create(
             ``max_memory_limit``, an allowlist the server does not allow and ``domain_secrets``
             are ``unsupported_value``; ``skills`` is ``unsupported_parameter``.
     """
-    body = _object(body, "", _CREATE_KEYS)
+    body = object_body(body, "", _CREATE_KEYS)
     if "name" not in body:
         raise InvalidRequest("Missing required parameter: 'name'.", param="name", code="missing_required_parameter")
     name = body["name"]
     if not isinstance(name, str):
-        raise _type("name", "a string", name)
+        raise wrong_type("name", "a string", name)
     if not name.strip() or len(name) > _MAX_NAME:
         raise InvalidRequest(f"Invalid 'name': expected 1 to {_MAX_NAME} characters, not only white space.",
                              param="name", code="invalid_value")  # fmt: skip
@@ -150,13 +150,13 @@ def parse_container_file_body(body: Any) -> str:
     Raises:
         InvalidRequest: not an object, unknown keys, ``file_id`` missing or not a string.
     """
-    body = _object(body, "", ("file_id",))
+    body = object_body(body, "", ("file_id",))
     if "file_id" not in body:
         raise InvalidRequest("Missing required parameter: give a 'file' (a multipart upload) or a 'file_id'.",
                              param="file_id", code="missing_required_parameter")  # fmt: skip
     file_id = body["file_id"]
     if not isinstance(file_id, str) or not file_id:
-        raise _type("file_id", "a non-empty string", file_id)
+        raise wrong_type("file_id", "a non-empty string", file_id)
     return file_id
 
 
@@ -180,28 +180,10 @@ def wire_path(relative: str) -> str:
     return posixpath.join(MOUNT, relative)
 
 
-def _object(body: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        if not where:
-            raise InvalidRequest(f"The request body must be a JSON object, got {describe_type(body)}.",
-                                 code="invalid_type")  # fmt: skip
-        raise _type(where, "an object", body)
-    for key in body:
-        if key not in allowed:
-            param = f"{where}.{key}" if where else key
-            raise InvalidRequest(f"Unknown parameter: {show_value(param)}.", param=param, code="unknown_parameter")
-    return body
-
-
-def _type(param: str, expected: str, value: Any) -> InvalidRequest:
-    return InvalidRequest(f"Invalid type for '{param}': expected {expected}, got {describe_type(value)}.",
-                          param=param, code="invalid_type")  # fmt: skip
-
-
 def _expires_minutes(value: Any, default: int, most: int) -> int:
     if value is None:
         return default
-    value = _object(value, "expires_after", ("anchor", "minutes"))
+    value = object_body(value, "expires_after", ("anchor", "minutes"))
     for key in ("anchor", "minutes"):
         if key not in value:
             raise InvalidRequest(f"Missing required parameter: 'expires_after.{key}'.", param=f"expires_after.{key}",
@@ -211,7 +193,7 @@ def _expires_minutes(value: Any, default: int, most: int) -> int:
                              "'last_active_at' (the only anchor).", param="expires_after.anchor", code="invalid_value")  # fmt: skip
     minutes = value["minutes"]
     if isinstance(minutes, bool) or not isinstance(minutes, int):
-        raise _type("expires_after.minutes", "an integer", minutes)
+        raise wrong_type("expires_after.minutes", "an integer", minutes)
     if not 1 <= minutes <= most:
         raise InvalidRequest(f"Invalid 'expires_after.minutes': {minutes}. Expected 1 to {most} minutes.",
                              param="expires_after.minutes", code="invalid_value")  # fmt: skip
@@ -222,13 +204,13 @@ def _file_ids(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _type("file_ids", "an array of file ids", value)
+        raise wrong_type("file_ids", "an array of file ids", value)
     if len(value) > _MAX_FILE_IDS:
         raise InvalidRequest(f"Invalid 'file_ids': at most {_MAX_FILE_IDS} files, got {len(value)}.",
                              param="file_ids", code="array_above_max_length")  # fmt: skip
     for i, file_id in enumerate(value):
         if not isinstance(file_id, str) or not file_id:
-            raise _type(f"file_ids[{i}]", "a file id", file_id)
+            raise wrong_type(f"file_ids[{i}]", "a file id", file_id)
     return tuple(dict.fromkeys(value))
 
 
@@ -260,10 +242,10 @@ def parse_network_policy(value: Any, *, param: str = "network_policy", allowlist
     if value is None:
         return {"type": "disabled"}
     if not isinstance(value, dict):
-        raise _type(param, "an object", value)
+        raise wrong_type(param, "an object", value)
     kind = value.get("type")
     if kind == "disabled":
-        _object(value, param, ("type",))
+        object_body(value, param, ("type",))
         return {"type": "disabled"}
     if kind != "allowlist":
         raise InvalidRequest(f"Invalid '{param}.type': {show_value(kind)}. Expected 'disabled' or 'allowlist'.",
@@ -272,14 +254,14 @@ def parse_network_policy(value: Any, *, param: str = "network_policy", allowlist
         raise InvalidRequest(f"Unsupported '{param}': this server runs containers without network access, so an "
                              f"'allowlist' cannot be honoured. Leave '{param}' out, or send {{\"type\": \"disabled\"}}.",
                              param=param, code="unsupported_value")  # fmt: skip
-    _object(value, param, ("type", "allowed_domains", "domain_secrets"))
+    object_body(value, param, ("type", "allowed_domains", "domain_secrets"))
     if value.get("domain_secrets"):
         raise InvalidRequest(f"Unsupported '{param}.domain_secrets': secrets are not injected into a container's "
                              "requests here.", param=f"{param}.domain_secrets", code="unsupported_value")  # fmt: skip
     domains = value.get("allowed_domains")
     where = f"{param}.allowed_domains"
     if not isinstance(domains, list):
-        raise _type(where, "an array of domain names", domains)
+        raise wrong_type(where, "an array of domain names", domains)
     if not 1 <= len(domains) <= MAX_ALLOWED_DOMAINS:
         raise InvalidRequest(f"Invalid '{where}': expected 1 to {MAX_ALLOWED_DOMAINS} domains, got {len(domains)}.",
                              param=where, code="invalid_value")  # fmt: skip

@@ -54,6 +54,8 @@ __all__ = [
     "validate_as",
     "describe_type",
     "show_value",
+    "object_body",
+    "wrong_type",
 ]
 
 Loc = tuple[str | int, ...]
@@ -294,6 +296,32 @@ def show_value(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def object_body(body: Any, where: str, allowed: Sequence[str]) -> dict[str, Any]:
+    """``body`` as a JSON object whose keys are all ``allowed`` (a hand-checked body: the
+    Containers and Agents APIs'); ``where`` is its place (``""``: the request body itself).
+
+    Raises:
+        InvalidRequest: not an object (``invalid_type``), or an unknown key
+            (``unknown_parameter``, naming ``where.key``).
+    """
+    if not isinstance(body, dict):
+        if not where:
+            raise InvalidRequest(f"The request body must be a JSON object, got {describe_type(body)}.",
+                                 code="invalid_type")  # fmt: skip
+        raise wrong_type(where, "an object", body)
+    for key in body:
+        if key not in allowed:
+            param = f"{where}.{key}" if where else key
+            raise InvalidRequest(f"Unknown parameter: {show_value(param)}.", param=param, code="unknown_parameter")
+    return body
+
+
+def wrong_type(param: str, expected: str, value: Any) -> InvalidRequest:
+    """The 400 ``invalid_type`` for ``param``, saying what was expected and what came."""
+    return InvalidRequest(f"Invalid type for '{param}': expected {expected}, got {describe_type(value)}.",
+                          param=param, code="invalid_type")  # fmt: skip
 
 
 def _is_tag(seg: str | int) -> bool:
