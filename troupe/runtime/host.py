@@ -146,7 +146,7 @@ class ConversationHost:
         self.fleet = fleet
         self.containers = ContainerService(settings.containers, store, stop=fleet.stop if fleet else None,
                                            reserve=fleet.reserve if fleet else None)  # fmt: skip
-        """The tenants' containers, for the ``code_interpreter`` tool run here (on ``fleet``)."""
+        """The tenants' containers, for the ``code_interpreter`` and ``shell`` tools run here (on ``fleet``)."""
         self.models = ModelRegistry(settings.models)
         self.vector_stores = VectorStores(settings, store)
         """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
