@@ -17,8 +17,8 @@ are placed on that node (Ray's node affinity); with a shared directory, anywhere
 new container's first run. So a fleet that has made a container keeps one spare: an actor
 already running (or starting) under the name of a container id not used yet. The next container
 made here with the default ``memory_limit`` takes that id (:meth:`RayFleet.reserve`, which
-``ContainerService.create_container`` asks; a spare still starting is waited for, as it is ahead
-of a new actor), and its first run finds its process up; the sandbox itself starts on that run,
+``ContainerService.create_container`` asks; a spare still starting is waited for, briefly, as
+it is ahead of a new actor), and its first run finds its process up; the sandbox itself starts on that run,
 with the container's settings. A spare unused for
 :data:`SPARE_IDLE_S` ends itself.
 
@@ -30,7 +30,6 @@ the next run gets a fresh kernel over the same directory; the run that was under
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -51,6 +50,8 @@ SPARE_MEMORY_LIMIT = "1g"
 """The ``memory_limit`` a spare's Ray memory is reserved for: the default one."""
 SPARE_IDLE_S = 600.0
 """How long a spare waits for its container before it ends."""
+SPARE_WAIT_S = 2.0
+"""How long a new container waits for a spare still starting (a new actor takes 0.5 to 1 s)."""
 _GiB = 1 << 30
 
 
@@ -75,29 +76,38 @@ class RayFleet:
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self._max = max_handles
         self._spare: _Spare | None = None
+        self._reserving = asyncio.Lock()
 
     async def reserve(self, memory_limit: str) -> str | None:
         """The id of a container actor already running (a spare), for a container about to be
         made with the default ``memory_limit`` (the spare's Ray memory is reserved for that);
         None for another limit, and for the first container made here, which starts the spare.
 
-        A spare still starting is waited for: it is ahead of a new actor. Taking one starts
-        the next, in the background: a fleet keeps at most one, and only a fleet that makes
-        containers keeps one.
+        A spare still starting is waited for, up to :data:`SPARE_WAIT_S`: it is ahead of a new
+        actor; one not up by then stays the spare, for the next container. Taking one starts the
+        next, in the background: a fleet keeps at most one, and only a fleet that makes
+        containers keeps one. Reservations are taken one at a time (no id is handed out twice).
         """
         if memory_limit != SPARE_MEMORY_LIMIT:
             return None
-        spare, self._spare = self._spare, self._new_spare()
-        if spare is None:
+        async with self._reserving:
+            spare = self._spare
+            if spare is None:
+                self._spare = self._new_spare()
+                return None
+            if not spare.started.done() and spare.fresh():
+                try:
+                    await asyncio.wait_for(asyncio.shield(spare.started), SPARE_WAIT_S)
+                except TimeoutError:
+                    return None  # still on its way (a busy machine, a full cluster): kept for the next
+                except Exception:  # noqa: BLE001, S110 - it failed to start: replaced below
+                    pass
+            self._spare = self._new_spare()
+            if spare.usable():
+                return spare.container_id
+            if spare.started.done() and not spare.started.cancelled() and spare.started.exception() is None:
+                asyncio.ensure_future(self.stop(spare.container_id))  # too old to hand out: end it now
             return None
-        if not spare.started.done() and spare.fresh():
-            with contextlib.suppress(Exception):  # it failed: a new id, and a new actor
-                await asyncio.wait_for(asyncio.shield(spare.started), self.start_timeout_s)
-        if spare.usable():
-            return spare.container_id
-        if spare.started.done() and not spare.started.cancelled() and spare.started.exception() is None:
-            asyncio.ensure_future(self.stop(spare.container_id))  # too old to hand out: end it now
-        return None
 
     def _new_spare(self) -> _Spare:
         container_id = new_container_id()
