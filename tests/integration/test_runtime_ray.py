@@ -135,12 +135,11 @@ async def test_parallel_tool_calls_stay_warm_after_an_idle_gap(runtime):
         await asyncio.sleep(gap_s)
         spans = await _tool_spans(runtime, "sleep", 4, 400)
         assert _overlap(spans), spans
-        # A worker process takes well over 0.25 s to start on this kind of machine: calls that
-        # waited for one would start that far apart, and last that much longer. (The bound on the
-        # spread was 0.1 s, which a CI machine running the other half of the suite beside this
-        # one went past by 15 ms, with no process started.)
-        starts = [t["started_at"] for t in spans]
-        assert max(starts) - min(starts) < 0.25, f"the calls started {max(starts) - min(starts):.3f} s apart"
+        # A worker process takes well over 0.25 s to start on this kind of machine: a call that
+        # waited for one lasts that much longer than its 400 ms (a step's time runs from its
+        # dispatch to its result). How far apart the calls start says nothing of that: it is the
+        # host's event loop, which CI's other half, running beside this one, held up by 0.1 to
+        # 0.3 s (bounds of 0.1 s, then 0.25 s, failed so, with no process started).
         assert max(t["duration_s"] for t in spans) < 0.4 + 0.25, spans
 
 
