@@ -233,13 +233,13 @@ def test_another_tenant_sees_none_of_it(keyed_root: str) -> None:
 def test_mcp_servers_are_those_the_policy_allows(keyed_root: str) -> None:
     alice = OpenAI(base_url=f"{keyed_root}/v1", api_key="sk-alice", max_retries=0)
     allowed = {"type": "mcp", "server_label": "local", "allowed_tools": ["add"], "required": True,
-               "transport": {"type": "http", "server_url": "http://127.0.0.1:9/mcp", "headers": {"X-Team": "core"}}}  # fmt: skip
+               "transport": {"type": "http", "server_url": "http://127.0.0.1:9/mcp"}}  # fmt: skip
     made = alice.beta.agents.create(model="sim", tools=[allowed])
     [tool] = made.tools
     assert (tool.type, tool.server_label, tool.allowed_tools, tool.required, tool.connection_origin) == (
         "mcp", "local", ["add"], True, "service")
     assert (tool.transport.type, tool.transport.server_url, tool.transport.headers) == (
-        "http", "http://127.0.0.1:9/mcp", {"X-Team": "core"})
+        "http", "http://127.0.0.1:9/mcp", {})
     assert (tool.credential_id, tool.request_metadata) == (None, {})
     elsewhere = {**allowed, "transport": {"type": "http", "server_url": "http://10.0.0.7/mcp"}}
     with pytest.raises(openai.BadRequestError) as refused:

@@ -46,8 +46,7 @@ def test_every_served_field_is_taken_and_resolved() -> None:
         "model": "sim", "instructions": "Be brief.", "name": "helper", "metadata": {"team": "core"},
         "tools": [{**FUNCTION, "defer_loading": False, "async": False},
                   {**MCP, "allowed_tools": ["search"], "connection_origin": "service", "credential_id": None,
-                   "request_metadata": {}, "required": True,
-                   "transport": {**MCP["transport"], "headers": {"X-Team": "core"}}}],
+                   "request_metadata": {}, "required": True, "transport": {**MCP["transport"], "headers": {}}}],
         "text": {"format": {"type": "json_schema", "schema": schema}, "verbosity": "low"},
         "reasoning": {"effort": "high", "summary": "auto"}, "service_tier": "default",
         "multi_agent": {"enabled": False, "max_concurrent_subagents": 3}, "compaction": {"async": None},
@@ -57,7 +56,7 @@ def test_every_served_field_is_taken_and_resolved() -> None:
         {**FUNCTION, "defer_loading": False, "async": False},
         {"type": "mcp", "server_label": "docs", "allowed_tools": ["search"], "connection_origin": "service",
          "credential_id": None, "request_metadata": {}, "required": True,
-         "transport": {"type": "http", "server_url": "https://mcp.example.com/mcp", "headers": {"X-Team": "core"}}},
+         "transport": {"type": "http", "server_url": "https://mcp.example.com/mcp", "headers": {}}},
     ]  # fmt: skip
     assert (agent["text"], agent["reasoning"], agent["service_tier"]) == (
         {"format": {"type": "json_schema", "schema": schema}, "verbosity": "low"},
@@ -65,7 +64,7 @@ def test_every_served_field_is_taken_and_resolved() -> None:
     assert agent["multi_agent"] == {"enabled": False, "max_concurrent_subagents": None}, "OpenAI's: null when disabled"
     assert (agent["compaction"], agent["metadata"], agent["name"]) == ({"async": False}, {"team": "core"}, "helper")
     sdk = Agent.model_validate(agent)
-    assert sdk.tools[1].transport.headers == {"X-Team": "core"} and sdk.text.format.schema_ == schema
+    assert sdk.tools[1].transport.headers == {} and sdk.text.format.schema_ == schema
 
 
 @pytest.mark.parametrize(
@@ -139,7 +138,9 @@ def test_every_served_field_is_taken_and_resolved() -> None:
         ({"model": "sim", "tools": [{**MCP, "transport": {"type": "http"}}]}, "tools[0].transport.server_url",
          "missing_required_parameter"),
         ({"model": "sim", "tools": [{**MCP, "transport": {**MCP["transport"], "headers": {"Authorization": "x"}}}]},
-         "tools[0].transport.headers.Authorization", "invalid_value"),
+         "tools[0].transport.headers", "unsupported_parameter"),
+        ({"model": "sim", "tools": [{**MCP, "transport": {**MCP["transport"], "headers": {"X-Api-Key": "k"}}}]},
+         "tools[0].transport.headers", "unsupported_parameter"),  # any header may be the secret
         ({"model": "sim", "tools": [{**MCP, "connection_origin": "environment"}]}, "tools[0].connection_origin",
          "unsupported_value"),
         ({"model": "sim", "tools": [{**MCP, "credential_id": "cred_1"}]}, "tools[0].credential_id",

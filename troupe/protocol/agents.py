@@ -424,18 +424,13 @@ def _transport(value: Any, at: str) -> dict[str, Any]:
     url = value["server_url"]
     if not isinstance(url, str) or not url:
         raise wrong_type(f"{at}.server_url", "a URL", url)
-    headers = value.get("headers") or {}
-    if not isinstance(headers, dict):
-        raise wrong_type(f"{at}.headers", "an object of strings", headers)
-    for key, header in headers.items():
-        if not isinstance(header, str):
-            raise wrong_type(f"{at}.headers.{key}", "a string", header)
-        if key.lower() in ("authorization", "proxy-authorization", "cookie"):
-            # An agent is stored and shown whole: OpenAI's definitions are credential-free, and so are ours.
-            raise InvalidRequest(f"Invalid value for '{at}.headers.{key}': an agent's MCP headers are stored and "
-                                 "shown, so they may not carry credentials.", param=f"{at}.headers.{key}",
-                                 code="invalid_value")  # fmt: skip
-    return {"type": "http", "server_url": url, "headers": dict(headers)}
+    if value.get("headers"):
+        # An MCP tool's headers are credentials (protocol.MCP_SECRET_KEYS: a response's are used and
+        # never echoed or written), and an agent is stored and shown whole: it may hold none.
+        raise InvalidRequest(f"Unsupported parameter: '{at}.headers'. MCP headers are credentials, and an agent "
+                             "is a stored definition that holds none (vaults, which would hold them, are not "
+                             "available on this server).", param=f"{at}.headers", code="unsupported_parameter")  # fmt: skip
+    return {"type": "http", "server_url": url, "headers": {}}
 
 
 _FIELDS = {

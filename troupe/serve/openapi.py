@@ -402,7 +402,6 @@ def _container_schemas() -> dict[str, Any]:
 def _agent_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
     """The Agents API's bodies (:mod:`troupe.protocol.agents` checks them), as this server serves
     them: the SDK's ``AgentCreateParams`` without what it refuses (docs/agents.md)."""
-    strings = {"type": "object", "additionalProperties": {"type": "string"}}
     function = {
         "type": "object", "title": "AgentFunctionTool", "additionalProperties": False,
         "required": ["type", "name", "description", "parameters"],
@@ -425,7 +424,8 @@ def _agent_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
             "transport": {
                 "type": "object", "additionalProperties": False, "required": ["type", "server_url"],
                 "properties": {"type": {"type": "string", "enum": ["http"]}, "server_url": {"type": "string"},
-                               "headers": nullable(strings)},
+                               "headers": nullable({"type": "object", "maxProperties": 0,
+                                                    "description": "None: MCP headers are credentials."})},
                 "description": "Over HTTP: the server's URL must be one the MCP policy lets a request reach.",
             },
             "allowed_tools": nullable({"type": "array", "items": {"type": "string"}}),
