@@ -465,7 +465,40 @@ _V13 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
+# Version 14: agent sessions (the Agents API, troupe.protocol.sessions). A session's object is one JSON
+# value (in value_parts when long: it holds its agent), with its times and saved agent beside it for
+# lists; its turns are rows of their own, each naming the background responses that ran it, in order.
+_V14 = [
+    """
+    CREATE TABLE agent_sessions (
+        tenant         VARCHAR NOT NULL,
+        id             VARCHAR NOT NULL,
+        created_at     DOUBLE  NOT NULL,
+        last_active_at DOUBLE  NOT NULL,
+        agent_id       VARCHAR,
+        metadata       JSON    NOT NULL,  -- beside the object, which may be in parts, for lists' filters
+        session        JSON,
+        session_parts  BIGINT,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE session_turns (
+        tenant     VARCHAR NOT NULL,
+        id         VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        seq        INTEGER NOT NULL,
+        created_at DOUBLE  NOT NULL,
+        responses  JSON    NOT NULL,  -- the ids of the responses that ran it, in order
+        results    JSON    NOT NULL,  -- function results sent for its last response's calls, not yet taken
+        cancelled  BOOLEAN NOT NULL,
+        PRIMARY KEY (tenant, id),
+        UNIQUE (tenant, session_id, seq)
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

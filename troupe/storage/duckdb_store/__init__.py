@@ -84,12 +84,13 @@ from .conversations import ConversationTables
 from .evaluation import EvalTables
 from .prompts import PromptTables
 from .responses import ResponseTables
+from .sessions import SessionTables
 
 __all__ = ["DuckDBStore", "ROW_GROUP_ROWS", "Connection", "transaction", "_PARTS_PER_READ"]
 
 
-class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, EvalTables, ConsoleReads):
-    """Responses, conversations, prompts, agents, evaluation runs and traces in DuckDB: every area of
+class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, SessionTables, EvalTables, ConsoleReads):
+    """Responses, conversations, prompts, agents, agent sessions, evaluation runs and traces in DuckDB: every area of
     :class:`~troupe.storage.contract.Store` over one :class:`~.connection.Connection`.
 
     Args:
