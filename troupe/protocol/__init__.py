@@ -10,6 +10,7 @@
 - :mod:`.job` — :class:`TurnJob`, a response to run as it travels inside Troupe
 - :mod:`.containers` — the Containers API's bodies and objects
 - :mod:`.agents` — the Agents API's agents: their bodies and objects
+- :mod:`.sessions` — the Agents API's sessions: bodies, objects, session events from a turn's
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
@@ -106,6 +107,27 @@ from .response import (
     usage_dict,
 )
 from .schema_refs import dangling_refs, resolve_ref
+from .sessions import (
+    TurnEvents,
+    describe_result,
+    new_session_id,
+    new_turn_id,
+    parse_session_create,
+    parse_session_events,
+    parse_session_input,
+    parse_session_update,
+    pending_calls,
+    required_actions,
+    response_body,
+    session_deleted,
+    session_event,
+    session_item,
+    session_not_found,
+    session_object,
+    turn_not_found,
+    turn_object,
+    turn_status,
+)
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 
 __all__ = [
@@ -174,6 +196,26 @@ __all__ = [
     "new_agent_id",
     "parse_agent_create",
     "parse_agent_update",
+    # sessions
+    "TurnEvents",
+    "describe_result",
+    "new_session_id",
+    "new_turn_id",
+    "parse_session_create",
+    "parse_session_events",
+    "parse_session_input",
+    "parse_session_update",
+    "pending_calls",
+    "required_actions",
+    "response_body",
+    "session_deleted",
+    "session_event",
+    "session_item",
+    "session_not_found",
+    "session_object",
+    "turn_not_found",
+    "turn_object",
+    "turn_status",
     # containers
     "ContainerSpec",
     "container_deleted",

@@ -43,6 +43,8 @@ __all__ = [
     "CONTAINER",
     "CONTAINER_FILE",
     "AGENT",
+    "AGENT_SESSION",
+    "TURN",
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -86,6 +88,10 @@ CONTAINER_FILE = "cfile"
 """A container file's id (OpenAI's own prefix: ``cfile_…``)."""
 AGENT = "agent"
 """An agent's id (the Agents API). OpenAI does not document its prefix; ``agent_…`` is ours."""
+AGENT_SESSION = "sess"
+"""An Agents API session's id (OpenAI does not document its prefix; ``sess_…`` is ours)."""
+TURN = "turn"
+"""A session turn's id (ours, as ``sess_``)."""
 ITEM = "item"
 """Fallback for item kinds without a conventional prefix."""
 
