@@ -22,6 +22,13 @@ def _each(path: str, *methods: str) -> list[tuple[str, str]]:
 OPENAPI_ROUTES = {
     *_each("/v1/agents", "get", "post"),
     *_each("/v1/agents/{agent_id}", "delete", "get", "post"),
+    *_each("/v1/agents/sessions", "get", "post"),
+    *_each("/v1/agents/sessions/{session_id}", "delete", "get", "post"),
+    *_each("/v1/agents/sessions/{session_id}/events", "get", "post"),
+    *_each("/v1/agents/sessions/{session_id}/turns", "get"),
+    *_each("/v1/agents/sessions/{session_id}/turns/{turn_id}", "get"),
+    *_each("/v1/agents/sessions/{session_id}/turns/{turn_id}/items", "get"),
+    *_each("/v1/agents/sessions/{session_id}/items", "get"),
     *_each("/v1/containers", "get", "post"),
     *_each("/v1/containers/{container_id}", "delete", "get"),
     *_each("/v1/containers/{container_id}/files", "get", "post"),

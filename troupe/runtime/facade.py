@@ -69,6 +69,7 @@ from troupe.runtime.runs import (
     lost_run_record,
     run_snapshot,
 )
+from troupe.runtime.sessions import SessionService
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
@@ -188,6 +189,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Containers and their files (the Containers API), and what container actors ask of them."""
         self.agents = AgentService(settings, store)
         """Saved agent definitions (the Agents API's agents)."""
+        self.sessions = SessionService(self)
+        """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
 
     # -- construction ------------------------------------------------------------
 
@@ -248,6 +251,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 task.cancel()
         for task in self._tasks:
             task.cancel()
+        await self.sessions.close()
         await self.vector_stores.close()
         await self.placement.close()
         await self.store.close()
@@ -365,16 +369,19 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         return final
 
     async def background(
-        self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None
+        self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None, response_id: str | None = None
     ) -> dict[str, Any]:
         """Start a background response (``background: true``); the Response at once, ``queued``
         (always, as OpenAI's: the snapshot of its ``response.created`` event). It runs on its
         conversation's host; ``get_response`` shows its progress (``in_progress``, then how it
         ended) and ``cancel_response`` stops it.
 
+        ``response_id``: the id to give it (:func:`~troupe.protocol.new_response_id` of its
+        conversation), when the caller must name it before it starts (a session's turn).
+
         Raises: as :meth:`stream`, before anything runs.
         """
-        job = await self._job(tenant, request, trace)
+        job = await self._job(tenant, request, trace, response_id=response_id)
 
         async def start(host: HostClient) -> dict[str, Any]:
             return await host.start_background(job)
@@ -434,7 +441,9 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
 
         return await self._on_host(job, start)
 
-    async def _job(self, tenant: str, request: CreateResponseRequest, trace: TraceContext = None) -> TurnJob:
+    async def _job(
+        self, tenant: str, request: CreateResponseRequest, trace: TraceContext = None, *, response_id: str | None = None
+    ) -> TurnJob:
         # Before the model is called, and before any host: a prompt that does not resolve is an HTTP error.
         request = await self.resolve_prompt(tenant, request)
         thread_id = await self._thread_of(tenant, request)
@@ -445,7 +454,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         return TurnJob(
             tenant=tenant,
             request=request,
-            response_id=new_response_id(thread_id),
+            response_id=response_id or new_response_id(thread_id),
             created_at=int(time.time()),
             thread_id=thread_id,
             traceparent=trace.get("traceparent") if trace else None,
