@@ -56,6 +56,7 @@ from troupe.runtime.agents import AgentService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
+from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import HostFailed, Placement
 from troupe.runtime.prompts import PromptCalls
@@ -188,6 +189,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Containers and their files (the Containers API), and what container actors ask of them."""
         self.agents = AgentService(settings, store)
         """Saved agent definitions (the Agents API's agents)."""
+        self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
+        """The Agents API's execution environments (on containers) and their templates."""
 
     # -- construction ------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import agents, containers, conversations, files, models, operator, prompts, responses
+from . import agents, containers, conversations, environments, files, models, operator, prompts, responses
 
 __all__ = ["ROUTERS"]
 
@@ -31,6 +31,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     files.router,
     prompts.router,
     containers.router,
+    environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""
