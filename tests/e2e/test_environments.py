@@ -85,6 +85,15 @@ def test_an_environment_with_files_from_create_to_list(client: OpenAI) -> None:
     assert [o.stdout for o in outputs] == ["# plan, again\n", "city,temperature\n"]
 
 
+def test_an_env_reaches_the_commands_wherever_the_sandbox_runs(client: OpenAI) -> None:
+    """On Ray the sandbox is the container's actor: the env goes to it at provisioning, and a
+    host's shell call later reaches the same sandbox."""
+    value = uuid.uuid4().hex
+    made = client.beta.agents.environments.create(environment={"type": "openai_hosted", "env": {"GREETING": value}})
+    [output] = _shell(client, made.model_extra["container_id"], 'printf %s "$GREETING" | sha256sum')
+    assert output.stdout.split()[0] == _digest(value.encode())
+
+
 def test_an_env_reaches_the_code_and_is_never_stored(tmp_path: Path) -> None:
     secret = f"s3cret-{uuid.uuid4().hex}"
     database = tmp_path / "troupe.duckdb"
