@@ -465,8 +465,11 @@ class Sandbox:
 
     def _process_env(self, launcher: Launcher) -> dict[str, str]:
         # bwrap gets nothing of the server's environment either: only the extra variables, which
-        # it passes on (its --setenv of the sandbox's own come after them, and win).
-        return {**self._env, **launcher.environment()} if self.isolation == "none" else dict(self._env)
+        # it passes on; the sandbox's own (its --setenv) win, and an extra PATH is never what
+        # finds bwrap and nice.
+        own = launcher.environment()
+        extra = {key: value for key, value in self._env.items() if key not in own}
+        return {**extra, **own} if self.isolation == "none" else extra
 
     def _cleanup(self) -> None:
         if self._lease is not None:
