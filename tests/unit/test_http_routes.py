@@ -22,6 +22,11 @@ def _each(path: str, *methods: str) -> list[tuple[str, str]]:
 OPENAPI_ROUTES = {
     *_each("/v1/agents", "get", "post"),
     *_each("/v1/agents/{agent_id}", "delete", "get", "post"),
+    *_each("/v1/agents/environments", "get", "post"),
+    *_each("/v1/agents/environments/{environment_id}", "get"),
+    *_each("/v1/agents/environments/{environment_id}/files", "get", "post"),
+    *_each("/v1/agents/environments/templates", "get", "post"),
+    *_each("/v1/agents/environments/templates/{template_id}", "delete", "get", "post"),
     *_each("/v1/containers", "get", "post"),
     *_each("/v1/containers/{container_id}", "delete", "get"),
     *_each("/v1/containers/{container_id}/files", "get", "post"),
