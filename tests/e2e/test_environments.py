@@ -21,6 +21,7 @@ import pytest
 from openai import OpenAI
 
 from tests.servers import served_local
+from troupe.runtime.settings import ContainersSettings
 from troupe.serve.config import ServerSettings
 from troupe.storage.credentials import new_key
 
@@ -209,3 +210,37 @@ def test_a_template_with_secrets_and_no_keys_is_refused(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         client.beta.agents.environments.templates.create(env={"TOKEN": "x"})
     assert refused.value.body["param"] == "env" and "credentials_keys" in refused.value.body["message"]
+
+
+KEYS = {"sk-alice": "alice", "sk-bob": "bob", "sk-carol": "carol"}
+
+
+@pytest.fixture
+def tenants_root() -> Iterator[str]:
+    """A keyed in-process app on which carol may run no code."""
+    yield from served_local(ServerSettings(api_keys=KEYS), containers=ContainersSettings(code_tenants=("alice", "bob")))
+
+
+def test_another_tenant_sees_none_of_it_and_a_tenant_without_code_gets_no_environment(tenants_root: str) -> None:
+    alice, bob, carol = (OpenAI(base_url=f"{tenants_root}/v1", api_key=key, max_retries=0) for key in KEYS)
+    made = alice.beta.agents.environments.create(environment={"type": "openai_hosted"})
+    template = alice.beta.agents.environments.templates.create(name="alice's")
+    for call, param in (
+        (lambda: bob.beta.agents.environments.retrieve(made.id), "environment_id"),
+        (lambda: bob.beta.agents.environments.files.list(made.id), "environment_id"),
+        (lambda: bob.beta.agents.environments.files.create(made.id, type="inline", data="", path="/workspace/x"),
+         "environment_id"),
+        (lambda: bob.beta.agents.environments.templates.retrieve(template.id), "environment_template_id"),
+        (lambda: bob.beta.agents.environments.templates.delete(template.id), "environment_template_id"),
+        (lambda: bob.beta.agents.environments.create(environment={
+            "type": "openai_hosted", "environment_template_id": template.id}), "environment.environment_template_id"),
+    ):  # fmt: skip
+        with pytest.raises(openai.NotFoundError) as refused:
+            call()
+        assert refused.value.body["param"] == param
+    assert bob.beta.agents.environments.list().data == [] and bob.beta.agents.environments.templates.list().data == []
+    assert [e.id for e in alice.beta.agents.environments.list()] == [made.id]
+    with pytest.raises(openai.BadRequestError) as refused:
+        carol.beta.agents.environments.create(environment={"type": "openai_hosted"})
+    assert refused.value.body["param"] == "environment.type" and "code_tenants" in refused.value.body["message"]
+    alice.containers.delete(made.model_extra["container_id"])

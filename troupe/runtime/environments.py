@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from troupe.protocol import InvalidRequest, NotFound
+from troupe.protocol import InvalidRequest, NotFound, ServerError
 from troupe.protocol.containers import MOUNT
 from troupe.protocol.environments import (
     WORKSPACE,
@@ -67,6 +67,7 @@ from troupe.runtime.container_runs import ContainerFleet, ContainerRunner
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
+from troupe.sandbox import SandboxUnavailable, check_available
 from troupe.storage import Order, Page
 from troupe.storage.credentials import CredentialKeys, CredentialsUnavailable
 
@@ -238,6 +239,7 @@ class EnvironmentService:
                 raise InvalidRequest(f"Environment '{found['id']}' is {found['status']}: provision a new one.",
                                      param="environment.environment_id", code="invalid_value")  # fmt: skip
             return found
+        self._check_can_run(tenant)
         template: dict[str, Any] = {}
         if environment["environment_template_id"] is not None:
             stored, kept = await self._template(tenant, environment["environment_template_id"],
@@ -366,10 +368,27 @@ class EnvironmentService:
             entry["file_id"] = spec["file_id"]
         return entry
 
+    def _check_can_run(self, tenant: str) -> None:
+        """An environment is where an agent's commands run: refuse one where they could not, as a
+        request's ``code_interpreter`` or ``shell`` tool is refused (``check_code_tool``).
+
+        Raises:
+            InvalidRequest: the tenant may not run code here (``[containers] code_tenants``).
+            ServerError: bubblewrap is missing (``sandbox_unavailable``).
+        """
+        allowed = self.settings.containers.code_tenants
+        if self.fleet is None or ("*" not in allowed and tenant not in allowed):
+            raise InvalidRequest("Unsupported 'environment.type': 'openai_hosted'. This server runs no code for this "
+                                 "tenant ([containers] code_tenants), so an environment would have nothing to run.",
+                                 param="environment.type", code="unsupported_value")  # fmt: skip
+        try:
+            check_available(self.settings.containers.isolation, bwrap=self.settings.containers.bwrap)
+        except SandboxUnavailable as exc:
+            raise ServerError(f"Environments cannot run on this server: {exc}.", param="environment.type",
+                              code="sandbox_unavailable") from exc  # fmt: skip
+
     async def _start(self, tenant: str, container_id: str, env: Mapping[str, str]) -> None:
-        if self.fleet is None:
-            raise InvalidRequest("Unsupported 'environment.env': this server runs no sandboxes to give it to.",
-                                 param="environment.env", code="unsupported_value")  # fmt: skip
+        assert self.fleet is not None  # _check_can_run
         await ContainerRunner(self.containers, self.fleet, tenant).start(container_id, env)
 
 
