@@ -178,6 +178,12 @@ def test_unknown_ids_are_404_naming_them(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         client.beta.agents.environments.retrieve("cntr_nope")
     assert bad.value.body["param"] == "environment_id"
+    before = [c.id for c in client.containers.list(limit=100)]
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.beta.agents.environments.create(environment={"type": "openai_hosted", "files": [
+            {"type": "file_id", "file_id": "file-nope", "path": "/workspace/a.csv"}]})  # fmt: skip
+    assert unknown.value.body["param"] == "environment.files[0].file_id"
+    assert [c.id for c in client.containers.list(limit=100)] == before  # the container made for it is gone
 
 
 @pytest.fixture
@@ -202,7 +208,17 @@ def test_a_templates_secrets_are_sealed_and_reach_its_environments(keyed: tuple[
     outputs = _shell(client, container_id, 'printf %s "$API_TOKEN" | sha256sum', "sha256sum < /workspace/key.txt")
     assert [o.stdout.split()[0] for o in outputs] == [_digest(secret.encode()), _digest(inline)]
     client.containers.delete(container_id)
-    assert secret.encode() not in database.read_bytes() and inline not in database.read_bytes()
+    # An update replaces the env it gives, sealed again; the inline file stays.
+    renewed = f"renewed-{uuid.uuid4().hex}"
+    client.beta.agents.environments.templates.update(template.id, env={"API_TOKEN": renewed})
+    env = client.beta.agents.environments.create(environment={"type": "openai_hosted",
+                                                              "environment_template_id": template.id})  # fmt: skip
+    outputs = _shell(client, env.model_extra["container_id"], 'printf %s "$API_TOKEN" | sha256sum',
+                     "sha256sum < /workspace/key.txt")  # fmt: skip
+    assert [o.stdout.split()[0] for o in outputs] == [_digest(renewed.encode()), _digest(inline)]
+    client.containers.delete(env.model_extra["container_id"])
+    stored = b"".join(p.read_bytes() for p in database.parent.glob("troupe.duckdb*") if p.is_file())
+    assert all(value not in stored for value in (secret.encode(), renewed.encode(), inline))
 
 
 @LOCAL_ONLY

@@ -249,7 +249,7 @@ def default_memory_limit(max_memory_limit: str) -> str:
     return wanted if MEMORY_LIMITS.index(wanted) <= MEMORY_LIMITS.index(max_memory_limit) else max_memory_limit
 
 
-def parse_environment_file(body: Any, **_: Any) -> dict[str, Any]:
+def parse_environment_file(body: Any) -> dict[str, Any]:
     """``POST /v1/agents/environments/{id}/files``'s body: one file, as in ``files``
     (``{"type": "file_id", "file_id", "path"}`` or ``{"type": "inline", "data", "path"}``).
 

@@ -227,7 +227,7 @@ class EnvironmentService:
 
         Raises:
             NotFound: the environment or template (naming ``environment.environment_id`` /
-                ``environment.environment_template_id``), a Files API file (``environment.files``).
+                ``environment.environment_template_id``), a Files API file (``environment.files[i].file_id``).
             InvalidRequest: the environment is not ready (expired); an override broadens the
                 template's network; the template's secrets cannot be opened.
         """
@@ -253,7 +253,8 @@ class EnvironmentService:
                                                                     "network_policy": config["network_policy"]})  # fmt: skip
         cid = container["id"]
         try:
-            files = [await self._copy_in(tenant, cid, f, "environment.files") for f in config["files"]]
+            files = [await self._copy_in(tenant, cid, f, f"environment.files[{i}].file_id")
+                     for i, f in enumerate(config["files"])]  # fmt: skip
             if config["env"]:
                 await self._start(tenant, cid, config["env"])
             made = environment_object(env_id, container_id=cid, status="ready", files=files)
