@@ -81,9 +81,17 @@ def test_an_environment_with_files_from_create_to_list(client: OpenAI) -> None:
     assert [f.path for f in page.data] == ["/workspace/plan.md"] and page.has_more and page.next
     assert [f.path for f in client.beta.agents.environments.files.list(made.id, limit=1, order="asc")] == [
         "/workspace/plan.md", "/workspace/weather.csv"]  # the SDK pages on with `page`
+    assert [f.path for f in client.beta.agents.environments.files.list(made.id, path="/workspace/")] == [
+        "/workspace/weather.csv", "/workspace/plan.md"]  # fmt: skip
+    with pytest.raises(openai.BadRequestError) as outside:
+        client.beta.agents.environments.files.list(made.id, path="/etc")
+    assert outside.value.body["param"] == "path"
     # The files are in the container's directory, which is /workspace inside.
-    outputs = _shell(client, container_id, "cat /workspace/plan.md", "head -1 weather.csv")
-    assert [o.stdout for o in outputs] == ["# plan, again\n", "city,temperature\n"]
+    outputs = _shell(client, container_id, "cat /workspace/plan.md", "head -1 weather.csv",
+                     "mkdir out && echo 42 > out/answer.txt")  # fmt: skip
+    assert [o.stdout for o in outputs] == ["# plan, again\n", "city,temperature\n", ""]
+    written = client.beta.agents.environments.files.list(made.id, path="/workspace/out")
+    assert [(f.path, f.size_bytes) for f in written] == [("/workspace/out/answer.txt", 3)]  # what the agent wrote
 
 
 def test_an_env_reaches_the_commands_wherever_the_sandbox_runs(client: OpenAI) -> None:
