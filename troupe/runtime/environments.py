@@ -146,6 +146,8 @@ class EnvironmentService:
         set_secrets = "env" in changes or "files" in changes
         sealed = None
         if set_secrets:
+            # Read, opened, changed and sealed here (the store has no keys): of two updates of a
+            # template's secrets at once, the later replaces them whole.
             _, kept = await self._template(tenant, template_id)
             secrets = {**self._open(kept), **template_secrets(changes)}
             for key in ("env", "files"):
