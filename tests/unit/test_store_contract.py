@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from troupe.protocol.agents import agent_object, parse_agent_create, parse_agent_update
+from troupe.protocol.environments import environment_object, parse_template_body, template_object
 from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
@@ -1019,3 +1020,40 @@ def test_two_claims_at_once_continue_a_turn_once(tmp_path) -> None:
     assert sum(claim is not None for claim in claims) == 1
     assert len(store.get_turn("acme", "sess_1", "turn_1")["responses"]) == 2
     store.close()
+# -- environments ----------------------------------------------------------------------
+
+
+def template(template_id: str, created_at: float = T0, **body: Any) -> dict[str, Any]:
+    return template_object(template_id, parse_template_body(body), created_at=created_at, updated_at=created_at)
+
+
+def test_a_template_is_created_read_updated_and_deleted_with_its_sealed_secrets(store: Store) -> None:
+    made = template("envtpl_1", name="t", network={"access": "restricted", "allowed_domains": ["example.com"]})
+    assert store.create_environment_template("acme", made, "fernet:sealed") == made
+    assert store.get_environment_template("acme", "envtpl_1") == (made, "fernet:sealed")
+    assert store.get_environment_template("other", "envtpl_1") is None
+    changes = parse_template_body({"name": None, "network": None}, update=True)
+    updated = store.update_environment_template("acme", "envtpl_1", changes, T0 + 5, secrets=None, set_secrets=False)
+    assert updated == {**made, "name": None, "network": {"access": "disabled", "allowed_domains": []},
+                       "updated_at": int(T0 + 5)}  # fmt: skip
+    assert store.get_environment_template("acme", "envtpl_1") == (updated, "fernet:sealed")  # secrets kept
+    store.update_environment_template("acme", "envtpl_1", {}, T0 + 6, secrets=None, set_secrets=True)
+    assert store.get_environment_template("acme", "envtpl_1")[1] is None
+    assert store.update_environment_template("other", "envtpl_1", {}, T0, secrets=None, set_secrets=False) is None
+    assert [t["id"] for t in store.list_environment_templates("acme").data] == ["envtpl_1"]
+    assert store.delete_environment_template("other", "envtpl_1") is False
+    assert store.delete_environment_template("acme", "envtpl_1") is True
+    assert store.get_environment_template("acme", "envtpl_1") is None
+
+
+def test_environments_are_stored_per_tenant_and_listed_in_pages(store: Store) -> None:
+    for i in range(3):
+        made = environment_object(f"env_{i}", container_id=f"cntr_{i}", status="ready", files=[])
+        assert store.create_environment("acme", made, T0 + i) == made
+    with pytest.raises(StorageError):
+        store.create_environment("acme", environment_object("env_0", container_id="c", status="ready", files=[]), T0)
+    assert store.get_environment("acme", "env_1")["container_id"] == "cntr_1"
+    assert store.get_environment("other", "env_1") is None and store.list_environments("other").data == []
+    first = store.list_environments("acme", limit=2)
+    assert [e["id"] for e in first.data] == ["env_2", "env_1"] and first.has_more
+    assert [e["id"] for e in store.list_environments("acme", after="env_1", order="asc").data] == ["env_2"]

@@ -10,7 +10,8 @@
 - :mod:`.job` — :class:`TurnJob`, a response to run as it travels inside Troupe
 - :mod:`.containers` — the Containers API's bodies and objects
 - :mod:`.agents` — the Agents API's agents: their bodies and objects
-- :mod:`.sessions` — the Agents API's sessions: bodies, objects, session events from a turn's
+- :mod:`.sessions` — the Agents API's sessions: bodies, objects, events from a turn's responses
+- :mod:`.environments` — the Agents API's environments and templates: what maps onto a container
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
@@ -43,6 +44,28 @@ from .containers import (
     parse_network_policy,
     upload_name,
     wire_path,
+)
+from .environments import (
+    apply_template_update,
+    default_memory_limit,
+    environment_file_object,
+    environment_not_found,
+    environment_object,
+    environment_template_not_found,
+    new_environment_file_id,
+    new_environment_id,
+    new_environment_template_id,
+    parse_environment,
+    parse_environment_create,
+    parse_environment_file,
+    parse_template_body,
+    python_package_name,
+    resolve_config,
+    template_config,
+    template_deleted,
+    template_object,
+    template_secrets,
+    workspace_path,
 )
 from .errors import (
     AuthenticationFailed,
@@ -216,6 +239,27 @@ __all__ = [
     "turn_not_found",
     "turn_object",
     "turn_status",
+    # environments
+    "apply_template_update",
+    "default_memory_limit",
+    "environment_file_object",
+    "environment_not_found",
+    "environment_object",
+    "environment_template_not_found",
+    "new_environment_file_id",
+    "new_environment_id",
+    "new_environment_template_id",
+    "parse_environment",
+    "parse_environment_create",
+    "parse_environment_file",
+    "parse_template_body",
+    "python_package_name",
+    "resolve_config",
+    "template_config",
+    "template_deleted",
+    "template_object",
+    "template_secrets",
+    "workspace_path",
     # containers
     "ContainerSpec",
     "container_deleted",

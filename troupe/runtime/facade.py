@@ -56,6 +56,7 @@ from troupe.runtime.agents import AgentService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
+from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import HostFailed, Placement
 from troupe.runtime.prompts import PromptCalls
@@ -191,6 +192,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Saved agent definitions (the Agents API's agents)."""
         self.sessions = SessionService(self)
         """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
+        self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
+        """The Agents API's execution environments (on containers) and their templates."""
 
     # -- construction ------------------------------------------------------------
 

@@ -498,7 +498,37 @@ _V14 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
+# Version 15: the Agents API's environments (troupe.protocol.environments). A template's row keeps its wire
+# object (which holds no secret) and, apart, its env and inline files' contents sealed with credentials_keys
+# (a Fernet token, or NULL: never plain text). An environment's row keeps its object and the container it
+# runs in; its env is not stored at all (it lives in the sandbox's memory).
+_V15 = [
+    """
+    CREATE TABLE environment_templates (
+        tenant      VARCHAR NOT NULL,
+        id          VARCHAR NOT NULL,
+        created_at  DOUBLE  NOT NULL,
+        updated_at  DOUBLE  NOT NULL,
+        name        VARCHAR,
+        template    JSON    NOT NULL,
+        secrets     VARCHAR,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE environments (
+        tenant       VARCHAR NOT NULL,
+        id           VARCHAR NOT NULL,
+        created_at   DOUBLE  NOT NULL,
+        container_id VARCHAR NOT NULL,
+        environment  JSON    NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+]
+
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import agents, containers, conversations, files, models, operator, prompts, responses, sessions
+from . import agents, containers, conversations, environments, files, models, operator, prompts, responses, sessions
 
 __all__ = ["ROUTERS"]
 
@@ -32,6 +32,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     prompts.router,
     containers.router,
     sessions.router,
+    environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""

@@ -8,6 +8,7 @@ conversations       :class:`.conversations.Conversations`  ``duckdb_store.conver
 prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompts.PromptTables``
 agents              :class:`.agents.Agents`                ``duckdb_store.agents.AgentTables``
 agent sessions      :class:`.sessions.Sessions`            ``duckdb_store.sessions.SessionTables``
+environments        :class:`.environments.Environments`    ``duckdb_store.environments.EnvironmentTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -15,7 +16,7 @@ containers          :class:`.containers.Containers`        ``duckdb_store.contai
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first seven over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first eight over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
@@ -40,6 +41,7 @@ from .agents import Agents
 from .console import Console
 from .containers import Containers
 from .conversations import Conversations
+from .environments import Environments
 from .evaluation import Evaluation
 from .files import Files
 from .prompts import Prompts
@@ -51,6 +53,7 @@ __all__ = [
     "CONTAINERS_METHODS",
     "Console",
     "Containers",
+    "Environments",
     "Conversations",
     "Evaluation",
     "FILES_METHODS",
@@ -65,7 +68,7 @@ __all__ = [
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Sessions, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Evaluation, Console, Protocol):
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -85,7 +88,7 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 """Store methods the async store does not forward as they are: their writes are group-committed
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
-STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
+STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
 """What the async store forwards to the store's thread, by name."""
 
 FILES_METHODS = methods_of(Files)
