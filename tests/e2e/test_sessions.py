@@ -186,8 +186,10 @@ def test_sessions_list_filter_update_and_delete(client: OpenAI) -> None:
 
 
 @pytest.mark.parametrize(("body", "param", "code"), [
-    ({"environment": {"type": "openai_hosted"}, "agent": {"model": "sim"}, "input": "x"}, "environment.type",
-     "unsupported_value"),
+    ({"environment": {"type": "self_hosted", "workspace_directory": "/w"}, "agent": {"model": "sim"}, "input": "x"},
+     "environment.type", "unsupported_value"),
+    ({"environment": {"type": "openai_hosted"}, "agent": {"model": "sim"}, "input": "x", "stream": True,
+      "stream_options": {"include_obfuscation": 1}}, "stream_options.include_obfuscation", "invalid_type"),
     ({"environment": NONE, "input": "x"}, "agent.model", "missing_required_parameter"),
     ({"environment": NONE, "agent": {"model": "sim", "name": "n"}, "input": "x"}, "agent.name", "unknown_parameter"),
     ({"environment": NONE, "agent": {"model": "sim"}}, "input", "missing_required_parameter"),
@@ -222,3 +224,42 @@ def test_unknown_sessions_and_models_are_404s(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as shape:
         client.beta.agents.sessions.retrieve("nope")
     assert shape.value.body["param"] == "session_id"
+
+
+def test_a_session_runs_commands_in_its_environment(containers_client: OpenAI) -> None:
+    client = containers_client
+    hosted = {"type": "openai_hosted", "container_size": "small", "env": {"GREETING": "hi from env"}}
+    with client.beta.agents.sessions.create(environment=hosted, agent={"model": "sim"}, stream=True,
+                                            input="[[shell]]echo $GREETING > note.txt\ncat note.txt[[/shell]]") as events:  # fmt: skip
+        seen = _until_idle(events)
+    session = seen[0].session
+    environment = session.environment
+    assert environment.type == "openai_hosted" and environment.id.startswith("env_")
+    assert (environment.container_size, environment.network.access) == ("small", "disabled")
+    added = next(e for e in seen if e.type == "agent.session.turn.item.added")
+    assert (added.item.type, added.item.command, added.item.status) == (
+        "command_execution", "echo $GREETING > note.txt\ncat note.txt", "in_progress")  # fmt: skip
+    [delta] = [e for e in seen if e.type == "agent.output.command_execution_output.delta"]
+    assert (delta.delta, delta.item_id, delta.output_index) == ("hi from env\n", added.item.id, added.output_index)
+    done = next(e for e in seen if e.type == "agent.session.turn.item.done" and e.item.type == "command_execution")
+    assert (done.item.exit_code, done.item.status, done.item.cwd) == (0, "completed", "/workspace")
+    assert seen[-2].type == "agent.session.turn.completed"
+    [command] = [i for i in client.beta.agents.sessions.items.list(session.id).data if i.type == "command_execution"]
+    assert (command.output, command.exit_code) == ("hi from env\n", 0)
+
+    # A second turn runs in the same container: the file is there.
+    with client.beta.agents.sessions.stream(session.id, input="[[shell]]cat /workspace/note.txt[[/shell]]") as second:
+        outputs = [e.delta for e in second if e.type == "agent.output.command_execution_output.delta"]
+    assert outputs == ["hi from env\n"]
+    container_id = client.beta.agents.environments.retrieve(environment.id).model_extra["container_id"]
+    client.beta.agents.sessions.delete(session.id)  # its environment goes with it
+    with pytest.raises(openai.NotFoundError):
+        client.containers.retrieve(container_id)
+
+
+def test_an_environment_must_be_one_this_server_can_provide(containers_client: OpenAI) -> None:
+    for environment, param in (({"type": "openai_hosted", "network": {"access": "enabled"}}, "environment.network.access"),
+                               ({"type": "openai_hosted", "desktop": {"enabled": True}}, "environment.desktop.enabled")):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            containers_client.beta.agents.sessions.create(environment=environment, agent={"model": "sim"}, input="x")
+        assert refused.value.body["param"] == param

@@ -132,7 +132,9 @@ from .response import (
 from .schema_refs import dangling_refs, resolve_ref
 from .sessions import (
     TurnEvents,
+    command_done,
     describe_result,
+    hosted_environment,
     new_session_id,
     new_turn_id,
     parse_session_create,
@@ -145,6 +147,7 @@ from .sessions import (
     session_deleted,
     session_event,
     session_item,
+    session_items,
     session_not_found,
     session_object,
     turn_not_found,
@@ -220,6 +223,9 @@ __all__ = [
     "parse_agent_create",
     "parse_agent_update",
     # sessions
+    "command_done",
+    "hosted_environment",
+    "session_items",
     "TurnEvents",
     "describe_result",
     "new_session_id",

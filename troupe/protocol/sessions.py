@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .agents import AGENT_FIELDS, parse_agent_create, parse_agent_update
+from .environments import WORKSPACE
 from .errors import InvalidRequest, NotFound, ProtocolError, object_body, show_value, wrong_type
 from .ids import AGENT, AGENT_SESSION, TURN, new_id
 from .request import check_metadata
@@ -55,7 +56,9 @@ __all__ = [
     "CREATE_FIELDS",
     "UPDATE_FIELDS",
     "TurnEvents",
+    "command_done",
     "describe_result",
+    "hosted_environment",
     "new_session_id",
     "new_turn_id",
     "parse_session_create",
@@ -68,6 +71,7 @@ __all__ = [
     "session_deleted",
     "session_event",
     "session_item",
+    "session_items",
     "session_not_found",
     "session_object",
     "turn_not_found",
@@ -138,9 +142,9 @@ def parse_session_create(body: Any) -> dict[str, Any]:
             raise InvalidRequest("'stream_options' is only allowed when 'stream' is true.", param="stream_options",
                                  code="invalid_value")  # fmt: skip
         _stream_options(options, "stream_options")
-    if body.get("input") is None:
-        raise InvalidRequest("Missing required parameter: 'input' (a session without an execution environment starts "
-                             "with input).", param="input", code="missing_required_parameter")  # fmt: skip
+    if body.get("input") is None and (environment["type"] == "none" or stream):
+        raise InvalidRequest("Missing required parameter: 'input' (required without an execution environment, and "
+                             "when streaming).", param="input", code="missing_required_parameter")  # fmt: skip
     _check_review(body.get("review"))
     _check_prompt_cache(body.get("prompt_cache_options"))
     vaults = body.get("vault_ids")
@@ -151,7 +155,8 @@ def parse_session_create(body: Any) -> dict[str, Any]:
                              param="vault_ids", code="unsupported_parameter")  # fmt: skip
     return {
         "agent_id": agent_id, "agent": agent or {}, "environment": environment,
-        "input": parse_session_input(body["input"], "input"), "metadata": check_metadata(body.get("metadata")) or {},
+        "input": None if body.get("input") is None else parse_session_input(body["input"], "input"),
+        "metadata": check_metadata(body.get("metadata")) or {},
         "stream": stream,
     }  # fmt: skip
 
@@ -294,9 +299,11 @@ def _environment(value: Any) -> dict[str, Any]:
     if kind == "none":
         object_body(value, "environment", ("type",))
         return {"type": "none"}
-    if kind in ("openai_hosted", "self_hosted"):
-        raise InvalidRequest(f"Unsupported value: 'environment.type' {show_value(kind)}: execution environments for "
-                             "sessions are not available on this server yet; use {\"type\": \"none\"}.",
+    if kind == "openai_hosted":
+        return dict(value)  # checked against this server's limits by the runtime (Runtime.environments.parse)
+    if kind == "self_hosted":
+        raise InvalidRequest("Unsupported value: 'environment.type' 'self_hosted': a client-run environment is not "
+                             "available on this server; use 'openai_hosted' (a sandboxed container) or 'none'.",
                              param="environment.type", code="unsupported_value")  # fmt: skip
     if kind is None:
         raise _missing("environment.type")
@@ -355,7 +362,9 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
     agent = session["agent"]
     body: dict[str, Any] = {
         "model": agent["model"], "input": input_items, "conversation": session["conversation_id"],
-        "background": True, "store": True, "tools": [_response_tool(tool) for tool in agent["tools"] or ()],
+        "background": True, "store": True, "tools": [_response_tool(tool) for tool in agent["tools"] or ()]
+        + ([{"type": "shell", "environment": {"type": "container_reference", "container_id": session["container_id"]}}]
+           if session.get("container_id") else []),
         "metadata": {"agent_session_id": session["id"], "agent_session_turn_id": turn_id},
     }  # fmt: skip
     if agent.get("instructions"):
@@ -398,6 +407,22 @@ def session_object(
         "environment": session["environment"], "error": error, "metadata": session["metadata"],
         "required_actions": actions, "status": status, "usage": None, "vault_ids": [],
         "prompt_cache_options": None, "review": None,
+    }  # fmt: skip
+
+
+_SIZES = {"1g": "small", "4g": "medium", "16g": "large"}
+
+
+def hosted_environment(made: dict[str, Any], container: dict[str, Any], python: list[str]) -> dict[str, Any]:
+    """The ``openai_hosted`` environment a session shows (the SDK's ``Environment``), of the
+    environment ``made`` and the container it runs in."""
+    policy = container.get("network_policy") or {"type": "disabled"}
+    network = ({"access": "restricted", "allowed_domains": list(policy.get("allowed_domains") or ())}
+               if policy["type"] == "allowlist" else {"access": "disabled", "allowed_domains": []})  # fmt: skip
+    return {
+        "id": made["id"], "type": "openai_hosted", "capability_directories": [], "files": made["files"],
+        "network": network, "packages": {"npm": [], "python": python, "system": []}, "plugins": [], "skills": [],
+        "container_size": _SIZES.get(container.get("memory_limit", "")), "desktop": None,
     }  # fmt: skip
 
 
@@ -513,11 +538,46 @@ def session_item(item: dict[str, Any], turn_id: str) -> dict[str, Any] | None:
     if kind == "reasoning":
         summary = [{"type": "summary_text", "text": s.get("text", "")} for s in item.get("summary") or ()]
         return {"id": item.get("id"), "type": "reasoning", "summary": summary, "status": status, "turn_id": turn_id}
+    if kind == "shell_call":
+        action = item.get("action") or {}
+        return {"id": item.get("id"), "type": "command_execution", "command": "\n".join(action.get("commands") or ()),
+                "cwd": WORKSPACE, "duration_ms": None, "exit_code": None, "output": None, "status": "in_progress",
+                "turn_id": turn_id}  # fmt: skip
     if kind == "mcp_call":
         return {"id": item.get("id"), "type": "mcp_call", "name": item.get("name"), "server_label": item.get("server_label"),
                 "arguments": _arguments(item.get("arguments")), "output": item.get("output"), "error": item.get("error"),
                 "status": "failed" if item.get("error") else status, "turn_id": turn_id}  # fmt: skip
     return None
+
+
+def command_done(command: dict[str, Any], output: dict[str, Any]) -> dict[str, Any]:
+    """A ``command_execution`` item (of a ``shell_call``) with what its ``shell_call_output``
+    says: the commands' output (stdout then stderr of each, in order) and the last one's exit code."""
+    runs = output.get("output") or []
+    text = "".join((run.get("stdout") or "") + (run.get("stderr") or "") for run in runs)
+    outcome = (runs[-1].get("outcome") or {}) if runs else {}
+    exit_code = outcome.get("exit_code")
+    failed = outcome.get("type") == "timeout" or (exit_code not in (None, 0))
+    return {**command, "output": text, "exit_code": exit_code, "status": "failed" if failed else "completed"}
+
+
+def session_items(items: list[dict[str, Any]], turn_id: str) -> list[dict[str, Any]]:
+    """Responses items as the session items they show (:func:`session_item`), each
+    ``shell_call`` and its ``shell_call_output`` as one ``command_execution``."""
+    shown: list[dict[str, Any]] = []
+    commands: dict[str, int] = {}
+    for item in items:
+        if item.get("type") == "shell_call_output":
+            at = commands.get(item.get("call_id", ""))
+            if at is not None:
+                shown[at] = command_done(shown[at], item)
+            continue
+        converted = session_item(item, turn_id)
+        if converted is not None:
+            if item.get("type") == "shell_call":
+                commands[item.get("call_id", "")] = len(shown)
+            shown.append(converted)
+    return shown
 
 
 def _content(part: dict[str, Any]) -> dict[str, Any] | None:
@@ -557,6 +617,7 @@ class TurnEvents:
         """How many of the turn's items have been shown, with this response's so far."""
         self._index: dict[int, int] = {}  # the response's output_index -> the turn's
         self._calls: set[int] = set()  # output indexes of function calls, announced when done
+        self._commands: dict[str, tuple[int, dict[str, Any]]] = {}  # shell call_id -> (index, command item)
 
     def translate(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """``event`` (a Responses stream event) as session events (often none)."""
@@ -567,13 +628,32 @@ class TurnEvents:
         def emit(k: int, session_kind: str, **fields: Any) -> dict[str, Any]:
             return session_event(session_kind, f"sevt_{self.response_id.removeprefix('resp_')}_{n}_{k}", **base, **fields)
 
+        if kind == "response.output_item.added" and event["item"].get("type") == "shell_call_output":
+            return []  # its command's item takes its output, when it is done
+        if kind == "response.output_item.done" and event["item"].get("type") == "shell_call_output":
+            found = self._commands.get(event["item"].get("call_id", ""))
+            if found is None:
+                return []
+            at, command = found
+            done = command_done(command, event["item"])
+            delta = emit(0, "agent.output.command_execution_output.delta", item_id=done["id"], output_index=at,
+                         delta=done["output"])  # fmt: skip
+            return [delta, emit(1, "agent.session.turn.item.done", item=done, output_index=at)]
+        if kind == "response.output_item.done" and event["item"].get("type") == "shell_call":
+            # Announced now, with its commands (streamed, like a function's arguments); done with its output.
+            index = self._index.get(event["output_index"])
+            command = session_item(event["item"], self.turn_id)
+            if index is None or command is None:
+                return []
+            self._commands[event["item"].get("call_id", "")] = (index, command)
+            return [emit(0, "agent.session.turn.item.added", item=command, output_index=index)]
         if kind == "response.output_item.added":
             item = session_item(event["item"], self.turn_id)
             if item is None:
                 return []
             at = self._index[event["output_index"]] = self.shown
             self.shown += 1
-            if item["type"] == "function_call":
+            if item["type"] in ("function_call", "command_execution"):  # announced when their arguments are whole
                 self._calls.add(event["output_index"])
                 return []
             return [emit(0, "agent.session.turn.item.added", item=item, output_index=at)]

@@ -48,6 +48,7 @@ from troupe.protocol.request import CreateResponseRequest
 from troupe.protocol.sessions import (
     TurnEvents,
     describe_result,
+    hosted_environment,
     new_session_id,
     new_turn_id,
     pending_calls,
@@ -56,6 +57,7 @@ from troupe.protocol.sessions import (
     session_deleted,
     session_event,
     session_item,
+    session_items,
     session_not_found,
     session_object,
     turn_not_found,
@@ -63,6 +65,8 @@ from troupe.protocol.sessions import (
     turn_status,
 )
 from troupe.runtime.agents import AgentService
+from troupe.runtime.containers import ContainerService
+from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page
 
@@ -85,6 +89,8 @@ class Responses(Protocol):
 
     store: StoreClient
     agents: AgentService
+    containers: ContainerService
+    environments: EnvironmentService
 
     async def create_conversation(self, tenant: str, *, items: list[dict[str, Any]] | None = None,
                                   metadata: dict[str, Any] | None = None) -> dict[str, Any]: ...  # fmt: skip
@@ -127,6 +133,8 @@ class SessionService:
             InvalidRequest: an MCP server the policy refuses (``agent.tools[i].transport.server_url``).
         """
         session = await self._new_session(tenant, parsed)
+        if parsed["input"] is None:  # an environment to work in, and no input yet
+            return session_object(session, "idle", [])
         turn = await self._start_turn(tenant, session, parsed["input"])
         return session_object(session, "in_progress", []) | {"last_active_at": int(turn["created_at"])}
 
@@ -140,13 +148,37 @@ class SessionService:
 
     async def _new_session(self, tenant: str, parsed: dict[str, Any]) -> dict[str, Any]:
         agent = await self._session_agent(tenant, parsed["agent_id"], parsed["agent"])
+        environment, container_id, owned = await self._environment(tenant, parsed["environment"])
         session_id = new_session_id()
         conversation = await self.runtime.create_conversation(tenant, metadata={"agent_session_id": session_id})
         now = time.time()
         return await self.store.create_session(tenant, {
             "id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
-            "agent": agent, "environment": parsed["environment"], "metadata": parsed["metadata"],
+            "agent": agent, "environment": environment, "metadata": parsed["metadata"],
+            "container_id": container_id, "owns_environment": owned,
         })  # fmt: skip
+
+    async def _environment(self, tenant: str, given: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
+        """The session's environment as the session shows it, the container its commands run
+        in (None for ``none``), and whether the session made it (and deletes it with itself).
+
+        ``openai_hosted`` is checked against this server's limits and provisioned
+        (:meth:`~troupe.runtime.environments.EnvironmentService.provision`): a new container, or
+        the existing environment ``environment_id`` names. The network and size shown are the
+        container's; the Python packages, those asked for (the sandbox has them; nothing is
+        installed)."""
+        if given["type"] == "none":
+            return {"type": "none"}, None, False
+        environments = self.runtime.environments
+        parsed = environments.parse(given)
+        made = await environments.provision(tenant, parsed)
+        assert made is not None  # openai_hosted
+        container = await self.runtime.containers.get_container(tenant, made["container_id"])
+        packages = parsed["config"].get("python_packages")
+        if packages is None and parsed["environment_template_id"] is not None:
+            template = await environments.get_template(tenant, parsed["environment_template_id"])
+            packages = template["packages"]["python"]
+        return hosted_environment(made, container, packages or []), made["container_id"], parsed["environment_id"] is None
 
     async def _session_agent(self, tenant: str, agent_id: str | None, fields: dict[str, Any]) -> dict[str, Any]:
         """The session's agent: the saved agent's fields with ``fields`` over them, or ``fields``
@@ -206,6 +238,11 @@ class SessionService:
             await self._cancel_response(tenant, response["id"])
         if not await self.store.delete_session(tenant, session_id):
             raise session_not_found(session_id)
+        if session.get("owns_environment") and session.get("container_id"):
+            try:
+                await self.runtime.containers.delete_container(tenant, session["container_id"])
+            except NotFound:
+                pass  # deleted through the Containers API already
         try:
             await self.runtime.delete_conversation(tenant, session["conversation_id"])
         except NotFound:
@@ -415,8 +452,7 @@ class SessionService:
             if not page.has_more:
                 break
             after = inputs[-1]["id"]
-        shown = (session_item(item, turn_id) for item in [*inputs, *(response.get("output") or [])])
-        return [item for item in shown if item is not None]
+        return session_items([*inputs, *(response.get("output") or [])], turn_id)
 
     # -- events ---------------------------------------------------------------------------
 
