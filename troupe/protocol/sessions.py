@@ -642,11 +642,11 @@ class TurnEvents:
         if kind == "response.output_item.done" and event["item"].get("type") == "shell_call":
             # Announced now, with its commands (streamed, like a function's arguments); done with its output.
             index = self._index.get(event["output_index"])
-            command = session_item(event["item"], self.turn_id)
-            if index is None or command is None:
+            announced = session_item(event["item"], self.turn_id)
+            if index is None or announced is None:
                 return []
-            self._commands[event["item"].get("call_id", "")] = (index, command)
-            return [emit(0, "agent.session.turn.item.added", item=command, output_index=index)]
+            self._commands[event["item"].get("call_id", "")] = (index, announced)
+            return [emit(0, "agent.session.turn.item.added", item=announced, output_index=index)]
         if kind == "response.output_item.added":
             item = session_item(event["item"], self.turn_id)
             if item is None:
