@@ -185,7 +185,6 @@ def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) 
         lambda: client.beta.agents.automations.list(),
         lambda: client.get("/agents/sessions/sess_1/artifacts", cast_to=object),
         lambda: client.get("/agents/sessions/sess_1/traces", cast_to=object),
-        lambda: client.get("/agents/sessions/sess_1/subagents", cast_to=object),
     ):
         with pytest.raises(openai.NotFoundError) as refused:
             call()

@@ -9,6 +9,7 @@ refused by name.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -199,8 +200,8 @@ def test_sessions_list_filter_update_and_delete(client: OpenAI) -> None:
      "unsupported_value"),
     ({"environment": NONE, "agent": {"model": "sim"}, "input": "x", "vault_ids": ["vault_1"]}, "vault_ids",
      "unsupported_parameter"),
-    ({"environment": NONE, "agent": {"model": "sim", "multi_agent": {"enabled": True}}, "input": "x"},
-     "agent.multi_agent.enabled", "unsupported_value"),
+    ({"environment": NONE, "agent": {"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 0}},
+      "input": "x"}, "agent.multi_agent.max_concurrent_subagents", "invalid_value"),
 ])  # fmt: skip
 def test_what_a_session_cannot_have_is_refused_by_name(client: OpenAI, body: dict, param: str, code: str) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
@@ -263,3 +264,74 @@ def test_an_environment_must_be_one_this_server_can_provide(containers_client: O
         with pytest.raises(openai.BadRequestError) as refused:
             containers_client.beta.agents.sessions.create(environment=environment, agent={"model": "sim"}, input="x")
         assert refused.value.body["param"] == param
+
+
+def _subagent_task(ms: int) -> str:
+    return json.dumps({"task": f'[[call sleep {{"ms": {ms}}}]]'})
+
+
+def test_a_parents_subagents_run_in_parallel_and_it_reads_their_answers(client: OpenAI) -> None:
+    # Eight create_subagent calls in one step, then (the sim's second round) wait_for_subagents.
+    script = " ".join(f"[[call create_subagent {_subagent_task(400)}]]" for _ in range(8))
+    script += " [[then wait_for_subagents {}]]"
+    agent = {"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 8}}
+    with client.beta.agents.sessions.create(environment=NONE, agent=agent, input=script, stream=True) as events:
+        seen = _until_idle(events)
+    session = seen[0].session
+    assert session.agent.multi_agent.enabled and seen[-2].type == "agent.session.turn.completed"
+    added = [e.item for e in seen if e.type == "agent.session.turn.item.added"]
+    creates = [i for i in added if i.type == "create_subagent_call"]
+    assert len(creates) == 8 and all(i.content[0].text == '[[call sleep {"ms": 400}]]' for i in creates)
+    [waited] = [i for i in added if i.type == "wait_for_subagents_call"]
+    assert waited.sender_agent_id == session.agent.id
+    answer = "".join(e.delta for e in seen if e.type == "agent.session.turn.output_text.delta").split("\n")[-1]
+    assert answer.startswith("wait_for_subagents -> ")
+    results = json.loads(answer.removeprefix("wait_for_subagents -> "))["subagents"]
+    assert [r["status"] for r in results] == ["completed"] * 8
+    assert {r["output"] for r in results} == {"sleep -> slept 400 ms"}
+
+    subagents = client.beta.agents.sessions.subagents.list(session.id, order="asc").data
+    assert sorted(s.id for s in subagents) == sorted(i.agent_id for i in creates) == sorted(r["subagent_id"] for r in results)
+    child = subagents[0]
+    assert (child.session_id, child.parent_agent_id, child.status) == (session.id, session.agent.id, "active")
+    assert client.beta.agents.sessions.subagents.retrieve(child.id, session_id=session.id).id == child.id
+    [turn] = client.beta.agents.sessions.subagents.turns.list(child.id, session_id=session.id).data
+    assert (turn.subagent_id, turn.session_id, turn.status) == (child.id, session.id, "completed")
+    kinds = [i.type for i in client.beta.agents.sessions.subagents.items.list(child.id, session_id=session.id,
+                                                                             order="asc").data]  # fmt: skip
+    assert kinds == ["message", "function_call", "function_call_output", "message"]
+    # A subagent is not a session of its own in the sessions API.
+    assert child.id not in [s.id for s in client.beta.agents.sessions.list(limit=100)]
+    with pytest.raises(openai.NotFoundError):
+        client.beta.agents.sessions.retrieve(child.id)
+
+    # They ran at once: each child's sleep overlaps every other's (the children's step traces).
+    spans = []
+    for sub in subagents:
+        responses = [r for r in client.get("/responses", cast_to=object, options={"params": {"limit": 100}})["data"]
+                     if r["metadata"].get("agent_session_id") == sub.id]  # fmt: skip
+        [response] = responses
+        traces = client.get(f"/responses/{response['id']}/step_traces", cast_to=object)
+        [tool] = [t for t in traces if t["kind"] == "tool"]
+        spans.append((tool["started_at"], tool["started_at"] + tool["duration_s"]))
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
+
+    items = client.beta.agents.sessions.items.list(session.id, order="asc").data
+    assert [i.type for i in items][:2] == ["message", "create_subagent_call"] and items[1].status == "completed"
+    client.beta.agents.sessions.delete(session.id)  # its subagents go with it
+    with pytest.raises(openai.NotFoundError):
+        client.beta.agents.sessions.subagents.list(session.id)
+
+
+def test_subagent_calls_that_cannot_be_done_are_the_models_to_read(client: OpenAI) -> None:
+    agent = {"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 1}}
+    script = (f"[[call create_subagent {_subagent_task(300)}]] [[call create_subagent {_subagent_task(300)}]] "
+              '[[call send_subagent_input {"subagent_id": "sess_nope", "input": "hi"}]]')  # fmt: skip
+    with client.beta.agents.sessions.create(environment=NONE, agent=agent, input=script, stream=True) as events:
+        seen = _until_idle(events)
+    lines = "".join(e.delta for e in seen if e.type == "agent.session.turn.output_text.delta").split("\n")
+    assert lines[0].startswith("create_subagent -> {") and '"running"' in lines[0]
+    assert lines[1] == ("create_subagent -> Error: at most 1 subagents run at once: wait for some "
+                        "(wait_for_subagents) first")  # fmt: skip
+    assert lines[2] == "send_subagent_input -> Error: no subagent 'sess_nope' of this session"
+    assert len(client.beta.agents.sessions.subagents.list(seen[0].session.id).data) == 1

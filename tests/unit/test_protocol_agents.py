@@ -99,7 +99,8 @@ def test_every_served_field_is_taken_and_resolved() -> None:
         ({"model": "sim", "text": {"format": {"type": "json_schema", "schema": {}, "name": "x"}}}, "text.format.name",
          "unknown_parameter"),
         # settings Troupe cannot provide
-        ({"model": "sim", "multi_agent": {"enabled": True}}, "multi_agent.enabled", "unsupported_value"),
+        ({"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 65}},
+         "multi_agent.max_concurrent_subagents", "invalid_value"),
         ({"model": "sim", "multi_agent": {}}, "multi_agent.enabled", "missing_required_parameter"),
         ({"model": "sim", "multi_agent": {"enabled": False, "max_concurrent_subagents": 0}},
          "multi_agent.max_concurrent_subagents", "invalid_value"),
@@ -201,8 +202,8 @@ def test_an_update_merges_experimental_settings_and_leaves_its_input_alone() -> 
         ({"experimental": {"time_awareness": True}}, "experimental.time_awareness", "unsupported_value"),
         ({"tools": [{"type": "computer_use", "include_screenshots": True}]}, "tools[0].type", "unsupported_value"),
         ({"service_tier": "fast"}, "service_tier", "unsupported_value"),
-        ({"multi_agent": {"enabled": True, "max_concurrent_subagents": 4}}, "multi_agent.enabled",
-         "unsupported_value"),
+        ({"multi_agent": {"enabled": True, "max_concurrent_subagents": 0}}, "multi_agent.max_concurrent_subagents",
+         "invalid_value"),
     ],
 )
 def test_an_update_refusal_names_its_field(body: dict[str, Any], param: str, code: str) -> None:

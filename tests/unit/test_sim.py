@@ -172,6 +172,17 @@ def test_loop_calls_again_after_results() -> None:
     assert plan_reply(request(user("[[loop ping]]"))).tool_calls[0].name == "ping"
 
 
+def test_then_calls_a_second_round_after_the_first_results_then_answers() -> None:
+    script = '[[call a {"x": 1}]] [[call a {"x": 2}]] [[then b {"all": true}]] [[then c]]'
+    first = plan_reply(request(user(script)))
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [("a", '{"x": 1}'), ("a", '{"x": 2}')]
+    second = plan_reply(tool_turn(script, ("c1", "a", "one"), ("c2", "a", "two")))
+    assert [(c.name, c.arguments) for c in second.tool_calls] == [("b", '{"all": true}'), ("c", "{}")]
+    done = tool_turn(script, ("c1", "a", "one"), ("c3", "b", "both"))
+    assert (plan_reply(done).text, plan_reply(done).tool_calls) == ("a -> one\nb -> both", ())
+    assert plan_reply(request(user("[[then b]] hi"))).text == "You said: hi", "a second round needs a first"
+
+
 def test_asked_to_summarise_it_counts_the_messages_by_role() -> None:
     from troupe.agentloop.compaction import SUMMARY_PROMPT
 

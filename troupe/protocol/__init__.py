@@ -11,6 +11,7 @@
 - :mod:`.containers` — the Containers API's bodies and objects
 - :mod:`.agents` — the Agents API's agents: their bodies and objects
 - :mod:`.sessions` — the Agents API's sessions: bodies, objects, events from a turn's responses
+- :mod:`.subagents` — the subagent tools an agent with ``multi_agent`` gets, their items, the subagent
 - :mod:`.environments` — the Agents API's environments and templates: what maps onto a container
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
@@ -137,6 +138,7 @@ from .sessions import (
     hosted_environment,
     new_session_id,
     new_turn_id,
+    open_calls,
     parse_session_create,
     parse_session_events,
     parse_session_input,
@@ -155,6 +157,7 @@ from .sessions import (
     turn_status,
 )
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
+from .subagents import subagent_id_of, subagent_item, subagent_object
 
 __all__ = [
     "TurnJob",
@@ -222,7 +225,12 @@ __all__ = [
     "new_agent_id",
     "parse_agent_create",
     "parse_agent_update",
+    # subagents
+    "subagent_id_of",
+    "subagent_item",
+    "subagent_object",
     # sessions
+    "open_calls",
     "command_done",
     "hosted_environment",
     "session_items",

@@ -16,7 +16,7 @@ in place and moves its ``updated_at``.
               "verbosity": "low" | "medium" | "high"} | null,
      "reasoning": {"effort": ..., "summary": ...} | null,
      "service_tier": "auto" | "default" | null,               OpenAI's processing tiers are refused
-     "multi_agent": {"enabled": false, "max_concurrent_subagents": int} | null,
+     "multi_agent": {"enabled": bool, "max_concurrent_subagents": 1..64} | null,  (enabled: 6 by default)
      "compaction": {"async": false | null} | null,
      "experimental": {"time_awareness": false}}
 
@@ -25,7 +25,7 @@ in place and moves its ``updated_at``.
 default), except ``experimental``, whose settings are merged by key (:func:`apply_agent_update`).
 
 What Troupe cannot provide is refused, naming it, never stored and ignored: a value is
-``unsupported_value`` (a tool type, ``service_tier: "flex"``, ``multi_agent.enabled: true``,
+``unsupported_value`` (a tool type, ``service_tier: "flex"``,
 ``compaction.async: true``, ``experimental.time_awareness: true``, a function's
 ``defer_loading`` or ``async``, an MCP server's ``stdio`` transport or ``environment`` origin),
 a field that has nothing to do here is ``unsupported_parameter`` (an MCP server's
@@ -55,6 +55,7 @@ __all__ = [
     "AGENT_FIELDS",
     "AGENT_TOOL_TYPES",
     "DEFAULT_MAX_SUBAGENTS",
+    "MAX_SUBAGENTS",
     "MAX_AGENT_NAME",
     "MAX_AGENT_TEXT",
     "MAX_TOOLS_BYTES",
@@ -84,6 +85,9 @@ MAX_AGENT_TEXT = 1_048_576
 MAX_TOOLS_BYTES = 3 * 1024 * 1024
 """The most bytes of compact UTF-8 JSON the tool list may take (OpenAI's limit)."""
 DEFAULT_MAX_SUBAGENTS = 6
+"""Subagents running at once when ``multi_agent.max_concurrent_subagents`` is not given."""
+MAX_SUBAGENTS = 64
+"""The most ``max_concurrent_subagents`` may be here (each running subagent is a turn on a host)."""
 SERVICE_TIERS = ("auto", "default", "flex", "priority", "fast", "ultrafast")
 SERVED_SERVICE_TIERS = ("auto", "default")
 """The tiers that mean something here: whatever the model server does. The others are OpenAI's
@@ -263,10 +267,12 @@ def _multi_agent(value: Any) -> dict[str, Any]:
     if most is not None and most < 1:
         raise InvalidRequest(f"Invalid 'multi_agent.max_concurrent_subagents': {most}. Expected at least 1.",
                              param="multi_agent.max_concurrent_subagents", code="invalid_value")  # fmt: skip
+    if most is not None and most > MAX_SUBAGENTS:
+        raise InvalidRequest(f"Invalid 'multi_agent.max_concurrent_subagents': {most}. Expected at most "
+                             f"{MAX_SUBAGENTS} on this server.", param="multi_agent.max_concurrent_subagents",
+                             code="invalid_value")  # fmt: skip
     if enabled:
-        raise InvalidRequest("Unsupported value: 'multi_agent.enabled' true. Subagents are not available on this "
-                             "server yet; leave 'multi_agent' out, or send {\"enabled\": false}.",
-                             param="multi_agent.enabled", code="unsupported_value")  # fmt: skip
+        return {"enabled": True, "max_concurrent_subagents": most or DEFAULT_MAX_SUBAGENTS}
     return {"enabled": False, "max_concurrent_subagents": None}  # OpenAI's: null when disabled
 
 

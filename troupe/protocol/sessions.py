@@ -59,6 +59,7 @@ from .environments import WORKSPACE
 from .errors import InvalidRequest, NotFound, ProtocolError, object_body, show_value, wrong_type
 from .ids import AGENT, AGENT_SESSION, TURN, new_id
 from .request import check_metadata
+from .subagents import SUBAGENT_TOOL_NAMES, SUBAGENT_TOOLS, subagent_item
 
 __all__ = [
     "CREATE_FIELDS",
@@ -69,6 +70,7 @@ __all__ = [
     "hosted_environment",
     "new_session_id",
     "new_turn_id",
+    "open_calls",
     "parse_session_create",
     "parse_session_events",
     "parse_session_input",
@@ -372,7 +374,8 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
         "model": agent["model"], "input": input_items, "conversation": session["conversation_id"],
         "background": True, "store": True, "tools": [_response_tool(tool) for tool in agent["tools"] or ()]
         + ([{"type": "shell", "environment": {"type": "container_reference", "container_id": session["container_id"]}}]
-           if session.get("container_id") else []),
+           if session.get("container_id") else [])
+        + (list(SUBAGENT_TOOLS) if agent["multi_agent"]["enabled"] else []),
         "metadata": {"agent_session_id": session["id"], "agent_session_turn_id": turn_id},
     }  # fmt: skip
     if agent.get("instructions"):
@@ -434,12 +437,18 @@ def hosted_environment(made: dict[str, Any], container: dict[str, Any], python: 
     }  # fmt: skip
 
 
-def pending_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
-    """The function calls a completed response left for the client: its ``function_call``
-    items without a ``function_call_output`` (the server's own tools have theirs)."""
+def open_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The function calls a completed response left open: its ``function_call`` items without a
+    ``function_call_output`` (the loop's own tools have theirs): the client's functions and the
+    subagent tools (:mod:`troupe.protocol.subagents`), which the session's runtime runs."""
     output = response.get("output") or []
     answered = {item.get("call_id") for item in output if item.get("type") == "function_call_output"}
     return [item for item in output if item.get("type") == "function_call" and item.get("call_id") not in answered]
+
+
+def pending_calls(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The open calls (:func:`open_calls`) that are the client's to run: not the subagent tools."""
+    return [call for call in open_calls(response) if call.get("name") not in SUBAGENT_TOOL_NAMES]
 
 
 def turn_status(turn: dict[str, Any], last: dict[str, Any] | None) -> str:
@@ -454,7 +463,9 @@ def turn_status(turn: dict[str, Any], last: dict[str, Any] | None) -> str:
     if status == "in_progress":
         return "in_progress"
     if status == "completed":
-        return "waiting" if pending_calls(last) else "completed"
+        if pending_calls(last):
+            return "waiting"
+        return "in_progress" if open_calls(last) else "completed"  # open: its subagent calls, running
     return "cancelled" if status == "cancelled" else "failed"
 
 
@@ -569,16 +580,27 @@ def command_done(command: dict[str, Any], output: dict[str, Any]) -> dict[str, A
     return {**command, "output": text, "exit_code": exit_code, "status": "failed" if failed else "completed"}
 
 
-def session_items(items: list[dict[str, Any]], turn_id: str) -> list[dict[str, Any]]:
+def session_items(items: list[dict[str, Any]], turn_id: str, sender: str = "") -> list[dict[str, Any]]:
     """Responses items as the session items they show (:func:`session_item`), each
-    ``shell_call`` and its ``shell_call_output`` as one ``command_execution``."""
+    ``shell_call`` and its ``shell_call_output`` as one ``command_execution``, a subagent tool's
+    call as its item (:func:`~troupe.protocol.subagents.subagent_item`, ``sender`` the agent's id)
+    and its output not at all."""
     shown: list[dict[str, Any]] = []
     commands: dict[str, int] = {}
+    subagent_calls: dict[str, tuple[int, dict[str, Any]]] = {}
     for item in items:
         if item.get("type") == "shell_call_output":
             at = commands.get(item.get("call_id", ""))
             if at is not None:
                 shown[at] = command_done(shown[at], item)
+            continue
+        if item.get("type") == "function_call" and item.get("name") in SUBAGENT_TOOL_NAMES:
+            subagent_calls[item["call_id"]] = (len(shown), item)
+            shown.append(subagent_item(item, turn_id, sender))
+            continue
+        if item.get("type") == "function_call_output" and item.get("call_id") in subagent_calls:
+            at, call = subagent_calls[item["call_id"]]
+            shown[at] = subagent_item(call, turn_id, sender, item.get("output"))
             continue
         converted = session_item(item, turn_id)
         if converted is not None:
@@ -617,8 +639,9 @@ class TurnEvents:
     runtime's to tell, with the turn's events it builds.
     """
 
-    def __init__(self, session_id: str, turn_id: str, response_id: str, *, offset: int = 0) -> None:
+    def __init__(self, session_id: str, turn_id: str, response_id: str, *, offset: int = 0, agent_id: str = "") -> None:
         self.session_id = session_id
+        self.agent_id = agent_id
         self.turn_id = turn_id
         self.response_id = response_id
         self.shown = offset
@@ -670,6 +693,9 @@ class TurnEvents:
             item = session_item(event["item"], self.turn_id)
             if index is None or item is None:
                 return []
+            if item["type"] == "function_call" and item["name"] in SUBAGENT_TOOL_NAMES:  # running, by the server
+                called = subagent_item(event["item"], self.turn_id, self.agent_id)
+                return [emit(0, "agent.session.turn.item.added", item=called, output_index=index)]
             done = emit(1, "agent.session.turn.item.done", item=item, output_index=index)
             if event["output_index"] in self._calls:
                 return [emit(0, "agent.session.turn.item.added", item=item, output_index=index), done]

@@ -51,6 +51,7 @@ from troupe.protocol.sessions import (
     hosted_environment,
     new_session_id,
     new_turn_id,
+    open_calls,
     pending_calls,
     required_actions,
     response_body,
@@ -64,10 +65,12 @@ from troupe.protocol.sessions import (
     turn_object,
     turn_status,
 )
+from troupe.protocol.subagents import CREATE, SUBAGENT_TOOL_NAMES, subagent_object
 from troupe.runtime.agents import AgentService
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.store_client import StoreClient
+from troupe.runtime.subagents import SubagentCalls
 from troupe.storage import Order, Page
 
 __all__ = ["POLL_S", "SessionService"]
@@ -113,7 +116,9 @@ class SessionService:
         self._changed: dict[str, asyncio.Event] = {}
         """Per session followed here: set (and replaced) when a turn or response is added to it."""
         self._tasks: set[asyncio.Task[None]] = set()
-        """Turns going on with the client's function results (:meth:`_go_on`)."""
+        """Turns going on with the client's function results (:meth:`_go_on`), and the subagent
+        calls running (:meth:`_drive`)."""
+        self.subagents = SubagentCalls(self)
 
     async def close(self) -> None:
         """Cancel the turns' continuations under way here (a turn whose results were all sent
@@ -135,14 +140,14 @@ class SessionService:
         session = await self._new_session(tenant, parsed)
         if parsed["input"] is None:  # an environment to work in, and no input yet
             return session_object(session, "idle", [])
-        turn = await self._start_turn(tenant, session, parsed["input"])
+        turn = await self.start_turn(tenant, session, parsed["input"])
         return session_object(session, "in_progress", []) | {"last_active_at": int(turn["created_at"])}
 
     async def stream_new_session(self, tenant: str, parsed: dict[str, Any]) -> Events:
         """A new session as :meth:`create_session` makes it, and the events of its first turn,
         to the session's ``idle`` (or ``requires_action``): ``agent.session.created`` first."""
         session = await self._new_session(tenant, parsed)
-        await self._start_turn(tenant, session, parsed["input"])
+        await self.start_turn(tenant, session, parsed["input"])
         created = session_event("agent.session.created", new_id("sevt"), session=session_object(session, "in_progress", []))
         return self._prepend([created], self._follow(tenant, session, seq=0, settle=True))
 
@@ -193,6 +198,41 @@ class SessionService:
         merged["experimental"] = {**(base.get("experimental") or {}), **(fields.get("experimental") or {})}
         return merged
 
+    async def new_subagent(
+        self, tenant: str, parent: dict[str, Any], child_id: str, task: str, name: str | None
+    ) -> dict[str, Any]:
+        """A subagent of ``parent`` (:mod:`troupe.runtime.subagents`): a session of its own, in the
+        parent's environment, with the parent's agent less the client's functions and ``multi_agent``."""
+        agent = {**parent["agent"], "multi_agent": {"enabled": False, "max_concurrent_subagents": None},
+                 "tools": [t for t in parent["agent"]["tools"] or () if t["type"] != "function"]}  # fmt: skip
+        conversation = await self.runtime.create_conversation(tenant, metadata={"agent_session_id": child_id})
+        now = time.time()
+        return await self.store.create_session(tenant, {
+            "id": child_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
+            "agent": agent, "environment": parent["environment"], "metadata": {},
+            "container_id": parent.get("container_id"), "owns_environment": False,
+            "parent_id": parent["id"], "task": task, "subagent_name": name, "closed_at": None,
+        })  # fmt: skip
+
+    async def list_subagents(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        """The session's subagents (the SDK's ``Subagent``), by when they were opened."""
+        parent = await self._session(tenant, session_id)
+        page = await self.store.list_sessions(tenant, after=after, limit=limit, order=order, children_of=session_id)
+        return Page(data=[subagent_object(child, parent) for child in page.data], has_more=page.has_more)
+
+    async def get_subagent(self, tenant: str, session_id: str, subagent_id: str) -> dict[str, Any]:
+        """Raises: NotFound: no such session (``session_id``) or subagent of it (``subagent_id``)."""
+        parent = await self._session(tenant, session_id)
+        return subagent_object(await self.subagent_session(tenant, parent, subagent_id), parent)
+
+    async def subagent_session(self, tenant: str, parent: dict[str, Any], subagent_id: str) -> dict[str, Any]:
+        child = await self.store.get_session(tenant, subagent_id)
+        if child is None or child.get("parent_id") != parent["id"]:
+            raise NotFound(f"Subagent with id '{subagent_id}' not found.", param="subagent_id")
+        return child
+
     async def get_session(self, tenant: str, session_id: str) -> dict[str, Any]:
         """The session as it stands. Raises: NotFound (naming ``session_id``)."""
         return await self._wire(tenant, await self._session(tenant, session_id))
@@ -233,9 +273,13 @@ class SessionService:
 
         Raises: NotFound (``session_id``)."""
         session = await self._session(tenant, session_id)
-        last, response = await self._last(tenant, session_id)
+        last, response = await self.last_turn(tenant, session_id)
         if last is not None and response is not None and response["status"] in ("queued", "in_progress"):
             await self._cancel_response(tenant, response["id"])
+        for child in await self.subagents.children(tenant, session):
+            await self.stop(tenant, child)
+            await self.store.delete_session(tenant, child["id"])
+            await self._delete_conversation(tenant, child["conversation_id"])
         if not await self.store.delete_session(tenant, session_id):
             raise session_not_found(session_id)
         if session.get("owns_environment") and session.get("container_id"):
@@ -243,29 +287,35 @@ class SessionService:
                 await self.runtime.containers.delete_container(tenant, session["container_id"])
             except NotFound:
                 pass  # deleted through the Containers API already
-        try:
-            await self.runtime.delete_conversation(tenant, session["conversation_id"])
-        except NotFound:
-            pass  # deleted through the Conversations API already
+        await self._delete_conversation(tenant, session["conversation_id"])
         self._notify(session_id)
         self._changed.pop(session_id, None)
         return session_deleted(session_id)
 
-    async def _session(self, tenant: str, session_id: str) -> dict[str, Any]:
+    async def _delete_conversation(self, tenant: str, conversation_id: str) -> None:
+        try:
+            await self.runtime.delete_conversation(tenant, conversation_id)
+        except NotFound:
+            pass  # deleted through the Conversations API already
+
+    async def _session(self, tenant: str, session_id: str, *, subagent_of: str | None = None) -> dict[str, Any]:
+        """The session; a subagent only when ``subagent_of`` names its parent (the Sessions API
+        addresses subagents under their parent: ``…/subagents/{id}``)."""
         found = await self.store.get_session(tenant, session_id)
-        if found is None:
-            raise session_not_found(session_id)
+        if found is None or found.get("parent_id") != subagent_of:
+            raise session_not_found(session_id) if subagent_of is None else NotFound(
+                f"Subagent with id '{session_id}' not found.", param="subagent_id")  # fmt: skip
         return found
 
     async def _wire(self, tenant: str, session: dict[str, Any]) -> dict[str, Any]:
-        turn, last = await self._last(tenant, session["id"])
+        turn, last = await self.last_turn(tenant, session["id"])
         if turn is None:
             return session_object(session, "idle", [])
         status = turn_status(turn, last)
         actions = required_actions(turn["id"], last, turn["results"]) if status == "waiting" and last else []
         return session_object({**session, "last_active_at": turn["created_at"]}, _SESSION_STATUS[status], actions)
 
-    async def _last(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    async def last_turn(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """The session's last turn and that turn's last response (None: none, or gone)."""
         page = await self.store.list_turns(tenant, session_id, limit=1, order="desc")
         if not page.data:
@@ -301,41 +351,91 @@ class SessionService:
                 await self._tool_result(tenant, session, event, f"events[{i}]")
 
     async def _message(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]], at: str) -> None:
-        turn, last = await self._last(tenant, session["id"])
+        try:
+            await self.send_message(tenant, session, items)
+        except InvalidRequest as exc:
+            raise InvalidRequest(exc.message, param=f"{at}.type", code=exc.code) from exc
+
+    async def send_message(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> None:
+        """A new turn with the user's ``items`` (it waits for a running turn to end, on the host).
+
+        Raises: InvalidRequest: the last turn waits for function results, or runs its subagent calls."""
+        turn, last = await self.last_turn(tenant, session["id"])
         prefix: list[dict[str, Any]] = []
         if turn is not None and last is not None:
             status = turn_status(turn, last)
             if status == "waiting":
                 raise InvalidRequest("The session is waiting for the results of its function calls "
                                      "(required_actions): send them as tool_result events, or cancel the turn.",
-                                     param=f"{at}.type", code="invalid_request_error")  # fmt: skip
+                                     code="invalid_request_error")  # fmt: skip
+            if status == "in_progress" and last["status"] == "completed":
+                raise InvalidRequest("The session's turn is running its subagent calls: wait for it to end, or "
+                                     "cancel it.", code="invalid_request_error")  # fmt: skip
             if status == "cancelled" and last["status"] == "completed":
                 # Cancelled while it waited: its calls get an answer, or the model would see them open.
                 prefix = [{"type": "function_call_output", "call_id": call["call_id"],
                            "output": "Error: the turn was cancelled before this call's result came."}
-                          for call in pending_calls(last)]  # fmt: skip
-        await self._start_turn(tenant, session, prefix + items)
+                          for call in open_calls(last)]  # fmt: skip
+        await self.start_turn(tenant, session, prefix + items)
 
-    async def _start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+    async def stop(self, tenant: str, session: dict[str, Any]) -> None:
+        """Cancel the session's active turn, if it has one."""
+        turn, last = await self.last_turn(tenant, session["id"])
+        if turn is None or turn_status(turn, last) not in _ACTIVE:
+            return
+        if last is not None and last["status"] in ("queued", "in_progress"):
+            await self._cancel_response(tenant, last["id"])
+        else:
+            await self.store.cancel_turn(tenant, session["id"], turn["id"])
+            self._notify(session["id"])
+
+    async def start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
         turn_id = new_turn_id()
         response_id = new_response_id(session["conversation_id"])
         request = parse_create_request(response_body(session, items, turn_id))
         await self.runtime.background(tenant, request, response_id=response_id)
         turn = await self.store.add_turn(tenant, session["id"], turn_id, response_id, time.time())
         self._notify(session["id"])
+        self._after_start(tenant, session, turn_id, response_id)
         return turn
 
+    def _after_start(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
+        """With subagents, run the calls of the response ``response_id`` when it ends (:meth:`_drive`)."""
+        if session["agent"]["multi_agent"]["enabled"]:
+            self._spawn(self._drive(tenant, session, turn_id, response_id))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drive(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
+        """Once the response has ended, run its subagent calls (all at once), keep their outputs
+        as the calls' results, and let the turn go on (:meth:`_go_on`)."""
+        async for _ in await self.runtime.follow_response(tenant, response_id):
+            pass  # to its end
+        last = await self._response(tenant, response_id)
+        calls = [c for c in open_calls(last or {}) if c.get("name") in SUBAGENT_TOOL_NAMES]
+        if not calls:
+            return
+        # Creates first, one at a time (each only starts a turn; the concurrency limit counts
+        # them), so a wait called beside them finds them; then the others at once.
+        creates = [c for c in calls if c["name"] == CREATE]
+        outputs = [await self.subagents.run(tenant, session, call) for call in creates]
+        others = [c for c in calls if c["name"] != CREATE]
+        outputs += await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
+        for call, output in zip(creates + others, outputs, strict=True):
+            result = {"success": True, "output": output, "error": None}
+            await self.store.record_tool_result(tenant, session["id"], turn_id, call["call_id"], result)
+        await self._go_on(tenant, session, turn_id, response_id)
+
     async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
-        turn, last = await self._last(tenant, session["id"])
+        turn, last = await self.last_turn(tenant, session["id"])
         status = None if turn is None else turn_status(turn, last)
         if turn is None or status not in _ACTIVE:
             raise InvalidRequest("The session has no active turn to cancel.", param=f"{at}.type",
                                  code="invalid_request_error")  # fmt: skip
-        if status == "waiting":
-            await self.store.cancel_turn(tenant, session["id"], turn["id"])
-            self._notify(session["id"])
-        else:
-            await self._cancel_response(tenant, turn["responses"][-1])
+        await self.stop(tenant, session)
 
     async def _cancel_response(self, tenant: str, response_id: str) -> None:
         try:
@@ -356,9 +456,7 @@ class SessionService:
                                  code="invalid_request_error")  # fmt: skip
         result = {k: event[k] for k in ("success", "output", "error")}
         await self.store.record_tool_result(tenant, session["id"], turn["id"], event["call_id"], result)
-        task = asyncio.ensure_future(self._go_on(tenant, session, turn["id"], response_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._go_on(tenant, session, turn["id"], response_id))
 
     async def _go_on(self, tenant: str, session: dict[str, Any], turn_id: str, after: str) -> None:
         """Start the turn's next response once ``after`` (its last) has ended and every call it
@@ -368,7 +466,7 @@ class SessionService:
         last = await self._response(tenant, after)
         if last is None:
             return
-        calls = pending_calls(last)
+        calls = open_calls(last)
         response_id = new_response_id(session["conversation_id"])
         session = await self._session(tenant, session["id"])  # its agent as it is now
         results = await self.store.continue_turn(tenant, session["id"], turn_id, after=after, response_id=response_id,
@@ -382,19 +480,26 @@ class SessionService:
             await self.runtime.background(tenant, request, response_id=response_id)
         finally:
             self._notify(session["id"])  # a response that failed to start fails the turn: it is gone
+        self._after_start(tenant, session, turn_id, response_id)
 
     # -- turns and items ------------------------------------------------------------------
 
     async def list_turns(
-        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
-    ) -> Page:
-        session = await self._session(tenant, session_id)
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc",
+        subagent_of: str | None = None,
+    ) -> Page:  # fmt: skip
+        """The session's turns (a subagent's: ``session_id`` the subagent, ``subagent_of`` its parent)."""
+        if subagent_of is not None:
+            await self._session(tenant, subagent_of)
+        session = await self._session(tenant, session_id, subagent_of=subagent_of)
         page = await self.store.list_turns(tenant, session_id, after=after, limit=limit, order=order)
         data = await asyncio.gather(*(self._turn_object(tenant, session, t) for t in page.data))
         return Page(data=list(data), has_more=page.has_more)
 
-    async def get_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any]:
-        session = await self._session(tenant, session_id)
+    async def get_turn(self, tenant: str, session_id: str, turn_id: str, *, subagent_of: str | None = None) -> dict[str, Any]:
+        if subagent_of is not None:
+            await self._session(tenant, subagent_of)
+        session = await self._session(tenant, session_id, subagent_of=subagent_of)
         turn = await self.store.get_turn(tenant, session_id, turn_id)
         if turn is None:
             raise turn_not_found(turn_id)
@@ -402,24 +507,31 @@ class SessionService:
 
     async def _turn_object(self, tenant: str, session: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
         responses = await asyncio.gather(*(self._response(tenant, r) for r in turn["responses"]))
-        return turn_object(turn, list(responses), session["agent"]["id"])
+        made = turn_object(turn, list(responses), session["agent"]["id"])
+        if session.get("parent_id"):  # a subagent's turn belongs to its parent's session
+            made.update(session_id=session["parent_id"], subagent_id=session["id"])
+        return made
 
     async def list_items(
         self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc",
-        turn_id: str | None = None,
+        turn_id: str | None = None, subagent_of: str | None = None,
     ) -> Page:  # fmt: skip
         """The session's items (its user messages, the agent's output, function results), in
-        the order they were made; those of one turn with ``turn_id``. An unknown ``after`` gives
-        an empty page."""
-        await self._session(tenant, session_id)
+        the order they were made; those of one turn with ``turn_id``; a subagent's with
+        ``subagent_of``. An unknown ``after`` gives an empty page."""
+        if subagent_of is not None:
+            await self._session(tenant, subagent_of)
+        session = await self._session(tenant, session_id, subagent_of=subagent_of)
         turns = [await self.store.get_turn(tenant, session_id, turn_id)] if turn_id else await self._all_turns(tenant, session_id)
         if turns == [None]:
             raise turn_not_found(turn_id or "")
         items: list[dict[str, Any]] = []
         for turn in turns:
             assert turn is not None
+            raw: list[dict[str, Any]] = []  # a call's output may be the next response's input: one pass a turn
             for response_id in turn["responses"]:
-                items += await self._response_items(tenant, response_id, turn["id"])
+                raw += await self._response_items(tenant, response_id)
+            items += session_items(raw, turn["id"], session["agent"]["id"])
         if order == "desc":
             items.reverse()
         if after is not None:
@@ -437,7 +549,8 @@ class SessionService:
                 return turns
             after = turns[-1]["id"]
 
-    async def _response_items(self, tenant: str, response_id: str, turn_id: str) -> list[dict[str, Any]]:
+    async def _response_items(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
+        """The response's input and output items (Responses'), in order."""
         response = await self._response(tenant, response_id)
         if response is None:
             return []
@@ -452,7 +565,7 @@ class SessionService:
             if not page.has_more:
                 break
             after = inputs[-1]["id"]
-        return session_items([*inputs, *(response.get("output") or [])], turn_id)
+        return [*inputs, *(response.get("output") or [])]
 
     # -- events ---------------------------------------------------------------------------
 
@@ -465,7 +578,7 @@ class SessionService:
 
         Raises: NotFound (``session_id``)."""
         session = await self._session(tenant, session_id)
-        turn, last = await self._last(tenant, session_id)
+        turn, last = await self.last_turn(tenant, session_id)
         wire = await self._wire(tenant, session)
         state = session_event(f"agent.session.{wire['status']}", new_id("sevt"), session=wire)
         status = None if turn is None else turn_status(turn, last)
@@ -501,18 +614,19 @@ class SessionService:
                         status = "cancelled"
                         break
                 response_id = turn["responses"][index]
-                translate = TurnEvents(session_id, turn["id"], response_id, offset=shown)
+                translate = TurnEvents(session_id, turn["id"], response_id, offset=shown, agent_id=session["agent"]["id"])
                 async for batch in self._response_events(tenant, session, turn, index, translate):
                     yield batch
                 shown = translate.shown
                 turn = await self.store.get_turn(tenant, session_id, turn["id"]) or turn
                 status = turn_status(turn, await self._response(tenant, response_id))
-                if status != "waiting":
+                if status not in ("waiting", "in_progress"):
                     break
-                wire = await self._wire(tenant, session)
-                yield [session_event("agent.session.requires_action", new_id("sevt"), session=wire)]
-                if settle:
-                    return
+                if status == "waiting":  # the client's functions; else its subagents, run here
+                    wire = await self._wire(tenant, session)
+                    yield [session_event("agent.session.requires_action", new_id("sevt"), session=wire)]
+                    if settle:
+                        return
                 index += 1
             ended = await self._turn_object(tenant, session, turn)
             wire = session_object(session, "idle", []) | {"last_active_at": int(time.time())}

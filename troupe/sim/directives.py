@@ -6,6 +6,7 @@ with the directives removed. A malformed directive is not an error: it stays in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ __all__ = ["CallCue", "Directives", "parse_directives"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallCue:
-    """A ``[[call]]``, ``[[python]]`` or ``[[shell]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue."""
+    """A ``[[call]]``, ``[[python]]`` or ``[[shell]]`` (``loop=False``) or ``[[loop]]`` (``loop=True``) cue;
+    ``then``: a ``[[then]]`` cue, a call of the second round (after the first round's results)."""
 
     name: str
     arguments: str | None
     loop: bool
+    then: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -42,7 +45,7 @@ class Directives:
 
 # Each directive's body, matched right after "[[keyword". `call` is special-cased because
 # its JSON may itself contain "]]" or nested braces.
-_OPEN = re.compile(r"\[\[(call|python|shell|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
+_OPEN = re.compile(r"\[\[(call|then|python|shell|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
 _BODIES = {
     "say": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
     "think": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
@@ -111,7 +114,12 @@ def _parse_shell(text: str, start: int) -> tuple[int, CallCue] | None:
     return after, CallCue(name=SHELL, arguments=json.dumps({"commands": commands}), loop=False)
 
 
-_BLOCKS = {"call": _parse_call, "python": _parse_python, "shell": _parse_shell}
+def _parse_then(text: str, start: int) -> tuple[int, CallCue] | None:
+    parsed = _parse_call(text, start)
+    return None if parsed is None else (parsed[0], dataclasses.replace(parsed[1], then=True))
+
+
+_BLOCKS = {"call": _parse_call, "then": _parse_then, "python": _parse_python, "shell": _parse_shell}
 
 
 def parse_directives(text: str) -> Directives:

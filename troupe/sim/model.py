@@ -18,6 +18,8 @@ by newlines). Directives in double brackets, anywhere in it::
     [[say TEXT]]           answer exactly TEXT
     [[tokens N]]           answer with N deterministic words (the NATO alphabet, cycled)
     [[think TEXT]]         emit TEXT as reasoning before the answer / tool calls
+    [[then NAME {JSON}]]   call NAME (as ``call``) in a second round: after the first round's tool
+                           results, instead of answering; then answer (several -> parallel)
     [[loop NAME]]          call NAME (schema arguments) on EVERY turn, even after tool results
     [[history]]            answer with the raw text of every user message, oldest first, " | "
     [[fail STATUS]]        every call fails with that HTTP status
@@ -35,7 +37,8 @@ Decision order for each turn:
    ``troupe.agentloop.compaction``, the call compaction makes): answer with a summary that
    counts the messages before it, by role, in the order system, user, assistant, tool (roles
    with none left out): ``Summary of 5 messages: 1 system, 2 user, 1 assistant, 1 tool.``
-3. Tool results after the last user message: without ``loop``, answer one line per result,
+3. Tool results after the last user message: ``then`` cues none of whose tools has a result
+   yet -> call them (the second round); else without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
    passage's text and its citation marker (``troupe.agentloop.file_search``), or says nothing
    was found; a ``python`` or ``shell`` result is answered with the output as it is (the run's logs and
@@ -262,18 +265,21 @@ def _plan(
     results = _tool_results(messages, after=last)
     summary = _summary_after(messages, last) if not results else None
     loops = [c for c in cues.calls if c.loop]
+    thens = [c for c in cues.calls if c.then]
     calls: list[CallCue] = []
     text, cut = "", False
     if last >= 0 and message_text(messages[last]) == SUMMARY_PROMPT:
         text = _summary(messages[:last])
+    elif results and thens and not {name for name, _ in results} & {c.name for c in thens}:
+        calls = thens  # the second round, once the first round's results are in
     elif results and not loops:
         text = "\n".join(_result_line(name, output) for name, output in results)
     elif summary is not None and not loops:
         text = f"From the summary: {summary}"
     elif results or summary is not None:
         calls = loops
-    elif cues.calls:
-        calls = cues.calls
+    elif any(not c.then for c in cues.calls):
+        calls = [c for c in cues.calls if not c.then]
     elif cues.answer is not None:
         text, cut = _answer(cues.answer, messages)
     elif _searches(request, cues.plain):

@@ -476,6 +476,7 @@ _V14 = [
         created_at     DOUBLE  NOT NULL,
         last_active_at DOUBLE  NOT NULL,
         agent_id       VARCHAR,
+        parent_id      VARCHAR,           -- a subagent's: the session that made it
         metadata       JSON    NOT NULL,  -- beside the object, which may be in parts, for lists' filters
         session        JSON,
         session_parts  BIGINT,

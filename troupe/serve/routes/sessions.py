@@ -8,11 +8,12 @@ Routes (the paths ``client.beta.agents.sessions`` of the ``openai`` SDK calls)::
     GET              /v1/agents/sessions/{session_id}/turns           list
     GET              /v1/agents/sessions/{session_id}/turns/{turn_id} retrieve
     GET              /v1/agents/sessions/{session_id}/turns/{turn_id}/items, …/items
+    GET              /v1/agents/sessions/{session_id}/subagents[/{subagent_id}[/turns[/{turn_id}[/items]]|/items]]
 
 Lists take ``after``, ``limit`` and ``order``; the sessions' list also ``agent_id`` and
 ``metadata[key]=value`` pairs. The bodies, objects and events: :mod:`troupe.protocol.sessions`;
-how turns run: :mod:`troupe.runtime.sessions`. The SDK's ``artifacts``, ``traces`` and
-``subagents`` resources are not served yet: 404, as an unknown route.
+how turns run: :mod:`troupe.runtime.sessions`; subagents: :mod:`troupe.runtime.subagents`. The
+SDK's ``artifacts`` and ``traces`` resources are not served yet: 404, as an unknown route.
 """
 
 from __future__ import annotations
@@ -124,6 +125,55 @@ async def list_turn_items(
     return page.to_list_object()
 
 
+@router.get("/v1/agents/sessions/{session_id}/subagents")
+async def list_subagents(
+    request: Request, session_id: str, who: Tenant, after: str | None = None, limit: PageSize = 20, order: Order = "desc"
+) -> dict[str, Any]:
+    page = await _sessions(request).list_subagents(who, _session_id(session_id), after=after, limit=limit, order=order)
+    return page.to_list_object()
+
+
+@router.get("/v1/agents/sessions/{session_id}/subagents/{subagent_id}")
+async def get_subagent(request: Request, session_id: str, subagent_id: str, who: Tenant) -> dict[str, Any]:
+    return await _sessions(request).get_subagent(who, _session_id(session_id), _subagent_id(subagent_id))
+
+
+@router.get("/v1/agents/sessions/{session_id}/subagents/{subagent_id}/turns")
+async def list_subagent_turns(
+    request: Request, session_id: str, subagent_id: str, who: Tenant, after: str | None = None, limit: PageSize = 20,
+    order: Order = "desc",
+) -> dict[str, Any]:  # fmt: skip
+    page = await _sessions(request).list_turns(who, _subagent_id(subagent_id), after=after, limit=limit, order=order,
+                                               subagent_of=_session_id(session_id))  # fmt: skip
+    return page.to_list_object()
+
+
+@router.get("/v1/agents/sessions/{session_id}/subagents/{subagent_id}/turns/{turn_id}")
+async def get_subagent_turn(request: Request, session_id: str, subagent_id: str, turn_id: str, who: Tenant) -> dict[str, Any]:
+    return await _sessions(request).get_turn(who, _subagent_id(subagent_id), _turn_id(turn_id),
+                                             subagent_of=_session_id(session_id))  # fmt: skip
+
+
+@router.get("/v1/agents/sessions/{session_id}/subagents/{subagent_id}/items")
+async def list_subagent_items(
+    request: Request, session_id: str, subagent_id: str, who: Tenant, after: str | None = None, limit: PageSize = 20,
+    order: Order = "desc",
+) -> dict[str, Any]:  # fmt: skip
+    page = await _sessions(request).list_items(who, _subagent_id(subagent_id), after=after, limit=limit, order=order,
+                                               subagent_of=_session_id(session_id))  # fmt: skip
+    return page.to_list_object()
+
+
+@router.get("/v1/agents/sessions/{session_id}/subagents/{subagent_id}/turns/{turn_id}/items")
+async def list_subagent_turn_items(
+    request: Request, session_id: str, subagent_id: str, turn_id: str, who: Tenant, after: str | None = None,
+    limit: PageSize = 20, order: Order = "desc",
+) -> dict[str, Any]:  # fmt: skip
+    page = await _sessions(request).list_items(who, _subagent_id(subagent_id), after=after, limit=limit, order=order,
+                                               turn_id=_turn_id(turn_id), subagent_of=_session_id(session_id))  # fmt: skip
+    return page.to_list_object()
+
+
 def _metadata_filter(request: Request) -> dict[str, str] | None:
     """``metadata[key]=value`` query pairs, checked as metadata is."""
     pairs = {k[len("metadata["):-1]: v for k, v in request.query_params.multi_items()
@@ -138,6 +188,10 @@ def _metadata_filter(request: Request) -> dict[str, str] | None:
 
 def _session_id(value: str) -> str:
     return check_id_format(value, f"{AGENT_SESSION}_", "session_id")
+
+
+def _subagent_id(value: str) -> str:
+    return check_id_format(value, f"{AGENT_SESSION}_", "subagent_id")
 
 
 def _turn_id(value: str) -> str:

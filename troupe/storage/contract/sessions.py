@@ -2,7 +2,8 @@
 
 A session is stored as a plain object, the part of the wire ``agent.session`` that is the
 session's own (:mod:`troupe.protocol.sessions`): ``{"id", "created_at", "last_active_at",
-"conversation_id", "agent", "environment", "metadata", "vault_ids"}``. What changes as it runs
+"conversation_id", "agent", "environment", "metadata"}`` and what the runtime keeps of it (its
+container, a subagent's ``parent_id``, ``task``, ``closed_at``…). What changes as it runs
 (its status, required actions, usage) is not stored here: it follows from its turns.
 
 A turn is ``{"id", "session_id", "seq", "created_at", "responses", "results", "cancelled"}``:
@@ -47,9 +48,12 @@ class Sessions(Protocol):
         order: Order = "desc",
         agent_id: str | None = None,
         metadata: dict[str, str] | None = None,
+        children_of: str | None = None,
     ) -> Page:
         """The tenant's sessions by creation time, those of the saved agent ``agent_id`` only
-        when given, and those whose metadata holds every pair of ``metadata``."""
+        when given, and those whose metadata holds every pair of ``metadata``: its top-level
+        sessions, or with ``children_of`` the subagents of that session (a session object's
+        ``parent_id``)."""
         ...
 
     def update_session(self, tenant: str, session_id: str, changes: dict[str, Any]) -> dict[str, Any] | None:

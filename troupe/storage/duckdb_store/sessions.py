@@ -37,10 +37,10 @@ class SessionTables(Connection, Sessions):
         metadata = schema.dump_json(session.get("metadata") or {})
         if new:
             conn.execute(
-                "INSERT INTO agent_sessions (tenant, id, created_at, last_active_at, agent_id, metadata, session,"
-                " session_parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [tenant, session["id"], session["created_at"], session["last_active_at"], agent_id, metadata, stored,
-                 parts_id],
+                "INSERT INTO agent_sessions (tenant, id, created_at, last_active_at, agent_id, parent_id, metadata,"
+                " session, session_parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [tenant, session["id"], session["created_at"], session["last_active_at"], agent_id,
+                 session.get("parent_id"), metadata, stored, parts_id],
             )
         else:
             conn.execute(
@@ -75,10 +75,14 @@ class SessionTables(Connection, Sessions):
         order: Order = "desc",
         agent_id: str | None = None,
         metadata: dict[str, str] | None = None,
+        children_of: str | None = None,
     ) -> Page:
         """See :meth:`Sessions.list_sessions`."""
         check_page_args(limit, order)
-        where, params = "tenant = ?", [tenant]
+        if children_of is None:
+            where, params = "tenant = ? AND parent_id IS NULL", [tenant]
+        else:
+            where, params = "tenant = ? AND parent_id = ?", [tenant, children_of]
         if agent_id is not None:
             where, params = where + " AND agent_id = ?", [*params, agent_id]
         for key, value in (metadata or {}).items():
