@@ -7,6 +7,7 @@ responses and runs  :class:`.responses.Responses`          ``duckdb_store.respon
 conversations       :class:`.conversations.Conversations`  ``duckdb_store.conversations.ConversationTables``
 prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompts.PromptTables``
 agents              :class:`.agents.Agents`                ``duckdb_store.agents.AgentTables``
+automations         :class:`.automations.Automations`      ``duckdb_store.automations.AutomationTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -14,7 +15,7 @@ containers          :class:`.containers.Containers`        ``duckdb_store.contai
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first six over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first seven over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
@@ -36,6 +37,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .agents import Agents
+from .automations import Automations
 from .console import Console
 from .containers import Containers
 from .conversations import Conversations
@@ -46,6 +48,7 @@ from .responses import Responses
 
 __all__ = [
     "Agents",
+    "Automations",
     "CONTAINERS_METHODS",
     "Console",
     "Containers",
@@ -62,7 +65,7 @@ __all__ = [
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Automations, Evaluation, Console, Protocol):
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -82,7 +85,7 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 """Store methods the async store does not forward as they are: their writes are group-committed
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
-STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
+STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Automations, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
 """What the async store forwards to the store's thread, by name."""
 
 FILES_METHODS = methods_of(Files)
