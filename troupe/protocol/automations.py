@@ -72,6 +72,7 @@ __all__ = [
     "CONFIDENTIAL_ENVIRONMENT_KEYS",
     "INLINE_AGENT_FIELDS",
     "MAX_AUTOMATION_NAME",
+    "MAX_RUN_AT",
     "apply_automation_update",
     "automation_deleted",
     "automation_not_found",
@@ -95,6 +96,8 @@ AUTOMATION_INVOCATION = "ainv"
 """An automation invocation's id prefix (ours)."""
 AUTOMATION_FIELDS = ("type", "name", "metadata", "target", "run_at", "expression", "timezone")
 MAX_AUTOMATION_NAME = 128
+MAX_RUN_AT = 253_402_300_799
+"""The latest ``run_at``: 9999-12-31T23:59:59Z."""
 INLINE_AGENT_FIELDS = ("model", "instructions", "tools", "text", "reasoning", "service_tier", "multi_agent",
                        "compaction", "experimental")  # fmt: skip
 """What a ``new_session`` target's inline ``agent`` may hold (the SDK's
@@ -141,8 +144,8 @@ def parse_automation_create(body: Any, *, now: float) -> dict[str, Any]:
     if kind == "once":
         definition["run_at"] = _run_at(body["run_at"], now)
     else:
-        definition["timezone"] = _timezone(body["timezone"])
         definition["expression"] = _expression(body["expression"])
+        definition["timezone"] = _timezone(body["timezone"])
     return definition
 
 
@@ -214,6 +217,9 @@ def _metadata(value: Any, where: str = "") -> dict[str, str]:
 def _run_at(value: Any, now: float) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise wrong_type("run_at", "an integer (a Unix time in seconds)", value)
+    if value > MAX_RUN_AT:
+        raise InvalidRequest(f"Invalid 'run_at': {value} is after the year 9999.", param="run_at",
+                             code="invalid_value")  # fmt: skip
     if value <= now:
         raise InvalidRequest(f"Invalid 'run_at': {value} is not in the future (now is {int(now)}).",
                              param="run_at", code="invalid_value")  # fmt: skip
@@ -224,8 +230,10 @@ def _expression(value: Any) -> str:
     if not isinstance(value, str):
         raise wrong_type("expression", "a string", value)
     try:
+        if len(value.split()) != 5:  # cronsim also reads a sixth field (seconds); OpenAI's take five
+            raise CronSimError("Wrong number of fields")
         CronSim(value, datetime.now(UTC))
-    except CronSimError as exc:
+    except (CronSimError, ValueError, IndexError) as exc:
         raise InvalidRequest(f"Invalid 'expression': {show_value(value)} is not a five-field cron expression "
                              f"({exc}).", param="expression", code="invalid_value") from exc  # fmt: skip
     return value

@@ -53,6 +53,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.agents import AgentService
+from troupe.runtime.automations import AutomationService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
@@ -188,6 +189,9 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Containers and their files (the Containers API), and what container actors ask of them."""
         self.agents = AgentService(settings, store)
         """Saved agent definitions (the Agents API's agents)."""
+        self.automations = AutomationService(store, self.credential_keys, sessions=lambda: getattr(self, "sessions", None))
+        """Scheduled agents (the Agents API's automations) and their scheduler: started here on Ray,
+        in process by the first automations call (:meth:`AutomationService.start`)."""
 
     # -- construction ------------------------------------------------------------
 
@@ -228,6 +232,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         await runtime.recover()
         runtime._pruner = asyncio.create_task(runtime._prune_event_logs_hourly())
         runtime._sweeper = asyncio.create_task(runtime._sweep_containers())
+        runtime.automations.start()
         return runtime
 
     async def _prune_event_logs_hourly(self) -> None:
@@ -248,6 +253,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 task.cancel()
         for task in self._tasks:
             task.cancel()
+        await self.automations.close()
         await self.vector_stores.close()
         await self.placement.close()
         await self.store.close()

@@ -8,9 +8,10 @@ Routes (the paths ``client.beta.agents`` of the ``openai`` SDK calls)::
 The SDK sends ``OpenAI-Beta: agents=v1`` with every call; it is accepted, not required (nothing
 in OpenAI's SDK or docs says a server must refuse a call without it).
 
-The SDK's other resources under ``/v1/agents/`` (sessions, environments, automations) are not
-served yet: their collection paths, which these routes would take for an agent id, answer 404 as
-an unknown route does. Their routers, when they come, go before this one in ``ROUTERS``.
+The SDK's other resources under ``/v1/agents/`` that are not served yet (sessions, environments):
+their collection paths, which these routes would take for an agent id, answer 404 as an unknown
+route does. Their routers, when they come, go before this one in ``ROUTERS``, as
+:mod:`.automations`' does.
 
 What the bodies may hold, the object and what is refused: :mod:`troupe.protocol.agents`; what
 depends on the deployment (the model, the MCP servers): :mod:`troupe.runtime.agents`.
@@ -32,7 +33,7 @@ from ..dependencies import Order, PageSize, Tenant, json_body, runtime
 
 __all__ = ["router"]
 
-_NOT_YET = frozenset({"sessions", "environments", "automations"})
+_NOT_YET = frozenset({"sessions", "environments"})
 """The SDK's resources under ``/v1/agents/`` that are not served yet."""
 
 router = APIRouter()

@@ -50,20 +50,21 @@ class Automations(Protocol):
         ...
 
     def update_automation(
-        self, tenant: str, automation_id: str, changes: dict[str, Any], next_due_at: int | None,
-        secrets: str | None,
-    ) -> dict[str, Any] | None:  # fmt: skip
+        self, tenant: str, automation_id: str, changes: dict[str, Any], now: float, secrets: str | None
+    ) -> dict[str, Any] | None:
         """Make ``changes`` (``troupe.protocol.automations.parse_automation_update``, checked
-        against the automation) in one transaction, with the new next due time; ``secrets``
+        against the automation) in one transaction; an active automation whose ``run_at``,
+        ``expression`` or ``timezone`` changed gets its next due time after ``now``. ``secrets``
         replaces the kept ones when ``changes`` has a ``target``. The object; None if no such automation.
         """
         ...
 
     def set_automation_status(
-        self, tenant: str, automation_id: str, status: str, next_due_at: int | None, pause_reason: str | None = None
+        self, tenant: str, automation_id: str, status: str, now: float, pause_reason: str | None = None
     ) -> dict[str, Any] | None:
-        """Set the automation's ``status`` (``active``, ``paused``, ``completed``), its
-        ``pause_reason`` and next due time; the object, None if no such automation."""
+        """Set the automation's ``status`` (``active``: its next due time is the first after
+        ``now``; ``paused``, ``completed``: none) and ``pause_reason``; the object, None if no
+        such automation."""
         ...
 
     def delete_automation(self, tenant: str, automation_id: str) -> bool:

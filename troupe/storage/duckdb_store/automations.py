@@ -18,6 +18,8 @@ from .connection import Connection, check_page_args
 __all__ = ["AutomationTables"]
 
 Change = Callable[[dict[str, Any]], dict[str, Any]]
+Due = Callable[[dict[str, Any], "int | None"], "int | None"]
+_SCHEDULE = frozenset({"run_at", "expression", "timezone"})
 
 
 class AutomationTables(Connection, Automations):
@@ -61,17 +63,23 @@ class AutomationTables(Connection, Automations):
         return json.loads(text if parts_id is None else self._join_parts(conn, [parts_id])[parts_id]), parts_id
 
     def _change_automation(
-        self, tenant: str, automation_id: str, change: Change, next_due_at: int | None, **secrets: str | None
+        self, tenant: str, automation_id: str, change: Change, due: Due, **secrets: str | None
     ) -> dict[str, Any] | None:
+        """Read, change (``change``) and write the automation in one transaction; ``due`` gives
+        the changed automation's next due time from it and the stored one."""
         with self._transaction() as conn:
-            found = self._read(conn, "automations", "automation", "tenant = ? AND id = ?", [tenant, automation_id])
+            key = [tenant, automation_id]
+            found = self._read(conn, "automations", "automation", "tenant = ? AND id = ?", key)
             if found is None:
                 return None
             automation, parts_id = found
+            (stored_due,) = conn.execute("SELECT next_due_at FROM automations WHERE tenant = ? AND id = ?",
+                                         key).fetchall()[0]  # fmt: skip
             if secrets:
-                conn.execute("UPDATE automations SET secrets = ? WHERE tenant = ? AND id = ?",
-                             [secrets["secrets"], tenant, automation_id])  # fmt: skip
-            return self._write_automation(conn, tenant, change(automation), next_due_at, old_parts=parts_id, new=False)
+                conn.execute("UPDATE automations SET secrets = ? WHERE tenant = ? AND id = ?", [secrets["secrets"], *key])
+            changed = change(automation)
+            return self._write_automation(conn, tenant, changed, due(changed, stored_due), old_parts=parts_id,
+                                          new=False)  # fmt: skip
 
     def create_automation(
         self, tenant: str, automation: dict[str, Any], next_due_at: int | None, secrets: str | None
@@ -104,21 +112,25 @@ class AutomationTables(Connection, Automations):
                            "automation, automation_parts")  # fmt: skip
 
     def update_automation(
-        self, tenant: str, automation_id: str, changes: dict[str, Any], next_due_at: int | None,
-        secrets: str | None,
-    ) -> dict[str, Any] | None:  # fmt: skip
+        self, tenant: str, automation_id: str, changes: dict[str, Any], now: float, secrets: str | None
+    ) -> dict[str, Any] | None:
         """See :meth:`Automations.update_automation`."""
         kept = {"secrets": secrets} if "target" in changes else {}
-        return self._change_automation(tenant, automation_id, lambda a: apply_automation_update(a, changes),
-                                       next_due_at, **kept)  # fmt: skip
+        replan = bool(_SCHEDULE & changes.keys())
+
+        def due(changed: dict[str, Any], stored: int | None) -> int | None:
+            return next_due(changed, after=now) if replan and changed["status"] == "active" else stored
+
+        return self._change_automation(tenant, automation_id, lambda a: apply_automation_update(a, changes), due,
+                                       **kept)  # fmt: skip
 
     def set_automation_status(
-        self, tenant: str, automation_id: str, status: str, next_due_at: int | None, pause_reason: str | None = None
+        self, tenant: str, automation_id: str, status: str, now: float, pause_reason: str | None = None
     ) -> dict[str, Any] | None:
         """See :meth:`Automations.set_automation_status`."""
         return self._change_automation(tenant, automation_id,
                                        lambda a: {**a, "status": status, "pause_reason": pause_reason},
-                                       next_due_at)  # fmt: skip
+                                       lambda a, _: next_due(a, after=now) if status == "active" else None)  # fmt: skip
 
     def delete_automation(self, tenant: str, automation_id: str) -> bool:
         """See :meth:`Automations.delete_automation`."""
