@@ -1,0 +1,177 @@
+"""Runtime.automations' service over a real store (troupe.runtime.automations), without Ray:
+the scheduler fires a due automation once, two schedulers over one store (two replicas) claim
+each due time once, and an environment's confidential values never reach the database file.
+
+The Agents API's sessions are not served yet: ``Recorded`` stands in for ``runtime.sessions``
+(:class:`~troupe.runtime.automations.Sessions`), recording what a firing sends it. Once sessions
+land, tests/e2e/test_automations.py fires through them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers import wait_until
+from troupe.protocol import NotFound
+from troupe.protocol.automations import parse_automation_create, parse_automation_update
+from troupe.runtime.automations import AutomationService
+from troupe.runtime.store_client import AsyncStore
+from troupe.storage.credentials import CredentialKeys, new_key
+
+SECRET = "s3cret-token-5c1e"
+EXISTING = {"type": "existing_session", "session_id": "sess_1", "instructions": "Report the build."}
+MESSAGE = {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "Check the build."}]}
+HOSTED = {"type": "openai_hosted", "env": {"TOKEN": SECRET}, "container_size": "small"}
+NEW = {"type": "new_session", "agent_id": "agent_1", "environment": HOSTED, "input": [MESSAGE]}
+
+
+class Recorded:
+    """What a firing sends the sessions (a stand-in for ``runtime.sessions``, not served yet)."""
+
+    def __init__(self, *, gone: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.created: list[tuple[str, dict[str, Any]]] = []
+        self.submitted: list[tuple[str, str, list[dict[str, Any]]]] = []
+        self.gone = gone
+
+    async def create_session(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.created.append((tenant, body))
+        return {"id": f"sess_new{len(self.created)}", "object": "agent.session"}
+
+    async def submit_events(self, tenant: str, session_id: str, events: list[dict[str, Any]]) -> None:
+        if session_id in self.gone:
+            raise NotFound(f"Session '{session_id}' not found.", param="session_id")
+        self.submitted.append((tenant, session_id, events))
+
+
+def once(target: dict[str, Any], in_s: float = 1.0) -> dict[str, Any]:
+    now = time.time()
+    return parse_automation_create({"type": "once", "name": "soon", "run_at": int(now + in_s) + 1, "target": target},
+                                   now=now)  # fmt: skip
+
+
+async def finished(service: AutomationService, automation_id: str) -> dict[str, Any]:
+    """The automation's one invocation, once its delivery has ended."""
+    async def done() -> bool:
+        page = await service.list_invocations("acme", automation_id)
+        return bool(page.data) and page.data[0]["status"] != "queued"
+
+    await wait_until(done, timeout_s=15, what="the invocation's delivery")
+    [invocation] = (await service.list_invocations("acme", automation_id)).data
+    return invocation
+
+
+@pytest.fixture
+async def store():
+    s = AsyncStore.open(":memory:")
+    yield s
+    await s.close()
+
+
+async def test_the_scheduler_fires_a_due_automation_once_into_a_new_session(store: AsyncStore) -> None:
+    sessions = Recorded()
+    service = AutomationService(store, CredentialKeys([new_key()]), sessions=lambda: sessions)
+    try:
+        made = await service.create_automation("acme", once(NEW))  # starts the scheduler
+        assert made["target"]["environment"] == {"type": "openai_hosted", "container_size": "small"}, "withheld"
+        invocation = await finished(service, made["id"])
+        assert (invocation["status"], invocation["session_id"], invocation["error"]) == ("completed", "sess_new1", None)
+        assert invocation["scheduled_at"] == made["run_at"]
+        [(tenant, body)] = sessions.created
+        assert tenant == "acme" and body == {"agent_id": "agent_1", "environment": HOSTED, "input": [MESSAGE],
+                                             "metadata": {}, "vault_ids": []}, "the environment whole again"  # fmt: skip
+        assert (await service.get_automation("acme", made["id"]))["status"] == "completed"
+    finally:
+        await service.close()
+
+
+async def test_an_existing_session_gets_the_instructions_and_a_gone_one_pauses_the_automation(store: AsyncStore) -> None:
+    sessions = Recorded(gone={"sess_gone"})
+    service = AutomationService(store, CredentialKeys([]), sessions=lambda: sessions)
+    try:
+        made = await service.create_automation("acme", once(EXISTING))
+        assert (await finished(service, made["id"]))["session_id"] == "sess_1"
+        assert sessions.submitted == [("acme", "sess_1", [{"type": "agent.session.input.message", "input": [
+            {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "Report the build."}]}]}])]
+
+        periodic = parse_automation_create({"type": "periodic", "name": "p", "expression": "0 0 1 1 *",
+                                            "timezone": "UTC", "target": {**EXISTING, "session_id": "sess_gone"}},
+                                           now=time.time())  # fmt: skip
+        gone = await service.create_automation("acme", periodic)
+        manual = await service.invoke("acme", gone["id"])
+        assert (manual["status"], manual["source"]) == ("queued", {"type": "manual"})
+        failed = await finished(service, gone["id"])
+        assert failed["status"] == "failed" and failed["error"]["code"] == "not_found"
+        paused = await service.get_automation("acme", gone["id"])
+        assert (paused["status"], paused["pause_reason"]) == ("paused", "target_session_failed")
+    finally:
+        await service.close()
+
+
+async def test_without_sessions_the_invocation_fails_saying_so(store: AsyncStore) -> None:
+    service = AutomationService(store, CredentialKeys([]), sessions=lambda: None)
+    try:
+        made = await service.create_automation("acme", once(EXISTING))
+        invocation = await finished(service, made["id"])
+        assert (invocation["status"], invocation["error"]["code"]) == ("failed", "sessions_unavailable")
+    finally:
+        await service.close()
+
+
+async def test_two_schedulers_over_one_store_fire_each_due_time_once(store: AsyncStore) -> None:
+    """Two replicas' services over one store (the storage actor's, on Ray): both see the same
+    due times at the same moment, and each is claimed, and delivered, once."""
+    sessions = Recorded()
+    replicas = [AutomationService(store, CredentialKeys([]), sessions=lambda: sessions) for _ in range(2)]
+    try:
+        made = [await replicas[0].create_automation("acme", once(EXISTING, in_s=60)) for _ in range(10)]
+        due = max(a["run_at"] for a in made)
+        claimed = await asyncio.gather(*(replica.fire_due(due) for replica in replicas))
+        assert sum(map(len, claimed)) == 10 and {i["automation_id"] for c in claimed for i in c} == {
+            a["id"] for a in made}
+        for automation in made:
+            await finished(replicas[0], automation["id"])
+        assert len(sessions.submitted) == 10
+    finally:
+        for replica in replicas:
+            await replica.close()
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+async def test_an_environments_secret_never_reaches_the_database_file(tmp_path: Path, sealed: bool) -> None:
+    path = tmp_path / "t.duckdb"
+    store = AsyncStore.open(str(path))
+    sessions = Recorded()
+    service = AutomationService(store, CredentialKeys([new_key()] if sealed else []), sessions=lambda: sessions)
+    try:
+        made = await service.create_automation("acme", once(NEW, in_s=3600))
+        target = {**NEW, "environment": {**HOSTED, "setup_commands": [{"command": f"login {SECRET}"}]}}
+        await service.update_automation("acme", made["id"], parse_automation_update({"target": target}, now=0))
+        await service.invoke("acme", made["id"])
+        await finished(service, made["id"])
+        assert SECRET in repr(sessions.created[0][1]), "the session got it"
+    finally:
+        await service.close()
+        await store.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if SECRET.encode() in p.read_bytes()]
+
+
+async def test_secrets_kept_in_memory_are_not_had_by_another_process(store: AsyncStore) -> None:
+    """Without credentials_keys an environment's confidential values stay in the memory of the
+    process that took them: another replica (or this one, restarted) fires without them."""
+    sessions = Recorded()
+    here, there = (AutomationService(store, CredentialKeys([]), sessions=lambda: sessions) for _ in range(2))
+    try:
+        made = await here.create_automation("acme", once(NEW, in_s=60))
+        [claimed] = await there.fire_due(made["run_at"])
+        invocation = await finished(here, made["id"])
+        assert (invocation["id"], invocation["status"]) == (claimed["id"], "failed")
+        assert invocation["error"]["code"] == "credentials_unavailable" and sessions.created == []
+    finally:
+        await here.close()
+        await there.close()
