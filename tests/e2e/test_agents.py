@@ -185,7 +185,6 @@ def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) 
         lambda: client.beta.agents.sessions.list(),
         lambda: client.beta.agents.sessions.create(agent_id="agent_x", environment={"type": "none"}, input="hi"),
         lambda: client.beta.agents.environments.list(),
-        lambda: client.beta.agents.automations.list(),
         lambda: client.beta.agents.sessions.retrieve("sess_1"),
     ):
         with pytest.raises(openai.NotFoundError) as refused:

@@ -81,6 +81,7 @@ __all__ = [
     "invocation_object",
     "new_automation_id",
     "new_invocation_id",
+    "named_under",
     "next_due",
     "parse_automation_create",
     "parse_automation_update",
@@ -210,7 +211,7 @@ def _name(value: Any) -> str:
 
 
 def _metadata(value: Any, where: str = "") -> dict[str, str]:
-    with _named_under(where):
+    with named_under(where):
         return dict(check_metadata(value) or {})
 
 
@@ -290,7 +291,7 @@ def _target(value: Any) -> dict[str, Any]:
 
 def _inline_agent(value: Any) -> dict[str, Any]:
     agent = object_body(value, "target.agent", INLINE_AGENT_FIELDS)
-    with _named_under("target.agent"):
+    with named_under("target.agent"):
         definition = parse_agent_create(agent)
     return {name: definition[name] for name in INLINE_AGENT_FIELDS}
 
@@ -361,9 +362,15 @@ def _vault_ids(value: Any) -> list[str]:
 _PARSERS = {"name": _name, "target": _target, "expression": _expression, "timezone": _timezone}
 
 
-class _named_under:
-    """Re-raise an InvalidRequest of a checker written for a top-level field (``metadata``,
-    an agent's ``tools[0].name``) with its param under ``where`` (``target.metadata``)."""
+class named_under:
+    """Re-raise a 400 or 404 of a checker written for a top-level field (``metadata``, an agent's
+    ``tools[0].name``, its ``model``) with its param under ``where`` (``target.metadata``).
+
+    Example::
+
+        with named_under("target.agent"):
+            parse_agent_create(agent)      # a bad tools[0].type is 400 naming target.agent.tools[0].type
+    """
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -372,10 +379,10 @@ class _named_under:
         return None
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if self.where and isinstance(exc, InvalidRequest):
+        if self.where and isinstance(exc, InvalidRequest | NotFound):
             param = f"{self.where}.{exc.param}" if exc.param else self.where
             message = exc.message.replace(f"'{exc.param}'", f"'{param}'") if exc.param else exc.message
-            raise InvalidRequest(message, param=param, code=exc.code) from exc
+            raise type(exc)(message, param=param, code=exc.code) from exc
 
 
 def _missing(param: str) -> InvalidRequest:

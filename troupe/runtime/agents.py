@@ -52,7 +52,7 @@ class AgentService:
             NotFound: the model is not served (naming ``model``).
             InvalidRequest: an MCP server the policy refuses (naming ``tools[i].transport.server_url``).
         """
-        await self._check(definition)
+        await self.check(definition)
         now = time.time()
         return await self.store.create_agent(tenant, agent_object(new_agent_id(), definition, created_at=now,
                                                                   updated_at=now))  # fmt: skip
@@ -77,7 +77,7 @@ class AgentService:
             NotFound: no such agent (naming ``agent_id``), or the new model is not served (``model``).
             InvalidRequest: as :meth:`create_agent`, for the new tools.
         """
-        await self._check(changes)
+        await self.check(changes)
         found = await self.store.update_agent(tenant, agent_id, changes, time.time())
         if found is None:
             raise agent_not_found(agent_id)
@@ -89,8 +89,14 @@ class AgentService:
             raise agent_not_found(agent_id)
         return agent_deleted(agent_id)
 
-    async def _check(self, fields: dict[str, Any]) -> None:
-        """What depends on the deployment: the model is served, the MCP servers may be reached."""
+    async def check(self, fields: dict[str, Any]) -> None:
+        """What depends on the deployment: the model is served, the MCP servers may be reached
+        (an agent's definition or changes; an automation's inline agent too).
+
+        Raises:
+            NotFound: the model is not served (naming ``model``).
+            InvalidRequest: an MCP server the policy refuses (naming ``tools[i].transport.server_url``).
+        """
         model = fields.get("model")
         if model is not None and self.settings.model(model) is None:
             raise model_not_found(model)

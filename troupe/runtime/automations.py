@@ -57,6 +57,7 @@ from troupe.protocol.automations import (
     automation_not_found,
     automation_object,
     invocation_not_found,
+    named_under,
     new_automation_id,
     new_invocation_id,
     next_due,
@@ -65,6 +66,7 @@ from troupe.protocol.automations import (
     session_events,
     withhold_environment,
 )
+from troupe.runtime.agents import AgentService
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page
 from troupe.storage.credentials import IN_MEMORY, CredentialKeys, CredentialsUnavailable
@@ -103,14 +105,17 @@ class AutomationService:
         store: the store client.
         keys: what seals an environment's confidential values (none: kept in memory only).
         sessions: returns the runtime's sessions, or None when it has none.
+        agents: the runtime's agents, which a ``new_session`` target's agent is checked against
+            (none: not checked).
         replan_s: the longest the scheduler sleeps without reading the store.
     """
 
     def __init__(
         self, store: StoreClient, keys: CredentialKeys, *, sessions: Callable[[], Sessions | None],
-        replan_s: float = REPLAN_S,
+        agents: AgentService | None = None, replan_s: float = REPLAN_S,
     ) -> None:  # fmt: skip
         self.store = store
+        self.agents = agents
         self.keys = keys
         self._sessions = sessions
         self.replan_s = replan_s
@@ -124,8 +129,15 @@ class AutomationService:
 
     async def create_automation(self, tenant: str, definition: dict[str, Any]) -> dict[str, Any]:
         """A new, active automation with ``definition``
-        (:func:`~troupe.protocol.automations.parse_automation_create`); it does not fire now."""
+        (:func:`~troupe.protocol.automations.parse_automation_create`); it does not fire now.
+
+        Raises:
+            NotFound: a ``new_session`` target's agent that is not the tenant's
+                (``target.agent_id``), or its inline agent's model is not served (``target.agent.model``).
+            InvalidRequest: an inline agent's MCP server the policy refuses.
+        """
         self.start()
+        await self._check_target(tenant, definition["target"])
         now = time.time()
         automation_id = new_automation_id()
         target, kept = self._withhold(automation_id, definition["target"])
@@ -162,6 +174,7 @@ class AutomationService:
         apply_automation_update(await self.get_automation(tenant, automation_id), changes)  # raises what is refused
         kept = None
         if "target" in changes:
+            await self._check_target(tenant, changes["target"])
             target, kept = self._withhold(automation_id, changes["target"])
             changes = {**changes, "target": target}
         found = await self.store.update_automation(tenant, automation_id, changes, time.time(), kept)
@@ -247,6 +260,18 @@ class AutomationService:
         """
         await self.get_automation(tenant, automation_id)
         return await self.store.list_invocations(tenant, automation_id, after=after, limit=limit, order=order)
+
+    async def _check_target(self, tenant: str, target: dict[str, Any]) -> None:
+        """What of a ``new_session`` target depends on the deployment: its saved agent is the
+        tenant's, its inline agent's model is served and MCP servers may be reached."""
+        if self.agents is None or target["type"] != "new_session":
+            return
+        if target["agent_id"] is not None:
+            with named_under("target"):
+                await self.agents.get_agent(tenant, target["agent_id"])
+        else:
+            with named_under("target.agent"):
+                await self.agents.check(target["agent"])
 
     # -- confidential values -----------------------------------------------------
 

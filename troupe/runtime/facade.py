@@ -189,7 +189,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Containers and their files (the Containers API), and what container actors ask of them."""
         self.agents = AgentService(settings, store)
         """Saved agent definitions (the Agents API's agents)."""
-        self.automations = AutomationService(store, self.credential_keys, sessions=lambda: getattr(self, "sessions", None))
+        self.automations = AutomationService(store, self.credential_keys, agents=self.agents,
+                                             sessions=lambda: getattr(self, "sessions", None))  # fmt: skip
         """Scheduled agents (the Agents API's automations) and their scheduler: started here on Ray,
         in process by the first automations call (:meth:`AutomationService.start`)."""
 
