@@ -22,6 +22,12 @@ def _each(path: str, *methods: str) -> list[tuple[str, str]]:
 OPENAPI_ROUTES = {
     *_each("/v1/agents", "get", "post"),
     *_each("/v1/agents/{agent_id}", "delete", "get", "post"),
+    *_each("/v1/agents/automations", "get", "post"),
+    *_each("/v1/agents/automations/{automation_id}", "delete", "get", "post"),
+    *_each("/v1/agents/automations/{automation_id}/pause", "post"),
+    *_each("/v1/agents/automations/{automation_id}/resume", "post"),
+    *_each("/v1/agents/automations/{automation_id}/invocations", "get", "post"),
+    *_each("/v1/agents/automations/{automation_id}/invocations/{invocation_id}", "get"),
     *_each("/v1/containers", "get", "post"),
     *_each("/v1/containers/{container_id}", "delete", "get"),
     *_each("/v1/containers/{container_id}/files", "get", "post"),
