@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from troupe.protocol.automations import automation_object, parse_automation_create
+from troupe.protocol.automations import PENDING_DELIVERY_S, automation_object, parse_automation_create
 from troupe.storage.contract import Store
 from troupe.storage.duckdb_store import DuckDBStore
 
@@ -154,3 +154,22 @@ def test_an_automations_kept_secrets_are_what_the_runtime_gave(store: Store) -> 
     store.update_automation("acme", "automation_1", {"target": EXISTING}, T0, None)
     assert store.automation_secrets("acme", "automation_1") is None
     assert store.automation_secrets("acme", "automation_missing") is None
+
+
+def test_a_due_time_while_a_delivery_is_pending_is_skipped(store: Store) -> None:
+    store.create_automation("acme", automation("automation_1", expression="* * * * *"), T0 + 60, None)
+    first = store.claim_automation_due("acme", "automation_1", T0 + 60, "ainv_1", T0 + 60)
+    assert first is not None and first["status"] == "queued"
+    second = store.claim_automation_due("acme", "automation_1", T0 + 120, "ainv_2", T0 + 120)
+    assert second is not None and (second["status"], second["skip_reason"]) == ("skipped", "pending_delivery")
+    assert store.next_automation_due() == T0 + 180, "a skipped time is a claimed time"
+    store.finish_invocation("acme", "ainv_1", "completed", "sess_1", None)
+    third = store.claim_automation_due("acme", "automation_1", T0 + 180, "ainv_3", T0 + 180)
+    assert third is not None and (third["status"], third["skip_reason"]) == ("queued", None)
+    # A delivery queued for longer than PENDING_DELIVERY_S went with its process: it holds nothing up.
+    later = T0 + 180 + PENDING_DELIVERY_S + 60
+    due = store.next_automation_due()
+    fourth = store.claim_automation_due("acme", "automation_1", due, "ainv_4", later)
+    assert fourth is not None and fourth["status"] == "queued"
+    statuses = {i["id"]: i["status"] for i in store.list_invocations("acme", "automation_1").data}
+    assert statuses == {"ainv_1": "completed", "ainv_2": "skipped", "ainv_3": "queued", "ainv_4": "queued"}

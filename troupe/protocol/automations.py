@@ -73,6 +73,7 @@ __all__ = [
     "INLINE_AGENT_FIELDS",
     "MAX_AUTOMATION_NAME",
     "MAX_RUN_AT",
+    "PENDING_DELIVERY_S",
     "apply_automation_update",
     "automation_deleted",
     "automation_not_found",
@@ -99,6 +100,9 @@ AUTOMATION_FIELDS = ("type", "name", "metadata", "target", "run_at", "expression
 MAX_AUTOMATION_NAME = 128
 MAX_RUN_AT = 253_402_300_799
 """The latest ``run_at``: 9999-12-31T23:59:59Z."""
+PENDING_DELIVERY_S = 900
+"""How long a ``queued`` invocation makes the automation's next due times ``skipped``
+(``pending_delivery``): past it, the delivery is taken for lost with the process that made it."""
 INLINE_AGENT_FIELDS = ("model", "instructions", "tools", "text", "reasoning", "service_tier", "multi_agent",
                        "compaction", "experimental")  # fmt: skip
 """What a ``new_session`` target's inline ``agent`` may hold (the SDK's

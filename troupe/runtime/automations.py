@@ -15,10 +15,12 @@ replicas, each running a scheduler over the one store, one fires it; then it fir
 **Missed times** (the server was down, or busy past a due time): each automation fires once for
 what it missed, with the latest missed due time as the invocation's ``scheduled_at``, and its
 next due time is the first after now; the times between are not fired nor recorded. (The SDK's
-invocation has a ``scheduled_at`` and a ``skipped`` status for an occurrence that was not
-delivered; it promises no backlog, and a backlog of an hourly schedule after a day down would
-start 24 sessions at once.) A one-time automation whose ``run_at`` passed while the server was
-down fires when it comes back, then is ``completed``.
+invocation has a ``scheduled_at`` and promises no backlog; a backlog of an hourly schedule after
+a day down would start 24 sessions at once.) A one-time automation whose ``run_at`` passed while
+the server was down fires when it comes back, then is ``completed``. A due time that comes while
+the automation's previous delivery is still ``queued`` is recorded ``skipped`` with
+``skip_reason: "pending_delivery"``, and not delivered (a delivery queued for longer than
+:data:`~troupe.protocol.automations.PENDING_DELIVERY_S` is taken for lost with its process).
 
 **Firing** goes to the sessions' code, ``runtime.sessions`` (:class:`Sessions`): a
 ``new_session`` target starts a session (``create_session``, the SDK's session create body), an
@@ -177,11 +179,8 @@ class AutomationService:
             await self._check_target(tenant, changes["target"])
             target, kept = self._withhold(automation_id, changes["target"])
             changes = {**changes, "target": target}
-        found = await self.store.update_automation(tenant, automation_id, changes, time.time(), kept)
-        if found is None:
-            raise automation_not_found(automation_id)
-        self._replan()
-        return found
+        return self._replanned(automation_id, await self.store.update_automation(tenant, automation_id, changes,
+                                                                                time.time(), kept))  # fmt: skip
 
     async def delete_automation(self, tenant: str, automation_id: str) -> dict[str, Any]:
         """Delete the automation and its invocations (not the sessions it started).
@@ -226,6 +225,13 @@ class AutomationService:
 
     async def _set_status(self, tenant: str, automation_id: str, status: str, reason: str | None = None) -> dict[str, Any]:
         found = await self.store.set_automation_status(tenant, automation_id, status, time.time(), reason)
+        return self._replanned(automation_id, found)
+
+    def _replanned(self, automation_id: str, found: dict[str, Any] | None) -> dict[str, Any]:
+        """``found``, the automation a change returned, once the scheduler is told to plan again.
+
+        Raises: NotFound: None, no such automation.
+        """
         if found is None:
             raise automation_not_found(automation_id)
         self._replan()
@@ -339,13 +345,14 @@ class AutomationService:
 
     async def fire_due(self, now: float) -> list[dict[str, Any]]:
         """Claim every due time at or before ``now`` and fire what this process claimed (in the
-        background); the invocations it claimed."""
+        background), but for a time ``skipped`` as an earlier delivery is pending; the invocations it claimed."""
         claimed = []
         for tenant, automation_id, due_at in await self.store.due_automations(now):
             invocation = await self.store.claim_automation_due(tenant, automation_id, due_at, new_invocation_id(), now)
             if invocation is not None:
                 claimed.append(invocation)
-                self._spawn(self._fire(tenant, invocation, invocation["source"]["automation"]))
+                if invocation["status"] == "queued":  # not skipped
+                    self._spawn(self._fire(tenant, invocation, invocation["source"]["automation"]))
         return claimed
 
     def _spawn(self, delivery: Any) -> None:

@@ -89,7 +89,9 @@ class Automations(Protocol):
     ) -> dict[str, Any] | None:
         """Claim the automation's due time ``due_at``, in one transaction: store its invocation
         (``queued``, id ``invocation_id``) and move the automation to its next due time after
-        ``max(due_at, now)`` (a one-time automation to ``completed``). The new invocation; None
+        ``max(due_at, now)`` (a one-time automation to ``completed``); the invocation is
+        ``skipped`` (``pending_delivery``) instead when an earlier one of the automation is still
+        ``queued`` (for less than ``PENDING_DELIVERY_S``). The new invocation; None
         when the time is not the automation's to fire (claimed already, here or by another
         replica; the automation was paused, changed or deleted).
         """

@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from troupe.protocol.automations import apply_automation_update, invocation_object, next_due
+from troupe.protocol.automations import PENDING_DELIVERY_S, apply_automation_update, invocation_object, next_due
 
 from .. import schema
 from ..base import Order, Page
@@ -167,6 +167,11 @@ class AutomationTables(Connection, Automations):
                 return None  # paused, changed, deleted, or this time claimed already
             automation, parts_id = found
             invocation = invocation_object(invocation_id, automation, created_at=now, scheduled_at=due_at)
+            (pending,) = conn.execute("SELECT count(*) FROM automation_invocations WHERE tenant = ? AND"
+                                      " automation_id = ? AND status = 'queued' AND created_at > ?",
+                                      [tenant, automation_id, now - PENDING_DELIVERY_S]).fetchall()[0]  # fmt: skip
+            if pending:
+                invocation.update(status="skipped", skip_reason="pending_delivery")
             try:
                 self._insert_invocation(conn, tenant, invocation)
             except duckdb.ConstraintException:
