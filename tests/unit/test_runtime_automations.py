@@ -175,3 +175,34 @@ async def test_secrets_kept_in_memory_are_not_had_by_another_process(store: Asyn
     finally:
         await here.close()
         await there.close()
+
+
+async def test_schedules_survive_a_restart_and_a_missed_time_fires_once(tmp_path: Path) -> None:
+    """The server was down when a periodic automation's time came and went: the next process's
+    scheduler fires it once, for the latest missed time, and plans the next after now."""
+    path = str(tmp_path / "t.duckdb")
+    before = AsyncStore.open(path)
+    service = AutomationService(before, CredentialKeys([]), sessions=lambda: None)
+    made = await service.create_automation("acme", parse_automation_create(
+        {"type": "periodic", "name": "hourly", "expression": "0 * * * *", "timezone": "UTC", "target": EXISTING},
+        now=time.time()))  # fmt: skip
+    await service.close()
+    # Down for a day: the row's next due time is a day ago (what it was when the server stopped).
+    missed = made["created_at"] - 86_400
+    await before.call("set_automation_status", ("acme", made["id"], "active", missed - 1))
+    assert await before.next_automation_due() < time.time()
+    await before.close()
+
+    sessions = Recorded()
+    after = AsyncStore.open(path)
+    restarted = AutomationService(after, CredentialKeys([]), sessions=lambda: sessions)
+    try:
+        restarted.start()  # as Runtime.on_ray does at boot
+        invocation = await finished(restarted, made["id"])
+        assert invocation["status"] == "completed" and invocation["scheduled_at"] <= time.time() - 86_400 + 3600
+        assert len(sessions.submitted) == 1, "once, not once per missed hour"
+        assert await after.next_automation_due() > time.time(), "the next after now"
+        assert len((await restarted.list_invocations("acme", made["id"])).data) == 1
+    finally:
+        await restarted.close()
+        await after.close()
