@@ -90,13 +90,7 @@ class AgentService:
         return agent_deleted(agent_id)
 
     async def check(self, fields: dict[str, Any]) -> None:
-        """What depends on the deployment: the model is served, the MCP servers may be reached
-        (an agent's definition or changes; an automation's inline agent too).
-
-        Raises:
-            NotFound: the model is not served (naming ``model``).
-            InvalidRequest: an MCP server the policy refuses (naming ``tools[i].transport.server_url``).
-        """
+        """What depends on the deployment: the model is served, the MCP servers may be reached."""
         model = fields.get("model")
         if model is not None and self.settings.model(model) is None:
             raise model_not_found(model)
