@@ -3,7 +3,7 @@
 On the in-process app and on Ray Serve's ``replica`` app of the session (the agents in the
 storage actor's DuckDB file; what the placement cannot change, ``LOCAL_ONLY``, in process only);
 the tenants' test and the MCP allowlist on a keyed in-process app.
-Sessions, which run agents, are not here yet (issue 29's next increments).
+Sessions, which run agents: test_sessions.py.
 """
 
 from __future__ import annotations
@@ -182,10 +182,9 @@ def test_a_bad_update_or_id_names_its_field_and_changes_nothing(client: OpenAI) 
 @LOCAL_ONLY
 def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) -> None:
     for call in (
-        lambda: client.beta.agents.sessions.list(),
-        lambda: client.beta.agents.sessions.create(agent_id="agent_x", environment={"type": "none"}, input="hi"),
-        lambda: client.beta.agents.environments.list(),
-        lambda: client.beta.agents.sessions.retrieve("sess_1"),
+        lambda: client.get("/agents/sessions/sess_1/artifacts", cast_to=object),
+        lambda: client.get("/agents/sessions/sess_1/traces", cast_to=object),
+        lambda: client.get("/agents/sessions/sess_1/subagents", cast_to=object),
     ):
         with pytest.raises(openai.NotFoundError) as refused:
             call()

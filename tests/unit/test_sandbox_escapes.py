@@ -83,6 +83,25 @@ async def test_no_variable_of_the_servers_environment(box: Sandbox) -> None:
     await still_works(box)
 
 
+@needs_bwrap
+async def test_an_environments_variables_reach_code_and_commands_but_no_command_line(tmp_path: Path) -> None:
+    """An Agents API environment's ``env``: in the kernel's and each command's environment, on
+    no process's command line (anyone on the host may read those), and not above the sandbox's own."""
+    box = Sandbox(tmp_path / "cntr_env", LIMITS, env={"API_TOKEN": "tok-7f3a", "PATH": "/nowhere"})
+    await box.start()
+    try:
+        kernel = await box.run_python("import os; print(os.environ['API_TOKEN'], os.environ['PATH'])", timeout_s=10)
+        assert kernel.stdout.startswith("tok-7f3a ") and "/usr/bin" in kernel.stdout  # the sandbox's PATH wins
+        (command,) = await box.run_shell(['printf %s "$API_TOKEN"; cat /proc/*/cmdline | tr "\\0" " "'], timeout_s=10)
+        assert command.stdout.startswith("tok-7f3a") and "tok-7f3a" not in command.stdout[len("tok-7f3a"):]
+        (workspace,) = await box.run_shell(["echo hi > /workspace/w.txt; cat /mnt/data/w.txt"], timeout_s=10)
+        assert workspace.stdout == "hi\n"  # /workspace is the container's directory
+        launcher = box._started()  # what starts bwrap, seen from the host: no value on its command lines
+        assert "tok-7f3a" not in " ".join([*launcher.kernel_argv(3, 4), *launcher.shell_argv("true")])
+    finally:
+        await box.close()
+
+
 async def test_memory_past_the_limit_is_a_memory_error(box: Sandbox) -> None:
     await box.run_python("kept = 'state'", timeout_s=10)
     result = await box.run_python(f"block = bytearray({LIMITS.memory_bytes})", timeout_s=10)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from troupe.protocol.agents import agent_object, parse_agent_create, parse_agent_update
+from troupe.protocol.environments import environment_object, parse_template_body, template_object
 from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
@@ -940,3 +942,118 @@ def test_eval_records_returned_are_copies(store: Store) -> None:
     assert store.get_eval_run("run_a").options["concurrency"] == 8
     store.eval_results("run_a")[0].grades.clear()
     assert store.eval_results("run_a")[0].grades != []
+
+
+# -- agent sessions ------------------------------------------------------------------------
+
+
+def agent_session(session_id: str, created_at: float = T0, *, agent_id: str = "agent_1", **fields) -> dict:
+    return {"id": session_id, "created_at": created_at, "last_active_at": created_at, "conversation_id": "conv_1",
+            "agent": {"id": agent_id, "model": "sim", "instructions": fields.pop("instructions", None)},
+            "environment": {"type": "none"}, "metadata": fields.pop("metadata", {}), **fields}  # fmt: skip
+
+
+def test_a_session_is_created_listed_updated_and_deleted_with_its_turns(store: Store) -> None:
+    long = "Think. " * 3000  # its agent's instructions go to value_parts
+    store.create_session("acme", agent_session("sess_1", metadata={"team": "a"}, instructions=long))
+    store.create_session("acme", agent_session("sess_2", T0 + 1, agent_id="agent_2", metadata={"team": "b"}))
+    assert store.get_session("acme", "sess_1")["agent"]["instructions"] == long
+    assert store.get_session("other", "sess_1") is None
+    assert [s["id"] for s in store.list_sessions("acme").data] == ["sess_2", "sess_1"]
+    assert [s["id"] for s in store.list_sessions("acme", agent_id="agent_2").data] == ["sess_2"]
+    assert [s["id"] for s in store.list_sessions("acme", metadata={"team": "a"}).data] == ["sess_1"]
+    assert store.list_sessions("acme", metadata={"team": "a", "x": "y"}).data == []
+    page = store.list_sessions("acme", limit=1, order="asc")
+    assert ([s["id"] for s in page.data], page.has_more) == (["sess_1"], True)
+    assert [s["id"] for s in store.list_sessions("acme", after="sess_1", order="asc").data] == ["sess_2"]
+
+    updated = store.update_session("acme", "sess_1", {"metadata": {"team": "c"}})
+    assert updated["metadata"] == {"team": "c"} and updated["agent"]["instructions"] == long
+    assert store.update_session("acme", "sess_9", {"metadata": {}}) is None
+    first = store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0 + 5)
+    second = store.add_turn("acme", "sess_1", "turn_2", "resp_2", T0 + 6)
+    assert (first["seq"], second["seq"]) == (0, 1)
+    assert store.query("SELECT last_active_at FROM agent_sessions WHERE id = 'sess_1'")[1] == [(T0 + 6,)]
+    with pytest.raises(StorageError):
+        store.add_turn("acme", "sess_9", "turn_3", "resp_3", T0)
+    assert [t["id"] for t in store.list_turns("acme", "sess_1").data] == ["turn_2", "turn_1"]
+    assert [t["id"] for t in store.list_turns("acme", "sess_1", after="turn_1", order="asc").data] == ["turn_2"]
+    assert store.list_turns("acme", "sess_2").data == []
+
+    assert store.delete_session("acme", "sess_1") is True
+    assert store.get_session("acme", "sess_1") is None and store.get_turn("acme", "sess_1", "turn_1") is None
+    assert store.delete_session("acme", "sess_1") is False
+    assert [s["id"] for s in store.list_sessions("acme").data] == ["sess_2"]
+
+
+def test_a_turn_goes_on_once_every_call_has_its_result(store: Store) -> None:
+    store.create_session("acme", agent_session("sess_1"))
+    store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)
+    ok = {"success": True, "output": "sunny", "error": None}
+    assert store.record_tool_result("acme", "sess_1", "turn_1", "call_a", ok)["results"] == {"call_a": ok}
+    assert store.record_tool_result("acme", "sess_1", "turn_9", "call_a", ok) is None
+    # A result is missing: no claim.
+    claim = {"after": "resp_1", "call_ids": ["call_a", "call_b"]}
+    assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_2", **claim) is None
+    store.record_tool_result("acme", "sess_1", "turn_1", "call_b", {**ok, "output": "rain"})
+    assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_2", **claim) == {
+        "call_a": ok, "call_b": {**ok, "output": "rain"}}  # fmt: skip
+    # The same claim again (a second replica's): the turn has moved on.
+    assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_3", **claim) is None
+    turn = store.get_turn("acme", "sess_1", "turn_1")
+    assert (turn["responses"], turn["results"], turn["cancelled"]) == (["resp_1", "resp_2"], {}, False)
+    assert store.cancel_turn("acme", "sess_1", "turn_1") is True
+    assert store.continue_turn("acme", "sess_1", "turn_1", after="resp_2", response_id="resp_3", call_ids=[]) is None
+    assert store.get_turn("acme", "sess_1", "turn_1")["cancelled"] is True
+    assert store.cancel_turn("acme", "sess_1", "turn_9") is False
+
+
+def test_two_claims_at_once_continue_a_turn_once(tmp_path) -> None:
+    store = DuckDBStore(tmp_path / "t.duckdb")
+    store.create_session("acme", agent_session("sess_1"))
+    store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)
+    store.record_tool_result("acme", "sess_1", "turn_1", "call_a", {"success": True, "output": "x", "error": None})
+    with ThreadPoolExecutor(8) as pool:
+        claims = list(pool.map(lambda i: store.continue_turn("acme", "sess_1", "turn_1", after="resp_1",
+                                                             response_id=f"resp_{i + 2}", call_ids=["call_a"]),
+                               range(8)))  # fmt: skip
+    assert sum(claim is not None for claim in claims) == 1
+    assert len(store.get_turn("acme", "sess_1", "turn_1")["responses"]) == 2
+    store.close()
+# -- environments ----------------------------------------------------------------------
+
+
+def template(template_id: str, created_at: float = T0, **body: Any) -> dict[str, Any]:
+    return template_object(template_id, parse_template_body(body), created_at=created_at, updated_at=created_at)
+
+
+def test_a_template_is_created_read_updated_and_deleted_with_its_sealed_secrets(store: Store) -> None:
+    made = template("envtpl_1", name="t", network={"access": "restricted", "allowed_domains": ["example.com"]})
+    assert store.create_environment_template("acme", made, "fernet:sealed") == made
+    assert store.get_environment_template("acme", "envtpl_1") == (made, "fernet:sealed")
+    assert store.get_environment_template("other", "envtpl_1") is None
+    changes = parse_template_body({"name": None, "network": None}, update=True)
+    updated = store.update_environment_template("acme", "envtpl_1", changes, T0 + 5, secrets=None, set_secrets=False)
+    assert updated == {**made, "name": None, "network": {"access": "disabled", "allowed_domains": []},
+                       "updated_at": int(T0 + 5)}  # fmt: skip
+    assert store.get_environment_template("acme", "envtpl_1") == (updated, "fernet:sealed")  # secrets kept
+    store.update_environment_template("acme", "envtpl_1", {}, T0 + 6, secrets=None, set_secrets=True)
+    assert store.get_environment_template("acme", "envtpl_1")[1] is None
+    assert store.update_environment_template("other", "envtpl_1", {}, T0, secrets=None, set_secrets=False) is None
+    assert [t["id"] for t in store.list_environment_templates("acme").data] == ["envtpl_1"]
+    assert store.delete_environment_template("other", "envtpl_1") is False
+    assert store.delete_environment_template("acme", "envtpl_1") is True
+    assert store.get_environment_template("acme", "envtpl_1") is None
+
+
+def test_environments_are_stored_per_tenant_and_listed_in_pages(store: Store) -> None:
+    for i in range(3):
+        made = environment_object(f"env_{i}", container_id=f"cntr_{i}", status="ready", files=[])
+        assert store.create_environment("acme", made, T0 + i) == made
+    with pytest.raises(StorageError):
+        store.create_environment("acme", environment_object("env_0", container_id="c", status="ready", files=[]), T0)
+    assert store.get_environment("acme", "env_1")["container_id"] == "cntr_1"
+    assert store.get_environment("other", "env_1") is None and store.list_environments("other").data == []
+    first = store.list_environments("acme", limit=2)
+    assert [e["id"] for e in first.data] == ["env_2", "env_1"] and first.has_more
+    assert [e["id"] for e in store.list_environments("acme", after="env_1", order="asc").data] == ["env_2"]

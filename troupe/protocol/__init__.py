@@ -10,6 +10,8 @@
 - :mod:`.job` — :class:`TurnJob`, a response to run as it travels inside Troupe
 - :mod:`.containers` — the Containers API's bodies and objects
 - :mod:`.agents` — the Agents API's agents: their bodies and objects
+- :mod:`.sessions` — the Agents API's sessions: bodies, objects, events from a turn's responses
+- :mod:`.environments` — the Agents API's environments and templates: what maps onto a container
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
@@ -42,6 +44,28 @@ from .containers import (
     parse_network_policy,
     upload_name,
     wire_path,
+)
+from .environments import (
+    apply_template_update,
+    default_memory_limit,
+    environment_file_object,
+    environment_not_found,
+    environment_object,
+    environment_template_not_found,
+    new_environment_file_id,
+    new_environment_id,
+    new_environment_template_id,
+    parse_environment,
+    parse_environment_create,
+    parse_environment_file,
+    parse_template_body,
+    python_package_name,
+    resolve_config,
+    template_config,
+    template_deleted,
+    template_object,
+    template_secrets,
+    workspace_path,
 )
 from .errors import (
     AuthenticationFailed,
@@ -106,6 +130,30 @@ from .response import (
     usage_dict,
 )
 from .schema_refs import dangling_refs, resolve_ref
+from .sessions import (
+    TurnEvents,
+    command_done,
+    describe_result,
+    hosted_environment,
+    new_session_id,
+    new_turn_id,
+    parse_session_create,
+    parse_session_events,
+    parse_session_input,
+    parse_session_update,
+    pending_calls,
+    required_actions,
+    response_body,
+    session_deleted,
+    session_event,
+    session_item,
+    session_items,
+    session_not_found,
+    session_object,
+    turn_not_found,
+    turn_object,
+    turn_status,
+)
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 
 __all__ = [
@@ -174,6 +222,50 @@ __all__ = [
     "new_agent_id",
     "parse_agent_create",
     "parse_agent_update",
+    # sessions
+    "command_done",
+    "hosted_environment",
+    "session_items",
+    "TurnEvents",
+    "describe_result",
+    "new_session_id",
+    "new_turn_id",
+    "parse_session_create",
+    "parse_session_events",
+    "parse_session_input",
+    "parse_session_update",
+    "pending_calls",
+    "required_actions",
+    "response_body",
+    "session_deleted",
+    "session_event",
+    "session_item",
+    "session_not_found",
+    "session_object",
+    "turn_not_found",
+    "turn_object",
+    "turn_status",
+    # environments
+    "apply_template_update",
+    "default_memory_limit",
+    "environment_file_object",
+    "environment_not_found",
+    "environment_object",
+    "environment_template_not_found",
+    "new_environment_file_id",
+    "new_environment_id",
+    "new_environment_template_id",
+    "parse_environment",
+    "parse_environment_create",
+    "parse_environment_file",
+    "parse_template_body",
+    "python_package_name",
+    "resolve_config",
+    "template_config",
+    "template_deleted",
+    "template_object",
+    "template_secrets",
+    "workspace_path",
     # containers
     "ContainerSpec",
     "container_deleted",

@@ -42,7 +42,12 @@ __all__ = [
     "SHELL_CALL_OUTPUT",
     "CONTAINER",
     "CONTAINER_FILE",
+    "ENVIRONMENT",
+    "ENVIRONMENT_FILE",
+    "ENVIRONMENT_TEMPLATE",
     "AGENT",
+    "AGENT_SESSION",
+    "TURN",
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -84,8 +89,18 @@ CONTAINER = "cntr"
 """A container's id (the Containers API; OpenAI's own prefix: ``cntr_…``)."""
 CONTAINER_FILE = "cfile"
 """A container file's id (OpenAI's own prefix: ``cfile_…``)."""
+ENVIRONMENT = "env"
+"""An Agents API environment's id (OpenAI does not document its prefix; ``env_…`` is ours)."""
+ENVIRONMENT_TEMPLATE = "envtpl"
+"""An Agents API environment template's id (ours, as ``env_``)."""
+ENVIRONMENT_FILE = "envfile"
+"""The id of a file in an environment (an environment's ``files[].id``; ours)."""
 AGENT = "agent"
 """An agent's id (the Agents API). OpenAI does not document its prefix; ``agent_…`` is ours."""
+AGENT_SESSION = "sess"
+"""An Agents API session's id (OpenAI does not document its prefix; ``sess_…`` is ours)."""
+TURN = "turn"
+"""A session turn's id (ours, as ``sess_``)."""
 ITEM = "item"
 """Fallback for item kinds without a conventional prefix."""
 

@@ -33,7 +33,7 @@ import os
 import posixpath
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,12 +68,15 @@ class BoxSpec:
     """The bubblewrap executable."""
     allowed_domains: tuple[str, ...] | None = None
     """The domains the code may reach (its ``network_policy``'s allowlist); None: none."""
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Variables of the code and commands (an Agents API environment's ``env``: secret, so never
+    in a repr). They take effect when the sandbox starts: a sandbox already running keeps its own."""
 
     def sandbox(self) -> dict[str, Any]:
         """The sandbox's settings as plain values (what a container's actor is sent: it imports
         nothing of the runtime)."""
         return {"directory": self.directory, "limits": self.limits, "isolation": self.isolation, "bwrap": self.bwrap,
-                "allowed_domains": self.allowed_domains, "idle_s": self.idle_s}  # fmt: skip
+                "allowed_domains": self.allowed_domains, "idle_s": self.idle_s, "env": dict(self.env)}  # fmt: skip
 
 
 def box_limits(settings: ContainersSettings, memory_limit: str) -> Limits:
@@ -159,7 +162,7 @@ class LocalFleet:
             found = self._boxes.get(box.container_id)
             if found is None:
                 sandbox = Sandbox(Path(box.directory), box.limits, isolation=box.isolation, bwrap=box.bwrap,
-                                  allowed_domains=box.allowed_domains)
+                                  allowed_domains=box.allowed_domains, env=box.env)
                 await sandbox.start()
                 found = self._boxes[box.container_id] = (sandbox, box)
         self._last_used[box.container_id] = time.monotonic()
@@ -285,6 +288,13 @@ class ContainerRunner:
         await self._register(container_id, None)
         return [CommandRun(stdout=r.stdout, stderr=r.stderr, exit_code=r.exit_code, timed_out=r.timed_out)
                 for r in results]  # fmt: skip
+
+    async def start(self, container_id: str, env: Mapping[str, str]) -> None:
+        """Start the container's sandbox now, with ``env`` among its variables (an Agents API
+        environment's, at provisioning): the commands and code run in it later, from any host,
+        see them. A sandbox already running is left as it is."""
+        box = replace(await self._box(container_id), env=dict(env))
+        await self.fleet.run_shell(box, [], timeout_s=self.settings.call_timeout_s, max_output_length=None)
 
     async def _box(self, container_id: str) -> BoxSpec:
         container = await self._active(container_id)

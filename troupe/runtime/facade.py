@@ -57,6 +57,7 @@ from troupe.runtime.automations import AutomationService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
+from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import HostFailed, Placement
 from troupe.runtime.prompts import PromptCalls
@@ -70,6 +71,7 @@ from troupe.runtime.runs import (
     lost_run_record,
     run_snapshot,
 )
+from troupe.runtime.sessions import SessionService
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
@@ -189,8 +191,12 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Containers and their files (the Containers API), and what container actors ask of them."""
         self.agents = AgentService(settings, store)
         """Saved agent definitions (the Agents API's agents)."""
+        self.sessions = SessionService(self)
+        """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
+        self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
+        """The Agents API's execution environments (on containers) and their templates."""
         self.automations = AutomationService(store, self.credential_keys, agents=self.agents,
-                                             sessions=lambda: getattr(self, "sessions", None))  # fmt: skip
+                                             sessions=lambda: self.sessions)  # fmt: skip
         """Scheduled agents (the Agents API's automations) and their scheduler: started here on Ray,
         in process by the first automations call (:meth:`AutomationService.start`)."""
 
@@ -254,7 +260,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 task.cancel()
         for task in self._tasks:
             task.cancel()
-        await self.automations.close()
+        await self.automations.close()  # before the sessions, which its deliveries call
+        await self.sessions.close()
         await self.vector_stores.close()
         await self.placement.close()
         await self.store.close()
@@ -372,16 +379,19 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         return final
 
     async def background(
-        self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None
+        self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None, response_id: str | None = None
     ) -> dict[str, Any]:
         """Start a background response (``background: true``); the Response at once, ``queued``
         (always, as OpenAI's: the snapshot of its ``response.created`` event). It runs on its
         conversation's host; ``get_response`` shows its progress (``in_progress``, then how it
         ended) and ``cancel_response`` stops it.
 
+        ``response_id``: the id to give it (:func:`~troupe.protocol.new_response_id` of its
+        conversation), when the caller must name it before it starts (a session's turn).
+
         Raises: as :meth:`stream`, before anything runs.
         """
-        job = await self._job(tenant, request, trace)
+        job = await self._job(tenant, request, trace, response_id=response_id)
 
         async def start(host: HostClient) -> dict[str, Any]:
             return await host.start_background(job)
@@ -441,7 +451,9 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
 
         return await self._on_host(job, start)
 
-    async def _job(self, tenant: str, request: CreateResponseRequest, trace: TraceContext = None) -> TurnJob:
+    async def _job(
+        self, tenant: str, request: CreateResponseRequest, trace: TraceContext = None, *, response_id: str | None = None
+    ) -> TurnJob:
         # Before the model is called, and before any host: a prompt that does not resolve is an HTTP error.
         request = await self.resolve_prompt(tenant, request)
         thread_id = await self._thread_of(tenant, request)
@@ -452,7 +464,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         return TurnJob(
             tenant=tenant,
             request=request,
-            response_id=new_response_id(thread_id),
+            response_id=response_id or new_response_id(thread_id),
             created_at=int(time.time()),
             thread_id=thread_id,
             traceparent=trace.get("traceparent") if trace else None,

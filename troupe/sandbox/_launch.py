@@ -252,7 +252,9 @@ class Launcher:
         tmp = str(self.limits.tmp_bytes)
         argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                 "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
-                "--clearenv", "--cap-drop", "ALL"]  # fmt: skip
+                "--cap-drop", "ALL"]  # fmt: skip
+        # No --clearenv: bwrap's own environment is built from nothing (Sandbox._process_env:
+        # only the extra variables of an environment's ``env``), and its --setenv below win.
         if self.uid is not None:
             # Root without a user namespace: keep just what setpriv needs to become the uid.
             argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
@@ -287,7 +289,8 @@ class Launcher:
         argv += ["--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", tmp, "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm",
-                 "--bind", str(self.directory), INSIDE_DATA]  # fmt: skip
+                 "--bind", str(self.directory), INSIDE_DATA,
+                 "--symlink", INSIDE_DATA, "/workspace"]  # fmt: skip (/workspace: an Agents API environment's)
         # As root, bwrap has dropped its capabilities by now and cannot enter the directory,
         # which belongs to the container's uid (mode 0700 is fine): the kernel enters it.
         argv += ["--chdir", "/" if self.uid is not None else INSIDE_DATA]

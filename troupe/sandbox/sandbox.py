@@ -35,7 +35,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -129,6 +129,10 @@ class Sandbox:
         allowed_domains: the domains the code may reach, through the egress proxy
             (:mod:`._egress`; ``HTTP(S)_PROXY`` inside); None: no network at all.
         egress_proxy: what serves that proxy (the tests give one with their own resolver).
+        env: variables of the code and commands besides the sandbox's own (an Agents API
+            environment's ``env``): given to bwrap in its process environment, never on a
+            command line (``/proc/<pid>/environ`` is the owner's only, ``cmdline`` is anyone's)
+            nor on disk; the sandbox's own variables (``PATH``, ``HOME``…) win over them.
 
     Raises (from ``start``): SandboxUnavailable when bwrap or ``packages`` is missing,
     SandboxError when the kernel does not start.
@@ -145,6 +149,7 @@ class Sandbox:
         uid: int | None = None,
         allowed_domains: Sequence[str] | None = None,
         egress_proxy: Callable[[Sequence[str], Path], EgressProxy] = EgressProxy,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.directory = Path(directory).resolve()
         self.limits = limits
@@ -154,6 +159,7 @@ class Sandbox:
         self._uid = uid
         self.allowed_domains = tuple(allowed_domains) if allowed_domains else None
         self._egress_proxy = egress_proxy
+        self._env = dict(env or {})
         self._proxy: EgressProxy | None = None
         self._lease: UidLease | None = None
         self._launcher: Launcher | None = None
@@ -458,8 +464,12 @@ class Sandbox:
     # -- helpers ------------------------------------------------------------------------------
 
     def _process_env(self, launcher: Launcher) -> dict[str, str]:
-        # bwrap itself gets nothing of the server's environment either (it sets the sandbox's).
-        return launcher.environment() if self.isolation == "none" else {}
+        # bwrap gets nothing of the server's environment either: only the extra variables, which
+        # it passes on; the sandbox's own (its --setenv) win, and an extra PATH is never what
+        # finds bwrap and nice.
+        own = launcher.environment()
+        extra = {key: value for key, value in self._env.items() if key not in own}
+        return {**extra, **own} if self.isolation == "none" else extra
 
     def _cleanup(self) -> None:
         if self._lease is not None:

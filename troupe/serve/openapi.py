@@ -87,6 +87,8 @@ _PROMPT = {"prompt_id": "$response.body#/id"}
 _CONTAINER = {"container_id": "$response.body#/id"}
 _CONTAINER_FILE = {"container_id": "$request.path.container_id", "file_id": "$response.body#/id"}
 _AGENT = {"agent_id": "$response.body#/id"}
+_ENVIRONMENT = {"environment_id": "$response.body#/id"}
+_TEMPLATE = {"template_id": "$response.body#/id"}
 _AUTOMATION = {"automation_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
@@ -126,6 +128,16 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "GetAgent": ("get", "/v1/agents/{agent_id}", _AGENT),
         "UpdateAgent": ("post", "/v1/agents/{agent_id}", _AGENT),
         "DeleteAgent": ("delete", "/v1/agents/{agent_id}", _AGENT),
+    },
+    ("post", "/v1/agents/environments"): {
+        "GetEnvironment": ("get", "/v1/agents/environments/{environment_id}", _ENVIRONMENT),
+        "AddEnvironmentFile": ("post", "/v1/agents/environments/{environment_id}/files", _ENVIRONMENT),
+        "ListEnvironmentFiles": ("get", "/v1/agents/environments/{environment_id}/files", _ENVIRONMENT),
+    },
+    ("post", "/v1/agents/environments/templates"): {
+        "GetEnvironmentTemplate": ("get", "/v1/agents/environments/templates/{template_id}", _TEMPLATE),
+        "UpdateEnvironmentTemplate": ("post", "/v1/agents/environments/templates/{template_id}", _TEMPLATE),
+        "DeleteEnvironmentTemplate": ("delete", "/v1/agents/environments/templates/{template_id}", _TEMPLATE),
     },
     ("post", "/v1/agents/automations"): {
         "GetAutomation": ("get", "/v1/agents/automations/{automation_id}", _AUTOMATION),
@@ -308,6 +320,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     schemas.update(_prompt_schemas(ref, nullable))
     schemas.update(_container_schemas())
     schemas.update(_agent_schemas(ref, nullable))
+    schemas.update(_environment_schemas(ref, nullable))
     schemas.update(_automation_schemas(ref, nullable, schemas["AgentCreateRequest"]["properties"]))
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
@@ -332,6 +345,11 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         },
         ("post", "/v1/agents"): body("AgentCreateRequest"),
         ("post", "/v1/agents/{agent_id}"): body("AgentUpdateRequest", required=False),  # empty body: no change
+        ("post", "/v1/agents/environments"): body("EnvironmentCreateRequest"),
+        ("post", "/v1/agents/environments/{environment_id}/files"): body("EnvironmentFile"),
+        ("post", "/v1/agents/environments/templates"): body("EnvironmentTemplateRequest", required=False),
+        ("post", "/v1/agents/environments/templates/{template_id}"): body("EnvironmentTemplateRequest",
+                                                                          required=False),  # fmt: skip
         ("post", "/v1/agents/automations"): body("AutomationCreateRequest"),
         ("post", "/v1/agents/automations/{automation_id}"): body("AutomationUpdateRequest", required=False),
     }
@@ -709,3 +727,62 @@ def _field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
+
+
+def _environment_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
+    """The Agents API's environments' bodies (:mod:`troupe.protocol.environments` checks them), as
+    this server serves them: the SDK's shapes without what it refuses (docs/environments.md)."""
+    none = {"type": "array", "maxItems": 0, "description": "None are supported here."}
+    file = {
+        "title": "EnvironmentFile", "description": "A file at /workspace/<name> (the top directory only).",
+        "anyOf": [
+            {"type": "object", "additionalProperties": False, "required": ["type", "file_id", "path"],
+             "properties": {"type": {"type": "string", "enum": ["file_id"]}, "file_id": {"type": "string"},
+                            "path": {"type": "string", "pattern": "^/workspace/[^/]+$"}}},
+            {"type": "object", "additionalProperties": False, "required": ["type", "data", "path"],
+             "properties": {"type": {"type": "string", "enum": ["inline"]},
+                            "data": {"type": "string", "contentEncoding": "base64"},
+                            "path": {"type": "string", "pattern": "^/workspace/[^/]+$"}}},
+        ],
+    }
+    fields = {
+        "capability_directories": nullable(none), "plugins": nullable(none), "skills": nullable(none),
+        "setup_commands": nullable(none),
+        "desktop": nullable({"type": "object", "additionalProperties": False, "required": ["enabled"],
+                             "properties": {"enabled": {"type": "boolean", "enum": [False]}}}),
+        "env": nullable({"type": "object", "maxProperties": 100, "additionalProperties": {"type": "string"},
+                         "description": "Variables of the commands and code: secret, never stored in plain text."}),
+        "files": nullable({"type": "array", "maxItems": 100, "items": ref("EnvironmentFile")}),
+        "network": nullable({
+            "type": "object", "additionalProperties": False, "required": ["access"],
+            "properties": {"access": {"type": "string", "enum": ["disabled", "restricted"]},
+                           "allowed_domains": nullable({"type": "array", "maxItems": 100, "items": {"type": "string"}}),
+                           "blocked_domains": nullable(none)},
+        }),
+        "packages": nullable({
+            "type": "object", "additionalProperties": False,
+            "properties": {"python": nullable({"type": "array", "items": {"type": "string"},
+                                               "description": "Packages the sandbox has: nothing is installed."}),
+                           "npm": nullable(none), "system": nullable(none)},
+        }),
+    }  # fmt: skip
+    return {
+        "EnvironmentFile": file,
+        "EnvironmentCreateRequest": {
+            "type": "object", "title": "EnvironmentCreateRequest", "additionalProperties": False,
+            "required": ["environment"],
+            "properties": {
+                "environment": {
+                    "type": "object", "additionalProperties": False, "required": ["type"],
+                    "properties": {"type": {"type": "string", "enum": ["openai_hosted"]},
+                                   "container_size": {"type": "string", "enum": ["small", "medium", "large"]},
+                                   "environment_template_id": {"type": "string"}, **fields},
+                },
+                "vault_ids": nullable(none),
+            },
+        },
+        "EnvironmentTemplateRequest": {
+            "type": "object", "title": "EnvironmentTemplateRequest", "additionalProperties": False,
+            "properties": {"name": nullable({"type": "string", "maxLength": 256}), **fields},
+        },
+    }  # fmt: skip

@@ -465,14 +465,77 @@ _V13 = [
     """,
 ]
 
-# Version 14: automations (the Agents API's scheduled agents, troupe.protocol.automations). One row per
+# Version 14: agent sessions (the Agents API, troupe.protocol.sessions). A session's object is one JSON
+# value (in value_parts when long: it holds its agent), with its times and saved agent beside it for
+# lists; its turns are rows of their own, each naming the background responses that ran it, in order.
+_V14 = [
+    """
+    CREATE TABLE agent_sessions (
+        tenant         VARCHAR NOT NULL,
+        id             VARCHAR NOT NULL,
+        created_at     DOUBLE  NOT NULL,
+        last_active_at DOUBLE  NOT NULL,
+        agent_id       VARCHAR,
+        metadata       JSON    NOT NULL,  -- beside the object, which may be in parts, for lists' filters
+        session        JSON,
+        session_parts  BIGINT,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE session_turns (
+        tenant     VARCHAR NOT NULL,
+        id         VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        seq        INTEGER NOT NULL,
+        created_at DOUBLE  NOT NULL,
+        responses  JSON    NOT NULL,  -- the ids of the responses that ran it, in order
+        results    JSON    NOT NULL,  -- function results sent for its last response's calls, not yet taken
+        cancelled  BOOLEAN NOT NULL,
+        PRIMARY KEY (tenant, id),
+        UNIQUE (tenant, session_id, seq)
+    )
+    """,
+]
+
+# Version 15: the Agents API's environments (troupe.protocol.environments). A template's row keeps its wire
+# object (which holds no secret) and, apart, its env and inline files' contents sealed with credentials_keys
+# (a Fernet token, or NULL: never plain text). An environment's row keeps its object and the container it
+# runs in; its env is not stored at all (it lives in the sandbox's memory).
+_V15 = [
+    """
+    CREATE TABLE environment_templates (
+        tenant      VARCHAR NOT NULL,
+        id          VARCHAR NOT NULL,
+        created_at  DOUBLE  NOT NULL,
+        updated_at  DOUBLE  NOT NULL,
+        name        VARCHAR,
+        template    JSON    NOT NULL,
+        secrets     VARCHAR,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE environments (
+        tenant       VARCHAR NOT NULL,
+        id           VARCHAR NOT NULL,
+        created_at   DOUBLE  NOT NULL,
+        container_id VARCHAR NOT NULL,
+        environment  JSON    NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+]
+
+
+# Version 16: automations (the Agents API's scheduled agents, troupe.protocol.automations). One row per
 # automation, its wire object as one JSON value (in value_parts when long: an inline agent's tools), with
 # beside it what the scheduler reads: its status and next due time (NULL: none, paused or completed), an
 # existing-session target's session id (list's filter), and what is kept of its environment's confidential
 # values (troupe.storage.credentials: a sealed token or 'in-memory', never the values). One row per
 # invocation (a firing, or a manual run), UNIQUE (automation_id, scheduled_at): the claim of a due time,
 # which a second claimer, of any replica, fails (manual runs' NULL times do not collide).
-_V14 = [
+_V16 = [
     """
     CREATE TABLE automations (
         tenant           VARCHAR NOT NULL,
@@ -505,7 +568,8 @@ _V14 = [
     """,
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
+                               _V16]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

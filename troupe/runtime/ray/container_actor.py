@@ -52,7 +52,8 @@ class ContainerActor:
         async with self._starting:
             if self.sandbox is None:
                 sandbox = Sandbox(Path(box["directory"]), box["limits"], isolation=box["isolation"],
-                                  bwrap=box["bwrap"], allowed_domains=box["allowed_domains"])  # fmt: skip
+                                  bwrap=box["bwrap"], allowed_domains=box["allowed_domains"],
+                                  env=box.get("env"))  # fmt: skip
                 await sandbox.start()  # on the actor's event loop thread, which lives as long as the actor
                 self.sandbox = sandbox
                 self.idle_s = box["idle_s"]

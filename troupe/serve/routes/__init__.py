@@ -21,7 +21,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import agents, automations, containers, conversations, files, models, operator, prompts, responses
+from . import (
+    agents,
+    automations,
+    containers,
+    conversations,
+    environments,
+    files,
+    models,
+    operator,
+    prompts,
+    responses,
+    sessions,
+)
 
 __all__ = ["ROUTERS"]
 
@@ -34,6 +46,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     prompts.router,
     containers.router,
     automations.router,
+    sessions.router,
+    environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""

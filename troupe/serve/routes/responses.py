@@ -49,7 +49,6 @@ async def create_response(request: Request, who: Tenant) -> Response:
     app.tenant_limits.check_request(who)
     runtime = app.get_runtime()
     trace = _trace_context(request)  # with traces off, the runtime drops it
-    traced = {"trace": trace} if trace is not None else {}
     # Streaming is the body's call, never the Accept header's: the Agents SDK sends
     # `Accept: application/json` with "stream": true.
     if body.stream:
@@ -57,14 +56,14 @@ async def create_response(request: Request, who: Tenant) -> Response:
             app.stopping.release(request.scope)  # a stop does not wait for it either
 
             async def background_stream() -> EventBatches:
-                started = await runtime.background(who, body, **traced)
+                started = await runtime.background(who, body, trace=trace)
                 return await runtime.follow_response(who, started["id"])
 
-            return await _event_stream(app, who, background_stream)
-        return await _event_stream(app, who, lambda: runtime.stream(who, body, **traced))
+            return await open_event_stream(app, who, background_stream)
+        return await open_event_stream(app, who, lambda: runtime.stream(who, body, trace=trace))
     if body.background:
-        return JSONResponse(await runtime.background(who, body, **traced))
-    response = await runtime.respond(who, body, **traced)
+        return JSONResponse(await runtime.background(who, body, trace=trace))
+    response = await runtime.respond(who, body, trace=trace)
     if response.get("status") == "failed":
         # A stream reports a failure in-band (error + response.failed); a plain request has
         # only its status code. The failed response stays stored for GET.
@@ -98,7 +97,7 @@ async def get_response(
     if stream:  # a background response's events: live while it runs, then from its log
         app = context(request)
         app.stopping.release(request.scope)  # a stop does not wait for it: the run goes on at the next start
-        return await _event_stream(
+        return await open_event_stream(
             app, who, lambda: app.get_runtime().follow_response(who, response_id, starting_after)
         )
     return await runtime(request).get_response(who, response_id)
@@ -141,7 +140,7 @@ async def step_traces(request: Request, response_id: str, who: Tenant) -> list[d
     return await runtime(request).step_traces(who, _response_id(response_id))
 
 
-async def _event_stream(
+async def open_event_stream(
     app: AppContext, who: str, opening: Callable[[], Awaitable[EventBatches]]
 ) -> EventStreamResponse:
     """The SSE answer for the batches ``opening()`` gives, once the tenant may open one more stream."""

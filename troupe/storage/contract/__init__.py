@@ -7,6 +7,8 @@ responses and runs  :class:`.responses.Responses`          ``duckdb_store.respon
 conversations       :class:`.conversations.Conversations`  ``duckdb_store.conversations.ConversationTables``
 prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompts.PromptTables``
 agents              :class:`.agents.Agents`                ``duckdb_store.agents.AgentTables``
+agent sessions      :class:`.sessions.Sessions`            ``duckdb_store.sessions.SessionTables``
+environments        :class:`.environments.Environments`    ``duckdb_store.environments.EnvironmentTables``
 automations         :class:`.automations.Automations`      ``duckdb_store.automations.AutomationTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
@@ -15,7 +17,7 @@ containers          :class:`.containers.Containers`        ``duckdb_store.contai
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first seven over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first nine over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
@@ -41,10 +43,12 @@ from .automations import Automations
 from .console import Console
 from .containers import Containers
 from .conversations import Conversations
+from .environments import Environments
 from .evaluation import Evaluation
 from .files import Files
 from .prompts import Prompts
 from .responses import Responses
+from .sessions import Sessions
 
 __all__ = [
     "Agents",
@@ -52,6 +56,7 @@ __all__ = [
     "CONTAINERS_METHODS",
     "Console",
     "Containers",
+    "Environments",
     "Conversations",
     "Evaluation",
     "FILES_METHODS",
@@ -59,13 +64,14 @@ __all__ = [
     "Prompts",
     "Responses",
     "STORE_METHODS",
+    "Sessions",
     "Store",
     "WRITTEN_THROUGH_WRITERS",
     "methods_of",
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Automations, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console, Protocol):
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -85,7 +91,10 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 """Store methods the async store does not forward as they are: their writes are group-committed
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
-STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Automations, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
+STORE_METHODS = (
+    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console)
+    - WRITTEN_THROUGH_WRITERS
+)
 """What the async store forwards to the store's thread, by name."""
 
 FILES_METHODS = methods_of(Files)

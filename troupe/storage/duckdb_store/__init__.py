@@ -71,7 +71,7 @@ way at all.
 Split by area over shared plumbing: :mod:`.connection` holds the connection, its lock, the
 transaction (:func:`~.connection.transaction`, which :mod:`troupe.storage.rag` uses too), long
 values and pages; each area of the contract (:mod:`troupe.storage.contract`) is a class of its
-own module over it (:mod:`.responses`, :mod:`.conversations`, :mod:`.prompts`, :mod:`.agents`, :mod:`.automations`, :mod:`.evaluation`,
+own module over it (:mod:`.responses`, :mod:`.conversations`, :mod:`.prompts`, :mod:`.agents`, :mod:`.environments`, :mod:`.automations`, :mod:`.evaluation`,
 :mod:`.console`), and :class:`DuckDBStore` is all of them over one connection and one lock.
 """
 
@@ -82,15 +82,18 @@ from .automations import AutomationTables
 from .connection import _PARTS_PER_READ, ROW_GROUP_ROWS, Connection, transaction
 from .console import ConsoleReads
 from .conversations import ConversationTables
+from .environments import EnvironmentTables
 from .evaluation import EvalTables
 from .prompts import PromptTables
 from .responses import ResponseTables
+from .sessions import SessionTables
 
 __all__ = ["DuckDBStore", "ROW_GROUP_ROWS", "Connection", "transaction", "_PARTS_PER_READ"]
 
 
-class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, AutomationTables, EvalTables, ConsoleReads):
-    """Responses, conversations, prompts, agents, automations, evaluation runs and traces in DuckDB: every area of
+class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, SessionTables, EnvironmentTables,
+                  AutomationTables, EvalTables, ConsoleReads):
+    """Responses, conversations, prompts, agents, agent sessions, environments, automations, evaluation runs and traces in DuckDB: every area of
     :class:`~troupe.storage.contract.Store` over one :class:`~.connection.Connection`.
 
     Args:

@@ -1,0 +1,607 @@
+"""Agent sessions (the Agents API's sessions): :class:`SessionService`, what ``Runtime.sessions`` is.
+
+Ray-free. A session is a conversation and a row (:class:`~troupe.storage.contract.Sessions`);
+each of its turns is one or more **background responses** on that conversation, started
+through the runtime like any other, so a session's turns run on its conversation's host, one
+after another (the host's turn lock), different sessions' turns run concurrently across the
+cluster, and a turn whose host dies (or whose server restarts) resumes as a durable run does.
+
+A turn's life::
+
+    message ──► response 1 ──► completed ─────────────────────────► turn completed, session idle
+                    │
+                    └──► completed with client function calls ──► turn waiting, session requires_action
+                             │ every call's result sent (tool_result events, kept in the turn's row)
+                             ▼
+                         response 2 (the results as function_call_output items) ──► …
+
+What is stored is only what cannot be read elsewhere: the turn's responses, in order, and
+results sent and not yet taken. A turn's status, usage and items, the session's status and
+required actions, follow from its responses as they stand (:func:`~troupe.protocol.sessions.turn_status`).
+
+**Events.** ``GET …/events`` and a streamed create follow the session's turns one after another,
+translating each response's events (:meth:`Runtime.follow_response`: live from its host, or
+from its stored event log) into session events. A follower learns that a new turn or response
+started at once when it was started through this runtime (an ``asyncio.Event`` per session),
+and within :data:`POLL_S` when another ingress replica started it.
+
+Example::
+
+    sessions = runtime.sessions
+    made = await sessions.create_session("", parse_session_create({"environment": {"type": "none"},
+                                                                   "agent": {"model": "sim"}, "input": "hi"}))
+    await sessions.submit_events("", made["id"], parse_session_events({"events": [...]}))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from troupe.protocol import InvalidRequest, NotFound, new_response_id, parse_create_request
+from troupe.protocol.agents import new_agent_id
+from troupe.protocol.ids import new_id
+from troupe.protocol.request import CreateResponseRequest
+from troupe.protocol.sessions import (
+    TurnEvents,
+    describe_result,
+    hosted_environment,
+    new_session_id,
+    new_turn_id,
+    pending_calls,
+    required_actions,
+    response_body,
+    session_deleted,
+    session_event,
+    session_item,
+    session_items,
+    session_not_found,
+    session_object,
+    turn_not_found,
+    turn_object,
+    turn_status,
+)
+from troupe.runtime.agents import AgentService
+from troupe.runtime.containers import ContainerService
+from troupe.runtime.environments import EnvironmentService
+from troupe.runtime.store_client import StoreClient
+from troupe.storage import Order, Page
+
+__all__ = ["POLL_S", "SessionService"]
+
+POLL_S = 1.0
+"""How often a follower waiting for a session's next turn reads the store (for turns other
+ingress replicas start; those started here wake it at once)."""
+
+_ACTIVE = ("queued", "in_progress", "waiting")
+_SESSION_AGENT_KEYS = ("model", "instructions", "tools", "text", "reasoning", "service_tier", "multi_agent",
+                       "compaction", "experimental")  # fmt: skip
+T = TypeVar("T")
+Events = AsyncGenerator[list[dict[str, Any]], None]
+"""Batches of session events."""
+
+
+class Responses(Protocol):
+    """What sessions use of the runtime (:class:`~troupe.runtime.facade.Runtime` is one)."""
+
+    store: StoreClient
+    agents: AgentService
+    containers: ContainerService
+    environments: EnvironmentService
+
+    async def create_conversation(self, tenant: str, *, items: list[dict[str, Any]] | None = None,
+                                  metadata: dict[str, Any] | None = None) -> dict[str, Any]: ...  # fmt: skip
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]: ...
+    async def background(self, tenant: str, request: CreateResponseRequest, *, trace: Any = None,
+                         response_id: str | None = None) -> dict[str, Any]: ...  # fmt: skip
+    async def follow_response(self, tenant: str, response_id: str, starting_after: int | None = None) -> Events: ...
+    async def get_response(self, tenant: str, response_id: str) -> dict[str, Any]: ...
+    async def cancel_response(self, tenant: str, response_id: str) -> dict[str, Any]: ...
+    async def list_input_items(self, tenant: str, response_id: str, *, after: str | None = None, limit: int = 20,
+                               order: Order = "desc") -> Page: ...  # fmt: skip
+
+
+class SessionService:
+    """Sessions, their turns, items and events, on ``runtime``'s responses and store."""
+
+    def __init__(self, runtime: Responses) -> None:
+        self.runtime = runtime
+        self.store = runtime.store
+        self._changed: dict[str, asyncio.Event] = {}
+        """Per session followed here: set (and replaced) when a turn or response is added to it."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Turns going on with the client's function results (:meth:`_go_on`)."""
+
+    async def close(self) -> None:
+        """Cancel the turns' continuations under way here (a turn whose results were all sent
+        and whose next response had not started: the next result sent, or a cancel, moves it on)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def create_session(self, tenant: str, parsed: dict[str, Any]) -> dict[str, Any]:
+        """A new session (``parsed``: :func:`~troupe.protocol.sessions.parse_session_create`),
+        its first turn started; the session as it stands then (``in_progress``).
+
+        Raises:
+            NotFound: no such saved agent (``agent_id``), or the model is not served (``agent.model``).
+            InvalidRequest: an MCP server the policy refuses (``agent.tools[i].transport.server_url``).
+        """
+        session = await self._new_session(tenant, parsed)
+        if parsed["input"] is None:  # an environment to work in, and no input yet
+            return session_object(session, "idle", [])
+        turn = await self._start_turn(tenant, session, parsed["input"])
+        return session_object(session, "in_progress", []) | {"last_active_at": int(turn["created_at"])}
+
+    async def stream_new_session(self, tenant: str, parsed: dict[str, Any]) -> Events:
+        """A new session as :meth:`create_session` makes it, and the events of its first turn,
+        to the session's ``idle`` (or ``requires_action``): ``agent.session.created`` first."""
+        session = await self._new_session(tenant, parsed)
+        await self._start_turn(tenant, session, parsed["input"])
+        created = session_event("agent.session.created", new_id("sevt"), session=session_object(session, "in_progress", []))
+        return self._prepend([created], self._follow(tenant, session, seq=0, settle=True))
+
+    async def _new_session(self, tenant: str, parsed: dict[str, Any]) -> dict[str, Any]:
+        agent = await self._session_agent(tenant, parsed["agent_id"], parsed["agent"])
+        environment, container_id, owned = await self._environment(tenant, parsed["environment"])
+        session_id = new_session_id()
+        conversation = await self.runtime.create_conversation(tenant, metadata={"agent_session_id": session_id})
+        now = time.time()
+        return await self.store.create_session(tenant, {
+            "id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
+            "agent": agent, "environment": environment, "metadata": parsed["metadata"],
+            "container_id": container_id, "owns_environment": owned,
+        })  # fmt: skip
+
+    async def _environment(self, tenant: str, given: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
+        """The session's environment as the session shows it, the container its commands run
+        in (None for ``none``), and whether the session made it (and deletes it with itself).
+
+        ``openai_hosted`` is checked against this server's limits and provisioned
+        (:meth:`~troupe.runtime.environments.EnvironmentService.provision`): a new container, or
+        the existing environment ``environment_id`` names. The network and size shown are the
+        container's; the Python packages, those asked for (the sandbox has them; nothing is
+        installed)."""
+        if given["type"] == "none":
+            return {"type": "none"}, None, False
+        environments = self.runtime.environments
+        parsed = environments.parse(given)
+        made = await environments.provision(tenant, parsed)
+        assert made is not None  # openai_hosted
+        container = await self.runtime.containers.get_container(tenant, made["container_id"])
+        packages = parsed["config"].get("python_packages")
+        if packages is None and parsed["environment_template_id"] is not None:
+            template = await environments.get_template(tenant, parsed["environment_template_id"])
+            packages = template["packages"]["python"]
+        return hosted_environment(made, container, packages or []), made["container_id"], parsed["environment_id"] is None
+
+    async def _session_agent(self, tenant: str, agent_id: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+        """The session's agent: the saved agent's fields with ``fields`` over them, or ``fields``
+        (an inline agent, under an id of its own), checked as an agent is."""
+        if agent_id is None:
+            base: dict[str, Any] = {"id": new_agent_id(), "name": None}
+        else:
+            saved = await self.runtime.agents.get_agent(tenant, agent_id)
+            base = {"id": agent_id, "name": saved["name"], **{k: saved[k] for k in _SESSION_AGENT_KEYS}}
+        await self.runtime.agents.check(fields)
+        merged = {**base, **{k: v for k, v in fields.items() if k in _SESSION_AGENT_KEYS and k != "experimental"}}
+        merged["experimental"] = {**(base.get("experimental") or {}), **(fields.get("experimental") or {})}
+        return merged
+
+    async def get_session(self, tenant: str, session_id: str) -> dict[str, Any]:
+        """The session as it stands. Raises: NotFound (naming ``session_id``)."""
+        return await self._wire(tenant, await self._session(tenant, session_id))
+
+    async def list_sessions(
+        self, tenant: str, *, after: str | None = None, limit: int = 20, order: Order = "desc",
+        agent_id: str | None = None, metadata: dict[str, str] | None = None,
+    ) -> Page:  # fmt: skip
+        """The tenant's sessions, newest first unless ``order`` is ``asc``."""
+        page = await self.store.list_sessions(tenant, after=after, limit=limit, order=order, agent_id=agent_id,
+                                              metadata=metadata)  # fmt: skip
+        data = await asyncio.gather(*(self._wire(tenant, s) for s in page.data))
+        return Page(data=list(data), has_more=page.has_more)
+
+    async def update_session(self, tenant: str, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """The session with ``changes`` (:func:`~troupe.protocol.sessions.parse_session_update`)
+        made; agent changes apply from its next response on.
+
+        Raises: NotFound (``session_id``; the new model: ``agent.model``); InvalidRequest (the new tools).
+        """
+        session = await self._session(tenant, session_id)
+        update: dict[str, Any] = {}
+        if "agent" in changes:
+            fields = changes["agent"]
+            await self.runtime.agents.check(fields)
+            agent = {**session["agent"], **{k: v for k, v in fields.items() if k != "experimental"}}
+            agent["experimental"] = {**(session["agent"].get("experimental") or {}), **(fields.get("experimental") or {})}
+            update["agent"] = agent
+        if "metadata" in changes:
+            update["metadata"] = changes["metadata"]
+        updated = await self.store.update_session(tenant, session_id, update) if update else session
+        if updated is None:
+            raise session_not_found(session_id)
+        return await self._wire(tenant, updated)
+
+    async def delete_session(self, tenant: str, session_id: str) -> dict[str, Any]:
+        """Delete the session, its turns and its conversation (a running turn is cancelled first).
+
+        Raises: NotFound (``session_id``)."""
+        session = await self._session(tenant, session_id)
+        last, response = await self._last(tenant, session_id)
+        if last is not None and response is not None and response["status"] in ("queued", "in_progress"):
+            await self._cancel_response(tenant, response["id"])
+        if not await self.store.delete_session(tenant, session_id):
+            raise session_not_found(session_id)
+        if session.get("owns_environment") and session.get("container_id"):
+            try:
+                await self.runtime.containers.delete_container(tenant, session["container_id"])
+            except NotFound:
+                pass  # deleted through the Containers API already
+        try:
+            await self.runtime.delete_conversation(tenant, session["conversation_id"])
+        except NotFound:
+            pass  # deleted through the Conversations API already
+        self._notify(session_id)
+        self._changed.pop(session_id, None)
+        return session_deleted(session_id)
+
+    async def _session(self, tenant: str, session_id: str) -> dict[str, Any]:
+        found = await self.store.get_session(tenant, session_id)
+        if found is None:
+            raise session_not_found(session_id)
+        return found
+
+    async def _wire(self, tenant: str, session: dict[str, Any]) -> dict[str, Any]:
+        turn, last = await self._last(tenant, session["id"])
+        if turn is None:
+            return session_object(session, "idle", [])
+        status = turn_status(turn, last)
+        actions = required_actions(turn["id"], last, turn["results"]) if status == "waiting" and last else []
+        return session_object({**session, "last_active_at": turn["created_at"]}, _SESSION_STATUS[status], actions)
+
+    async def _last(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The session's last turn and that turn's last response (None: none, or gone)."""
+        page = await self.store.list_turns(tenant, session_id, limit=1, order="desc")
+        if not page.data:
+            return None, None
+        turn = page.data[0]
+        return turn, await self._response(tenant, turn["responses"][-1])
+
+    async def _response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        try:
+            return await self.runtime.get_response(tenant, response_id)
+        except NotFound:
+            return None
+
+    # -- input ----------------------------------------------------------------------------
+
+    async def submit_events(self, tenant: str, session_id: str, events: list[dict[str, Any]]) -> None:
+        """Act on the client's events (:func:`~troupe.protocol.sessions.parse_session_events`), in order.
+
+        Raises:
+            NotFound: no such session (``session_id``), or turn (``events[i].turn_id``).
+            InvalidRequest: a message while the session waits for function results; a result
+                for a call the turn is not waiting for (``Unknown pending tool call: <id>``,
+                what the SDK retries while a call's turn is still running); a cancel with no
+                active turn.
+        """
+        session = await self._session(tenant, session_id)
+        for i, event in enumerate(events):
+            if event["type"] == "message":
+                await self._message(tenant, session, event["input"], f"events[{i}]")
+            elif event["type"] == "cancel":
+                await self._cancel(tenant, session, f"events[{i}]")
+            else:
+                await self._tool_result(tenant, session, event, f"events[{i}]")
+
+    async def _message(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]], at: str) -> None:
+        turn, last = await self._last(tenant, session["id"])
+        prefix: list[dict[str, Any]] = []
+        if turn is not None and last is not None:
+            status = turn_status(turn, last)
+            if status == "waiting":
+                raise InvalidRequest("The session is waiting for the results of its function calls "
+                                     "(required_actions): send them as tool_result events, or cancel the turn.",
+                                     param=f"{at}.type", code="invalid_request_error")  # fmt: skip
+            if status == "cancelled" and last["status"] == "completed":
+                # Cancelled while it waited: its calls get an answer, or the model would see them open.
+                prefix = [{"type": "function_call_output", "call_id": call["call_id"],
+                           "output": "Error: the turn was cancelled before this call's result came."}
+                          for call in pending_calls(last)]  # fmt: skip
+        await self._start_turn(tenant, session, prefix + items)
+
+    async def _start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
+        turn_id = new_turn_id()
+        response_id = new_response_id(session["conversation_id"])
+        request = parse_create_request(response_body(session, items, turn_id))
+        await self.runtime.background(tenant, request, response_id=response_id)
+        turn = await self.store.add_turn(tenant, session["id"], turn_id, response_id, time.time())
+        self._notify(session["id"])
+        return turn
+
+    async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
+        turn, last = await self._last(tenant, session["id"])
+        status = None if turn is None else turn_status(turn, last)
+        if turn is None or status not in _ACTIVE:
+            raise InvalidRequest("The session has no active turn to cancel.", param=f"{at}.type",
+                                 code="invalid_request_error")  # fmt: skip
+        if status == "waiting":
+            await self.store.cancel_turn(tenant, session["id"], turn["id"])
+            self._notify(session["id"])
+        else:
+            await self._cancel_response(tenant, turn["responses"][-1])
+
+    async def _cancel_response(self, tenant: str, response_id: str) -> None:
+        try:
+            await self.runtime.cancel_response(tenant, response_id)
+        except InvalidRequest:
+            pass  # it ended meanwhile
+
+    async def _tool_result(self, tenant: str, session: dict[str, Any], event: dict[str, Any], at: str) -> None:
+        turn = await self.store.get_turn(tenant, session["id"], event["turn_id"])
+        if turn is None:
+            raise NotFound(f"Turn with id '{event['turn_id']}' not found.", param=f"{at}.turn_id")
+        response_id = turn["responses"][-1]
+        last = await self._response(tenant, response_id)
+        calls = {c["call_id"] for c in pending_calls(last or {}) if turn_status(turn, last) in _ACTIVE}
+        if event["call_id"] not in calls:
+            # The SDK's words: it retries this while the call's response is still being written.
+            raise InvalidRequest(f"Unknown pending tool call: {event['call_id']}", param=f"{at}.call_id",
+                                 code="invalid_request_error")  # fmt: skip
+        result = {k: event[k] for k in ("success", "output", "error")}
+        await self.store.record_tool_result(tenant, session["id"], turn["id"], event["call_id"], result)
+        task = asyncio.ensure_future(self._go_on(tenant, session, turn["id"], response_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _go_on(self, tenant: str, session: dict[str, Any], turn_id: str, after: str) -> None:
+        """Start the turn's next response once ``after`` (its last) has ended and every call it
+        left has a result; nothing if another caller started it, or a result is missing still."""
+        async for _ in await self.runtime.follow_response(tenant, after):
+            pass  # to its end
+        last = await self._response(tenant, after)
+        if last is None:
+            return
+        calls = pending_calls(last)
+        response_id = new_response_id(session["conversation_id"])
+        session = await self._session(tenant, session["id"])  # its agent as it is now
+        results = await self.store.continue_turn(tenant, session["id"], turn_id, after=after, response_id=response_id,
+                                                 call_ids=[c["call_id"] for c in calls])  # fmt: skip
+        if results is None:
+            return
+        items = [{"type": "function_call_output", "call_id": call_id, "output": describe_result(result)}
+                 for call_id, result in results.items()]  # fmt: skip
+        request = parse_create_request(response_body(session, items, turn_id))
+        try:
+            await self.runtime.background(tenant, request, response_id=response_id)
+        finally:
+            self._notify(session["id"])  # a response that failed to start fails the turn: it is gone
+
+    # -- turns and items ------------------------------------------------------------------
+
+    async def list_turns(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        session = await self._session(tenant, session_id)
+        page = await self.store.list_turns(tenant, session_id, after=after, limit=limit, order=order)
+        data = await asyncio.gather(*(self._turn_object(tenant, session, t) for t in page.data))
+        return Page(data=list(data), has_more=page.has_more)
+
+    async def get_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any]:
+        session = await self._session(tenant, session_id)
+        turn = await self.store.get_turn(tenant, session_id, turn_id)
+        if turn is None:
+            raise turn_not_found(turn_id)
+        return await self._turn_object(tenant, session, turn)
+
+    async def _turn_object(self, tenant: str, session: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
+        responses = await asyncio.gather(*(self._response(tenant, r) for r in turn["responses"]))
+        return turn_object(turn, list(responses), session["agent"]["id"])
+
+    async def list_items(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc",
+        turn_id: str | None = None,
+    ) -> Page:  # fmt: skip
+        """The session's items (its user messages, the agent's output, function results), in
+        the order they were made; those of one turn with ``turn_id``. An unknown ``after`` gives
+        an empty page."""
+        await self._session(tenant, session_id)
+        turns = [await self.store.get_turn(tenant, session_id, turn_id)] if turn_id else await self._all_turns(tenant, session_id)
+        if turns == [None]:
+            raise turn_not_found(turn_id or "")
+        items: list[dict[str, Any]] = []
+        for turn in turns:
+            assert turn is not None
+            for response_id in turn["responses"]:
+                items += await self._response_items(tenant, response_id, turn["id"])
+        if order == "desc":
+            items.reverse()
+        if after is not None:
+            ids = [item["id"] for item in items]
+            items = items[ids.index(after) + 1:] if after in ids else []
+        return Page(data=items[:limit], has_more=len(items) > limit)
+
+    async def _all_turns(self, tenant: str, session_id: str) -> list[dict[str, Any]]:
+        turns: list[dict[str, Any]] = []
+        after = None
+        while True:
+            page = await self.store.list_turns(tenant, session_id, after=after, limit=100, order="asc")
+            turns += page.data
+            if not page.has_more:
+                return turns
+            after = turns[-1]["id"]
+
+    async def _response_items(self, tenant: str, response_id: str, turn_id: str) -> list[dict[str, Any]]:
+        response = await self._response(tenant, response_id)
+        if response is None:
+            return []
+        inputs: list[dict[str, Any]] = []
+        after = None
+        while True:
+            try:
+                page = await self.runtime.list_input_items(tenant, response_id, after=after, limit=100, order="asc")
+            except NotFound:
+                break  # still running: its input is not stored yet
+            inputs += page.data
+            if not page.has_more:
+                break
+            after = inputs[-1]["id"]
+        return session_items([*inputs, *(response.get("output") or [])], turn_id)
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def open_events(self, tenant: str, session_id: str) -> Events:
+        """The session's events from now on, until the client goes: first its state
+        (``agent.session.idle``, ``in_progress`` or ``requires_action``, with the session), then
+        every turn's events as it runs (a running turn's from its start; a turn waiting for the
+        client's results from its next response). Where it starts is fixed before this returns,
+        so input sent after it is never missed.
+
+        Raises: NotFound (``session_id``)."""
+        session = await self._session(tenant, session_id)
+        turn, last = await self._last(tenant, session_id)
+        wire = await self._wire(tenant, session)
+        state = session_event(f"agent.session.{wire['status']}", new_id("sevt"), session=wire)
+        status = None if turn is None else turn_status(turn, last)
+        if turn is None:
+            seq, index = 0, 0
+        elif status in ("queued", "in_progress"):
+            seq, index = turn["seq"], 0
+        elif status == "waiting":
+            seq, index = turn["seq"], len(turn["responses"])
+        else:
+            seq, index = turn["seq"] + 1, 0
+        return self._prepend([state], self._follow(tenant, session, seq=seq, index=index, settle=False))
+
+    async def _follow(
+        self, tenant: str, session: dict[str, Any], *, seq: int, index: int = 0, settle: bool
+    ) -> Events:
+        """The events of the session's turns from turn ``seq``'s response ``index`` on (``index``
+        past its responses: from the one its client's results start); with ``settle``, only
+        until that turn ends or waits for the client's results."""
+        session_id = session["id"]
+        while True:
+            turn = await self._wait_for(session_id, functools.partial(self._turn_at, tenant, session_id, seq))
+            if turn is None:
+                return  # the session was deleted
+            shown = await self._shown_before(tenant, turn, index)
+            while True:
+                if index == len(turn["responses"]):  # waiting for the client's results
+                    moved = functools.partial(self._moved_on, tenant, session_id, turn["id"], index)
+                    turn = await self._wait_for(session_id, moved)
+                    if turn is None:
+                        return
+                    if index == len(turn["responses"]):
+                        status = "cancelled"
+                        break
+                response_id = turn["responses"][index]
+                translate = TurnEvents(session_id, turn["id"], response_id, offset=shown)
+                async for batch in self._response_events(tenant, session, turn, index, translate):
+                    yield batch
+                shown = translate.shown
+                turn = await self.store.get_turn(tenant, session_id, turn["id"]) or turn
+                status = turn_status(turn, await self._response(tenant, response_id))
+                if status != "waiting":
+                    break
+                wire = await self._wire(tenant, session)
+                yield [session_event("agent.session.requires_action", new_id("sevt"), session=wire)]
+                if settle:
+                    return
+                index += 1
+            ended = await self._turn_object(tenant, session, turn)
+            wire = session_object(session, "idle", []) | {"last_active_at": int(time.time())}
+            yield [session_event(f"agent.session.turn.{status}", new_id("sevt"), session_id=session_id,
+                                 turn_id=turn["id"], turn=ended, usage=ended["usage"]),
+                   session_event("agent.session.idle", new_id("sevt"), session=wire)]  # fmt: skip
+            if settle:
+                return
+            seq, index = seq + 1, 0
+
+    async def _shown_before(self, tenant: str, turn: dict[str, Any], index: int) -> int:
+        """How many items the turn's responses before ``index`` show (where ``output_index`` goes on)."""
+        shown = 0
+        for response_id in turn["responses"][:index]:
+            response = await self._response(tenant, response_id)
+            shown += sum(session_item(item, turn["id"]) is not None for item in (response or {}).get("output") or ())
+        return shown
+
+    async def _response_events(
+        self, tenant: str, session: dict[str, Any], turn: dict[str, Any], index: int, translate: TurnEvents
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """One of the turn's responses' events, as session events."""
+        response_id = turn["responses"][index]
+        base = {"session_id": session["id"], "turn_id": turn["id"]}
+        try:
+            batches = await self.runtime.follow_response(tenant, response_id)
+        except (NotFound, InvalidRequest):
+            return  # gone, or its event log was pruned: the turn's end says how it ended
+        async for batch in batches:
+            out: list[dict[str, Any]] = []
+            for event in batch:
+                kind = event.get("type")
+                if index == 0 and kind in ("response.created", "response.in_progress"):
+                    snapshot = turn_object(turn, [event["response"]], session["agent"]["id"])
+                    suffix = "created" if kind == "response.created" else "in_progress"
+                    out.append(session_event(f"agent.session.turn.{suffix}", f"sevt_{response_id[5:]}_t{suffix}",
+                                             turn=snapshot, **base))  # fmt: skip
+                if kind == "response.in_progress":
+                    wire = session_object(session, "in_progress", [])
+                    out.append(session_event("agent.session.in_progress", f"sevt_{response_id[5:]}_s", session=wire))
+                out += translate.translate(event)
+            if out:
+                yield out
+
+    async def _turn_at(self, tenant: str, session_id: str, seq: int) -> dict[str, Any] | None | bool:
+        """The session's turn ``seq``; False while it has none (yet); None if the session is gone."""
+        page = await self.store.list_turns(tenant, session_id, limit=1, order="desc")
+        if not page.data:
+            return None if await self.store.get_session(tenant, session_id) is None else False
+        last = page.data[0]
+        if last["seq"] < seq:
+            return False
+        if last["seq"] == seq:
+            return last
+        turns = await self._all_turns(tenant, session_id)
+        return next((t for t in turns if t["seq"] == seq), False)
+
+    async def _moved_on(self, tenant: str, session_id: str, turn_id: str, index: int) -> dict[str, Any] | None | bool:
+        """The waiting turn once it has response ``index`` or was cancelled; False before."""
+        now = await self.store.get_turn(tenant, session_id, turn_id)
+        if now is None:
+            return None
+        return now if now["cancelled"] or len(now["responses"]) > index else False
+
+    async def _wait_for(self, session_id: str, check: Callable[[], Awaitable[T | bool]]) -> T:
+        """``check()``'s first value that is not False: checked again whenever a change to the
+        session is made through this runtime, and every :data:`POLL_S` for other replicas'."""
+        while True:
+            changed = self._changed.setdefault(session_id, asyncio.Event())
+            found = await check()
+            if found is not False:
+                return found  # type: ignore[return-value]
+            try:
+                await asyncio.wait_for(changed.wait(), POLL_S)
+            except TimeoutError:
+                pass
+
+    def _notify(self, session_id: str) -> None:
+        changed = self._changed.pop(session_id, None)
+        if changed is not None:
+            changed.set()
+
+    @staticmethod
+    async def _prepend(first: list[dict[str, Any]], rest: AsyncIterator[list[dict[str, Any]]]) -> Events:
+        yield first
+        async for batch in rest:
+            yield batch
+
+
+_SESSION_STATUS = {"queued": "in_progress", "in_progress": "in_progress", "waiting": "requires_action",
+                   "completed": "idle", "failed": "idle", "cancelled": "idle"}  # fmt: skip
+"""A session's status from its last turn's: a failed turn leaves the session ready for input."""

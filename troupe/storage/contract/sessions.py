@@ -1,0 +1,104 @@
+"""The sessions area of the store contract (the Agents API's sessions and their turns).
+
+A session is stored as a plain object, the part of the wire ``agent.session`` that is the
+session's own (:mod:`troupe.protocol.sessions`): ``{"id", "created_at", "last_active_at",
+"conversation_id", "agent", "environment", "metadata", "vault_ids"}``. What changes as it runs
+(its status, required actions, usage) is not stored here: it follows from its turns.
+
+A turn is ``{"id", "session_id", "seq", "created_at", "responses", "results", "cancelled"}``:
+``responses`` are the ids of the background responses that ran it, in order (more than one when
+the agent called the client's functions and the turn went on with their results), ``results``
+the function results the client has sent for the last response's calls and that no response
+has taken yet, ``cancelled`` whether the client cancelled it while it waited for them.
+
+Implemented by :class:`troupe.storage.duckdb_store.sessions.SessionTables`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..base import Order, Page
+
+__all__ = ["Sessions"]
+
+
+class Sessions(Protocol):
+    """Agent sessions and their turns, per tenant."""
+
+    def create_session(self, tenant: str, session: dict[str, Any]) -> dict[str, Any]:
+        """Store a new session (its whole object, with ``id`` and times); that object.
+
+        Raises:
+            StorageError: the id is taken (for this tenant), or the object is not JSON.
+        """
+        ...
+
+    def get_session(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        """The session's object; None if the tenant has no such session."""
+        ...
+
+    def list_sessions(
+        self,
+        tenant: str,
+        *,
+        after: str | None = None,
+        limit: int = 20,
+        order: Order = "desc",
+        agent_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Page:
+        """The tenant's sessions by creation time, those of the saved agent ``agent_id`` only
+        when given, and those whose metadata holds every pair of ``metadata``."""
+        ...
+
+    def update_session(self, tenant: str, session_id: str, changes: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace the fields of the session that ``changes`` names (``agent``: the resolved agent
+        as a whole; ``metadata``), in one transaction; the updated object, None if no such session."""
+        ...
+
+    def delete_session(self, tenant: str, session_id: str) -> bool:
+        """Delete a session and its turns; False if the tenant has no such session."""
+        ...
+
+    def add_turn(self, tenant: str, session_id: str, turn_id: str, response_id: str, created_at: float) -> dict[str, Any]:
+        """A new turn, the session's last (``seq`` one more than its last turn's), run by
+        ``response_id``; it moves the session row's ``last_active_at`` column (for SQL; the
+        object's stays as created: the runtime reads a session's activity from its last turn). The turn.
+
+        Raises:
+            StorageError: no such session.
+        """
+        ...
+
+    def get_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any] | None:
+        """The turn; None if the session has no such turn."""
+        ...
+
+    def list_turns(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        """The session's turns by ``seq`` (``after``: a turn id; an unknown one gives an empty page)."""
+        ...
+
+    def record_tool_result(
+        self, tenant: str, session_id: str, turn_id: str, call_id: str, result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Keep the client's ``result`` for the function call ``call_id`` of the turn's last
+        response (the same call sent again replaces it); the turn. None if no such turn."""
+        ...
+
+    def continue_turn(
+        self, tenant: str, session_id: str, turn_id: str, *, after: str, response_id: str, call_ids: list[str]
+    ) -> dict[str, Any] | None:
+        """Claim the turn's next response: if its last response is still ``after`` and a result
+        is kept for each of ``call_ids``, append ``response_id`` and hand over the results (taken
+        from the row) in one transaction; those results. None otherwise: another caller claimed
+        it first, or a result is missing. Two callers never both claim one response's results.
+        """
+        ...
+
+    def cancel_turn(self, tenant: str, session_id: str, turn_id: str) -> bool:
+        """Mark the turn cancelled (a turn waiting for function results: no response runs it);
+        False if no such turn."""
+        ...

@@ -1,0 +1,205 @@
+"""The sessions area in DuckDB (:class:`~troupe.storage.contract.Sessions`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import duckdb
+
+from .. import schema
+from ..base import Order, Page, StorageError
+from ..contract import Sessions
+from .connection import Connection, check_page_args
+
+__all__ = ["SessionTables"]
+
+_TURN_COLUMNS = "id, session_id, seq, created_at, responses, results, cancelled"
+
+
+class SessionTables(Connection, Sessions):
+    """Sessions (one row each, the object as one JSON value, in ``value_parts`` when long: an
+    agent's instructions and tools may take MBs) and their turns (one row each)."""
+
+    def create_session(self, tenant: str, session: dict[str, Any]) -> dict[str, Any]:
+        """See :meth:`Sessions.create_session`."""
+        with self._transaction() as conn:
+            return self._write_session(conn, tenant, session, new=True)
+
+    def _write_session(
+        self, conn: duckdb.DuckDBPyConnection, tenant: str, session: dict[str, Any], *, new: bool,
+        old_parts: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        text = schema.dump_json(session)
+        parts: list[tuple[int, int, str]] = []
+        stored, parts_id = self._stored(text, parts)
+        agent_id = session["agent"].get("id")
+        metadata = schema.dump_json(session.get("metadata") or {})
+        if new:
+            conn.execute(
+                "INSERT INTO agent_sessions (tenant, id, created_at, last_active_at, agent_id, metadata, session,"
+                " session_parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [tenant, session["id"], session["created_at"], session["last_active_at"], agent_id, metadata, stored,
+                 parts_id],
+            )
+        else:
+            conn.execute(
+                "UPDATE agent_sessions SET last_active_at = ?, agent_id = ?, metadata = ?, session = ?, session_parts = ?"
+                " WHERE tenant = ? AND id = ?",
+                [session["last_active_at"], agent_id, metadata, stored, parts_id, tenant, session["id"]],
+            )
+            self._delete_parts(conn, [(old_parts,)])
+        self._insert(conn, "value_parts", schema.PART_COLUMNS, parts)
+        return json.loads(text)
+
+    def _read_session(self, conn: duckdb.DuckDBPyConnection, tenant: str, session_id: str) -> tuple[dict[str, Any], int | None] | None:
+        rows = conn.execute("SELECT session, session_parts FROM agent_sessions WHERE tenant = ? AND id = ?",
+                            [tenant, session_id]).fetchall()  # fmt: skip
+        if not rows:
+            return None
+        text, parts_id = rows[0]
+        return json.loads(text if parts_id is None else self._join_parts(conn, [parts_id])[parts_id]), parts_id
+
+    def get_session(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        """See :meth:`Sessions.get_session`."""
+        found = self._fetch_values("SELECT session, session_parts FROM agent_sessions WHERE tenant = ? AND id = ?",
+                                   [tenant, session_id])  # fmt: skip
+        return found[0][0] if found else None
+
+    def list_sessions(
+        self,
+        tenant: str,
+        *,
+        after: str | None = None,
+        limit: int = 20,
+        order: Order = "desc",
+        agent_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> Page:
+        """See :meth:`Sessions.list_sessions`."""
+        check_page_args(limit, order)
+        where, params = "tenant = ?", [tenant]
+        if agent_id is not None:
+            where, params = where + " AND agent_id = ?", [*params, agent_id]
+        for key, value in (metadata or {}).items():
+            path = "$." + json.dumps(key)  # a quoted member name: any key is taken as it is
+            where, params = where + " AND json_extract_string(metadata, ?) = ?", [*params, path, value]
+        anchor = None
+        if after is not None:
+            anchor = self._fetchone("SELECT created_at, id FROM agent_sessions WHERE tenant = ? AND id = ?",
+                                    [tenant, after])  # fmt: skip
+            if anchor is None:
+                return Page(data=[], has_more=False)
+        return self._paged("agent_sessions", where, params, ("created_at", "id"), anchor, limit, order,
+                           "session, session_parts")  # fmt: skip
+
+    def update_session(self, tenant: str, session_id: str, changes: dict[str, Any]) -> dict[str, Any] | None:
+        """See :meth:`Sessions.update_session`."""
+        with self._transaction() as conn:
+            found = self._read_session(conn, tenant, session_id)
+            if found is None:
+                return None
+            session, parts_id = found
+            return self._write_session(conn, tenant, {**session, **changes}, new=False, old_parts=parts_id)
+
+    def delete_session(self, tenant: str, session_id: str) -> bool:
+        """See :meth:`Sessions.delete_session`."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM session_turns WHERE tenant = ? AND session_id = ?", [tenant, session_id])
+            sql = "DELETE FROM agent_sessions WHERE tenant = ? AND id = ? RETURNING session_parts"
+            return self._delete_returning_parts(conn, sql, [tenant, session_id]) > 0
+
+    def add_turn(self, tenant: str, session_id: str, turn_id: str, response_id: str, created_at: float) -> dict[str, Any]:
+        """See :meth:`Sessions.add_turn`."""
+        with self._transaction() as conn:
+            moved = conn.execute(
+                "UPDATE agent_sessions SET last_active_at = ? WHERE tenant = ? AND id = ? RETURNING id",
+                [created_at, tenant, session_id],
+            ).fetchall()
+            if not moved:
+                raise StorageError(f"no session {session_id}")
+            (last,) = conn.execute("SELECT max(seq) FROM session_turns WHERE tenant = ? AND session_id = ?",
+                                   [tenant, session_id]).fetchone() or (None,)  # fmt: skip
+            seq = 0 if last is None else last + 1
+            conn.execute(
+                f"INSERT INTO session_turns (tenant, {_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [tenant, turn_id, session_id, seq, created_at, json.dumps([response_id]), "{}", False],
+            )
+        return {"id": turn_id, "session_id": session_id, "seq": seq, "created_at": created_at,
+                "responses": [response_id], "results": {}, "cancelled": False}  # fmt: skip
+
+    def get_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any] | None:
+        """See :meth:`Sessions.get_turn`."""
+        row = self._fetchone(f"SELECT {_TURN_COLUMNS} FROM session_turns WHERE tenant = ? AND session_id = ? AND id = ?",
+                             [tenant, session_id, turn_id])  # fmt: skip
+        return None if row is None else _turn(row)
+
+    def list_turns(
+        self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+    ) -> Page:
+        """See :meth:`Sessions.list_turns`."""
+        check_page_args(limit, order)
+        where, params = "tenant = ? AND session_id = ?", [tenant, session_id]
+        if after is not None:
+            anchor = self._fetchone("SELECT seq FROM session_turns WHERE tenant = ? AND session_id = ? AND id = ?",
+                                    [tenant, session_id, after])  # fmt: skip
+            if anchor is None:
+                return Page(data=[], has_more=False)
+            where, params = where + f" AND seq {'>' if order == 'asc' else '<'} ?", [*params, anchor[0]]
+        rows = self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM session_turns WHERE {where} ORDER BY seq {'ASC' if order == 'asc' else 'DESC'}"
+            " LIMIT ?",
+            [*params, limit + 1],
+        )
+        return Page(data=[_turn(r) for r in rows[:limit]], has_more=len(rows) > limit)
+
+    def record_tool_result(
+        self, tenant: str, session_id: str, turn_id: str, call_id: str, result: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """See :meth:`Sessions.record_tool_result`."""
+        with self._transaction() as conn:
+            turn = self._turn_in(conn, tenant, session_id, turn_id)
+            if turn is None:
+                return None
+            turn["results"] = {**turn["results"], call_id: result}
+            conn.execute("UPDATE session_turns SET results = ? WHERE tenant = ? AND session_id = ? AND id = ?",
+                         [json.dumps(turn["results"]), tenant, session_id, turn_id])  # fmt: skip
+            return turn
+
+    def continue_turn(
+        self, tenant: str, session_id: str, turn_id: str, *, after: str, response_id: str, call_ids: list[str]
+    ) -> dict[str, Any] | None:
+        """See :meth:`Sessions.continue_turn`."""
+        with self._transaction() as conn:
+            turn = self._turn_in(conn, tenant, session_id, turn_id)
+            if turn is None or turn["cancelled"] or turn["responses"][-1] != after:
+                return None
+            results = turn["results"]
+            if any(call_id not in results for call_id in call_ids):
+                return None
+            conn.execute(
+                "UPDATE session_turns SET responses = ?, results = '{}' WHERE tenant = ? AND session_id = ? AND id = ?",
+                [json.dumps([*turn["responses"], response_id]), tenant, session_id, turn_id],
+            )
+            return {call_id: results[call_id] for call_id in call_ids}
+
+    def cancel_turn(self, tenant: str, session_id: str, turn_id: str) -> bool:
+        """See :meth:`Sessions.cancel_turn`."""
+        with self._transaction() as conn:
+            done = conn.execute(
+                "UPDATE session_turns SET cancelled = true WHERE tenant = ? AND session_id = ? AND id = ? RETURNING id",
+                [tenant, session_id, turn_id],
+            ).fetchall()
+            return bool(done)
+
+    @staticmethod
+    def _turn_in(conn: duckdb.DuckDBPyConnection, tenant: str, session_id: str, turn_id: str) -> dict[str, Any] | None:
+        row = conn.execute(f"SELECT {_TURN_COLUMNS} FROM session_turns WHERE tenant = ? AND session_id = ? AND id = ?",
+                           [tenant, session_id, turn_id]).fetchone()  # fmt: skip
+        return None if row is None else _turn(row)
+
+
+def _turn(row: tuple[Any, ...]) -> dict[str, Any]:
+    turn_id, session_id, seq, created_at, responses, results, cancelled = row
+    return {"id": turn_id, "session_id": session_id, "seq": seq, "created_at": created_at,
+            "responses": json.loads(responses), "results": json.loads(results), "cancelled": cancelled}  # fmt: skip
