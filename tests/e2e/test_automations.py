@@ -3,8 +3,8 @@ over real HTTP: on the in-process app and on Ray Serve's ``replica`` app of the 
 scheduler in the replica, the rows in the storage actor's DuckDB file); what the placement
 cannot change, ``LOCAL_ONLY``, in process only.
 
-Sessions, which a firing starts or reaches, are not served yet: a firing's invocation fails with
-``sessions_unavailable``, and these tests check that it is made once, at its time, and recorded.
+A firing starts a session or sends a turn to one through the sessions' code, and the
+invocation names that session.
 """
 
 from __future__ import annotations
@@ -68,24 +68,34 @@ def test_an_automation_from_create_to_delete(client: OpenAI) -> None:
     assert made.id not in [a.id for a in automations.list(order="asc")]
 
 
-def test_a_due_automation_fires_once_and_its_invocation_is_recorded(client: OpenAI) -> None:
-    automations = client.beta.agents.automations
-    run_at = int(time.time()) + 2
-    made = automations.create(type="once", name="soon", run_at=run_at, target=EXISTING)
-    assert (made.run_at, made.status) == (run_at, "active")
-
-    def delivered() -> bool:
-        found = list(automations.invocations.list(made.id))
+def delivered(client: OpenAI, automation_id: str) -> Any:
+    """The automation's one invocation, once its delivery has ended (waited on, not slept for)."""
+    def ended() -> bool:
+        found = list(client.beta.agents.automations.invocations.list(automation_id))
         return bool(found) and found[0].status != "queued"
 
-    wait_for(delivered, timeout_s=30, what="the automation's firing")
-    [invocation] = list(automations.invocations.list(made.id))
-    assert (invocation.automation_id, invocation.scheduled_at, invocation.source.type) == (made.id, run_at,
-                                                                                           "automation")  # fmt: skip
-    assert invocation.created_at >= run_at and invocation.session_id == "sess_e2e"
-    assert invocation.source.automation.id == made.id
-    # No sessions on this server yet: the delivery fails, saying so, and is not retried.
-    assert (invocation.status, invocation.error.code) == ("failed", "sessions_unavailable")
+    wait_for(ended, timeout_s=30, what="the automation's delivery")
+    [invocation] = list(client.beta.agents.automations.invocations.list(automation_id))
+    return invocation
+
+
+def test_a_due_automation_fires_once_into_a_new_session(client: OpenAI) -> None:
+    automations = client.beta.agents.automations
+    run_at = int(time.time()) + 2
+    target = {"type": "new_session", "agent": {"model": "sim", "instructions": "Be brief."},
+              "environment": {"type": "none"}, "input": [MESSAGE], "metadata": {"from": "automation"}}  # fmt: skip
+    made = automations.create(type="once", name="soon", run_at=run_at, target=target)
+    assert (made.run_at, made.status, made.target.agent.model) == (run_at, "active", "sim")
+
+    invocation = delivered(client, made.id)
+    assert (invocation.status, invocation.error, invocation.automation_id) == ("completed", None, made.id)
+    assert (invocation.scheduled_at, invocation.source.type, invocation.source.automation.id) == (
+        run_at, "automation", made.id)
+    assert invocation.created_at >= run_at and invocation.session_id.startswith("sess_")
+    session = client.beta.agents.sessions.retrieve(invocation.session_id)
+    assert session.metadata == {"from": "automation"}, "the session the invocation names is the one it started"
+    [turn] = client.beta.agents.sessions.turns.list(session.id).data
+    assert turn.id
     assert automations.retrieve(made.id).status == "completed"
     assert automations.invocations.retrieve(invocation.id, automation_id=made.id).model_dump() == \
         invocation.model_dump()
@@ -96,15 +106,32 @@ def test_a_due_automation_fires_once_and_its_invocation_is_recorded(client: Open
     automations.delete(made.id)
 
 
-def test_a_manual_invocation_is_queued_without_changing_the_schedule(client: OpenAI) -> None:
+def test_an_existing_session_gets_the_instructions_as_its_next_turn(client: OpenAI) -> None:
     automations = client.beta.agents.automations
-    made = automations.create(type="periodic", name="yearly", expression="0 0 1 1 *", timezone="UTC", target=EXISTING)
+    session = client.beta.agents.sessions.create(environment={"type": "none"}, agent={"model": "sim"}, input="hi")
+    wait_for(lambda: client.beta.agents.sessions.retrieve(session.id).status == "idle", what="the first turn's end")
+    made = automations.create(type="periodic", name="yearly", expression="0 0 1 1 *", timezone="UTC",
+                              target={**EXISTING, "session_id": session.id})  # fmt: skip
     manual = automations.invocations.create(made.id)
     assert (manual.object, manual.automation_id, manual.source.type, manual.scheduled_at) == (
         "agent.automation.invocation", made.id, "manual", None)
-    wait_for(lambda: automations.invocations.retrieve(manual.id, automation_id=made.id).status != "queued",
-             timeout_s=30, what="the manual delivery")  # fmt: skip
+    invocation = delivered(client, made.id)
+    assert (invocation.id, invocation.status, invocation.session_id) == (manual.id, "completed", session.id)
+    assert len(client.beta.agents.sessions.turns.list(session.id).data) == 2, "the instructions made a turn"
+    assert [a.id for a in automations.list(session_id=session.id)] == [made.id]
     assert automations.retrieve(made.id).model_dump() == made.model_dump(), "the schedule is unchanged"
+    automations.delete(made.id)
+
+
+def test_a_gone_target_session_fails_the_invocation_and_pauses_the_automation(client: OpenAI) -> None:
+    automations = client.beta.agents.automations
+    made = automations.create(type="periodic", name="yearly", expression="0 0 1 1 *", timezone="UTC",
+                              target={**EXISTING, "session_id": "sess_gone"})  # fmt: skip
+    automations.invocations.create(made.id)
+    invocation = delivered(client, made.id)
+    assert (invocation.status, invocation.error.code, invocation.session_id) == ("failed", "not_found", "sess_gone")
+    paused = automations.retrieve(made.id)
+    assert (paused.status, paused.pause_reason) == ("paused", "target_session_failed")
     automations.delete(made.id)
 
 
@@ -143,6 +170,13 @@ def test_automations_list_in_pages_and_by_target_session(client: OpenAI) -> None
         ({"name": "x", "type": "periodic", "expression": "0 9 * * *", "timezone": "UTC",
           "target": {"type": "new_session", "agent": {"model": "gpt-nowhere"}, "environment": {"type": "none"},
                      "input": [MESSAGE]}}, 404, "target.agent.model", "model_not_found"),
+        ({"name": "x", "type": "periodic", "expression": "0 9 * * *", "timezone": "UTC",
+          "target": {"type": "new_session", "agent": {"model": "sim"}, "environment": {"type": "none"},
+                     "input": [MESSAGE], "vault_ids": ["vlt_1"]}}, 400, "target.vault_ids", "unsupported_parameter"),
+        ({"name": "x", "type": "periodic", "expression": "0 9 * * *", "timezone": "UTC",
+          "target": {"type": "new_session", "agent": {"model": "sim"}, "input": [MESSAGE],
+                     "environment": {"type": "self_hosted", "workspace_directory": "/w", "capability_directories": []}}},
+         400, "target.environment.type", "unsupported_value"),
         ({"name": "x", "type": "periodic", "expression": "0 9 * * *", "timezone": "UTC",
           "target": {"type": "new_session", "agent": {"model": "sim", "tools": [{"type": "automations"}]},
                      "environment": {"type": "none"}, "input": [MESSAGE]}}, 400, "target.agent.tools[0].type",

@@ -2,9 +2,9 @@
 the scheduler fires a due automation once, two schedulers over one store (two replicas) claim
 each due time once, and an environment's confidential values never reach the database file.
 
-The Agents API's sessions are not served yet: ``Recorded`` stands in for ``runtime.sessions``
-(:class:`~troupe.runtime.automations.Sessions`), recording what a firing sends it. Once sessions
-land, tests/e2e/test_automations.py fires through them.
+``Recorded`` stands in for ``runtime.sessions`` (:class:`~troupe.runtime.automations.Sessions`),
+recording what a firing sends it, and a session that is gone; tests/e2e/test_automations.py fires
+through the real sessions, over HTTP.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from tests.servers import wait_until
 from troupe.protocol import NotFound
 from troupe.protocol.automations import parse_automation_create, parse_automation_update
+from troupe.protocol.sessions import parse_session_create, parse_session_events
 from troupe.runtime.automations import AutomationService
 from troupe.runtime.store_client import AsyncStore
 from troupe.storage.credentials import CredentialKeys, new_key
@@ -82,8 +83,9 @@ async def test_the_scheduler_fires_a_due_automation_once_into_a_new_session(stor
         assert (invocation["status"], invocation["session_id"], invocation["error"]) == ("completed", "sess_new1", None)
         assert invocation["scheduled_at"] == made["run_at"]
         [(tenant, body)] = sessions.created
-        assert tenant == "acme" and body == {"agent_id": "agent_1", "environment": HOSTED, "input": [MESSAGE],
-                                             "metadata": {}, "vault_ids": []}, "the environment whole again"  # fmt: skip
+        assert tenant == "acme" and body == parse_session_create(
+            {"agent_id": "agent_1", "environment": HOSTED, "input": [MESSAGE], "metadata": {}}), \
+            "the session create body, checked as the sessions' route checks it, with the environment whole again"
         assert (await service.get_automation("acme", made["id"]))["status"] == "completed"
     finally:
         await service.close()
@@ -95,8 +97,9 @@ async def test_an_existing_session_gets_the_instructions_and_a_gone_one_pauses_t
     try:
         made = await service.create_automation("acme", once(EXISTING))
         assert (await finished(service, made["id"]))["session_id"] == "sess_1"
-        assert sessions.submitted == [("acme", "sess_1", [{"type": "agent.session.input.message", "input": [
-            {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "Report the build."}]}]}])]
+        assert sessions.submitted == [("acme", "sess_1", parse_session_events({"events": [
+            {"type": "agent.session.input.message", "input": [
+                {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "Report the build."}]}]}]}))]
 
         periodic = parse_automation_create({"type": "periodic", "name": "p", "expression": "0 0 1 1 *",
                                             "timezone": "UTC", "target": {**EXISTING, "session_id": "sess_gone"}},

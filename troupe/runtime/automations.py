@@ -23,8 +23,9 @@ the automation's previous delivery is still ``queued`` is recorded ``skipped`` w
 :data:`~troupe.protocol.automations.PENDING_DELIVERY_S` is taken for lost with its process).
 
 **Firing** goes to the sessions' code, ``runtime.sessions`` (:class:`Sessions`): a
-``new_session`` target starts a session (``create_session``, the SDK's session create body), an
-``existing_session`` target gets its instructions as a user message (``submit_events``). The
+``new_session`` target starts a session (``create_session`` of the session create body it makes,
+checked as ``POST /v1/agents/sessions`` checks one), an ``existing_session`` target gets its
+instructions as a user message (``submit_events``). The
 invocation is ``queued`` when claimed, then ``completed`` with the session's id, or ``failed``
 with an ``error``; an ``existing_session`` target that is gone (404) pauses the automation with
 ``pause_reason: "target_session_failed"``. Without sessions on this server the invocation fails
@@ -68,7 +69,9 @@ from troupe.protocol.automations import (
     session_events,
     withhold_environment,
 )
+from troupe.protocol.sessions import parse_session_create, parse_session_events
 from troupe.runtime.agents import AgentService
+from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page
 from troupe.storage.credentials import IN_MEMORY, CredentialKeys, CredentialsUnavailable
@@ -88,14 +91,16 @@ CREDENTIALS_UNAVAILABLE = ("The automation's environment has confidential values
 
 
 class Sessions(Protocol):
-    """What a firing calls of the Agents API's sessions (``runtime.sessions``)."""
+    """What a firing calls of the Agents API's sessions (``runtime.sessions``,
+    :class:`~troupe.runtime.sessions.SessionService`)."""
 
-    async def create_session(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Start a session from the SDK's session create body; its ``agent.session`` object."""
+    async def create_session(self, tenant: str, parsed: dict[str, Any]) -> dict[str, Any]:
+        """Start a session from its create body as
+        :func:`~troupe.protocol.sessions.parse_session_create` checks it; its ``agent.session`` object."""
         ...
 
     async def submit_events(self, tenant: str, session_id: str, events: list[dict[str, Any]]) -> None:
-        """Send events (the SDK's event create body's ``events``) to a session."""
+        """Act on a session's events as :func:`~troupe.protocol.sessions.parse_session_events` checks them."""
         ...
 
 
@@ -109,15 +114,19 @@ class AutomationService:
         sessions: returns the runtime's sessions, or None when it has none.
         agents: the runtime's agents, which a ``new_session`` target's agent is checked against
             (none: not checked).
+        environments: the runtime's environments, whose parser checks a ``new_session`` target's
+            ``openai_hosted`` environment against this server's limits (none: not checked).
         replan_s: the longest the scheduler sleeps without reading the store.
     """
 
     def __init__(
         self, store: StoreClient, keys: CredentialKeys, *, sessions: Callable[[], Sessions | None],
-        agents: AgentService | None = None, replan_s: float = REPLAN_S,
+        agents: AgentService | None = None, environments: EnvironmentService | None = None,
+        replan_s: float = REPLAN_S,
     ) -> None:  # fmt: skip
         self.store = store
         self.agents = agents
+        self.environments = environments
         self.keys = keys
         self._sessions = sessions
         self.replan_s = replan_s
@@ -268,9 +277,19 @@ class AutomationService:
         return await self.store.list_invocations(tenant, automation_id, after=after, limit=limit, order=order)
 
     async def _check_target(self, tenant: str, target: dict[str, Any]) -> None:
-        """What of a ``new_session`` target depends on the deployment: its saved agent is the
-        tenant's, its inline agent's model is served and MCP servers may be reached."""
-        if self.agents is None or target["type"] != "new_session":
+        """A ``new_session`` target as a session create body is checked, so that what a session
+        would refuse is refused now, named under ``target``: the sessions' body
+        (:func:`~troupe.protocol.sessions.parse_session_create`: ``vault_ids``, an environment's
+        type), an ``openai_hosted`` environment against this server's limits (the environments'
+        parser), the saved agent is the tenant's, the inline agent's model is served and its MCP
+        servers may be reached."""
+        if target["type"] != "new_session":
+            return
+        with named_under("target"):
+            parsed = parse_session_create(session_body(target))
+            if self.environments is not None and parsed["environment"]["type"] != "none":
+                self.environments.parse(target["environment"])
+        if self.agents is None:
             return
         if target["agent_id"] is not None:
             with named_under("target"):
@@ -373,14 +392,16 @@ class AutomationService:
                     body = session_body(await self._target(tenant, automation))
                 except CredentialsUnavailable as exc:
                     raise _Undelivered("credentials_unavailable", CREDENTIALS_UNAVAILABLE) from exc
-                session_id = (await sessions.create_session(tenant, body))["id"]
+                session_id = (await sessions.create_session(tenant, parse_session_create(body)))["id"]
             else:
-                await sessions.submit_events(tenant, target["session_id"], session_events(target))
+                events = parse_session_events({"events": session_events(target)})
+                await sessions.submit_events(tenant, target["session_id"], events)
         except Exception as exc:  # noqa: BLE001 - recorded on the invocation, as OpenAI's error
             error = _error_of(exc)
             finished = await self.store.finish_invocation(tenant, invocation["id"], "failed", session_id, error)
             if target["type"] == "existing_session" and isinstance(exc, ProtocolError) and exc.status == 404:
-                with contextlib.suppress(ProtocolError):  # deleted meanwhile
+                current = await self.store.get_automation(tenant, automation["id"])
+                if current is not None and current["status"] == "active":  # not a one-time one that has run
                     await self._set_status(tenant, automation["id"], "paused", "target_session_failed")
             return finished
         return await self.store.finish_invocation(tenant, invocation["id"], "completed", session_id, None)

@@ -196,7 +196,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
         """The Agents API's execution environments (on containers) and their templates."""
         self.automations = AutomationService(store, self.credential_keys, agents=self.agents,
-                                             sessions=lambda: self.sessions)  # fmt: skip
+                                             environments=self.environments, sessions=lambda: self.sessions)  # fmt: skip
         """Scheduled agents (the Agents API's automations) and their scheduler: started here on Ray,
         in process by the first automations call (:meth:`AutomationService.start`)."""
 
