@@ -2,9 +2,11 @@
 the scheduler fires a due automation once, two schedulers over one store (two replicas) claim
 each due time once, and an environment's confidential values never reach the database file.
 
-``Recorded`` stands in for ``runtime.sessions`` (:class:`~troupe.runtime.automations.Sessions`),
-recording what a firing sends it, and a session that is gone; tests/e2e/test_automations.py fires
-through the real sessions, over HTTP.
+Firing goes through ``Runtime.local``'s real sessions. Where an ``openai_hosted`` environment's
+confidential values are followed to the session create body, ``Recorded`` stands in for
+``runtime.sessions`` and records that body: a real hosted environment needs a sandboxed
+container (the environments' own tests), and what is checked here is that the values come back
+whole from where they were kept (sealed, or this process's memory), not what a session does with them.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 import pytest
 
 from tests.servers import wait_until
-from troupe.protocol import NotFound
 from troupe.protocol.automations import parse_automation_create, parse_automation_update
-from troupe.protocol.sessions import parse_session_create, parse_session_events
+from troupe.protocol.sessions import parse_session_create
 from troupe.runtime.automations import AutomationService
+from troupe.runtime.facade import Runtime
+from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import AsyncStore
 from troupe.storage.credentials import CredentialKeys, new_key
 
@@ -32,20 +35,17 @@ NEW = {"type": "new_session", "agent_id": "agent_1", "environment": HOSTED, "inp
 
 
 class Recorded:
-    """What a firing sends the sessions (a stand-in for ``runtime.sessions``, not served yet)."""
+    """The session create bodies a firing sends (module docstring)."""
 
-    def __init__(self, *, gone: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def __init__(self) -> None:
         self.created: list[tuple[str, dict[str, Any]]] = []
         self.submitted: list[tuple[str, str, list[dict[str, Any]]]] = []
-        self.gone = gone
 
     async def create_session(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         self.created.append((tenant, body))
         return {"id": f"sess_new{len(self.created)}", "object": "agent.session"}
 
     async def submit_events(self, tenant: str, session_id: str, events: list[dict[str, Any]]) -> None:
-        if session_id in self.gone:
-            raise NotFound(f"Session '{session_id}' not found.", param="session_id")
         self.submitted.append((tenant, session_id, events))
 
 
@@ -91,28 +91,42 @@ async def test_the_scheduler_fires_a_due_automation_once_into_a_new_session(stor
         await service.close()
 
 
-async def test_an_existing_session_gets_the_instructions_and_a_gone_one_pauses_the_automation(store: AsyncStore) -> None:
-    sessions = Recorded(gone={"sess_gone"})
-    service = AutomationService(store, CredentialKeys([]), sessions=lambda: sessions)
+async def test_runtime_automations_start_a_session_and_send_another_a_turn() -> None:
+    """Runtime.local's automations fire through its real sessions (the sim model, in process):
+    a new session that the invocation names; the instructions as an existing session's next
+    turn; a session that is gone fails the invocation and pauses the automation."""
+    runtime = Runtime.local(RuntimeSettings(storage_path=":memory:"))
+    service = runtime.automations
     try:
-        made = await service.create_automation("acme", once(EXISTING))
-        assert (await finished(service, made["id"]))["session_id"] == "sess_1"
-        assert sessions.submitted == [("acme", "sess_1", parse_session_events({"events": [
-            {"type": "agent.session.input.message", "input": [
-                {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "Report the build."}]}]}]}))]
+        started = await service.create_automation("acme", once(
+            {"type": "new_session", "agent": {"model": "sim"}, "environment": {"type": "none"}, "input": [MESSAGE],
+             "metadata": {"from": "automation"}}))  # fmt: skip
+        invocation = await finished(service, started["id"])
+        assert (invocation["status"], invocation["error"]) == ("completed", None)
+        session = await runtime.sessions.get_session("acme", invocation["session_id"])
+        assert session["metadata"] == {"from": "automation"}
 
+        async def idle() -> bool:
+            return (await runtime.sessions.get_session("acme", session["id"]))["status"] == "idle"
+
+        await wait_until(idle, what="the session's first turn's end")
         periodic = parse_automation_create({"type": "periodic", "name": "p", "expression": "0 0 1 1 *",
-                                            "timezone": "UTC", "target": {**EXISTING, "session_id": "sess_gone"}},
+                                            "timezone": "UTC", "target": {**EXISTING, "session_id": session["id"]}},
                                            now=time.time())  # fmt: skip
-        gone = await service.create_automation("acme", periodic)
-        manual = await service.invoke("acme", gone["id"])
+        reminder = await service.create_automation("acme", periodic)
+        manual = await service.invoke("acme", reminder["id"])
         assert (manual["status"], manual["source"]) == ("queued", {"type": "manual"})
+        assert (await finished(service, reminder["id"]))["status"] == "completed"
+        assert len((await runtime.sessions.list_turns("acme", session["id"])).data) == 2
+
+        gone = await service.create_automation("acme", {**periodic, "target": {**EXISTING, "session_id": "sess_gone"}})
+        await service.invoke("acme", gone["id"])
         failed = await finished(service, gone["id"])
         assert failed["status"] == "failed" and failed["error"]["code"] == "not_found"
         paused = await service.get_automation("acme", gone["id"])
         assert (paused["status"], paused["pause_reason"]) == ("paused", "target_session_failed")
     finally:
-        await service.close()
+        await runtime.close()
 
 
 async def test_without_sessions_the_invocation_fails_saying_so(store: AsyncStore) -> None:
@@ -127,18 +141,17 @@ async def test_without_sessions_the_invocation_fails_saying_so(store: AsyncStore
 
 async def test_two_schedulers_over_one_store_fire_each_due_time_once(store: AsyncStore) -> None:
     """Two replicas' services over one store (the storage actor's, on Ray): both see the same
-    due times at the same moment, and each is claimed, and delivered, once."""
-    sessions = Recorded()
-    replicas = [AutomationService(store, CredentialKeys([]), sessions=lambda: sessions) for _ in range(2)]
+    due times at the same moment, and each is claimed, and its delivery tried, once (here without
+    sessions: each invocation fails, once)."""
+    replicas = [AutomationService(store, CredentialKeys([]), sessions=lambda: None) for _ in range(2)]
     try:
         made = [await replicas[0].create_automation("acme", once(EXISTING, in_s=60)) for _ in range(10)]
         due = max(a["run_at"] for a in made)
         claimed = await asyncio.gather(*(replica.fire_due(due) for replica in replicas))
         assert sum(map(len, claimed)) == 10 and {i["automation_id"] for c in claimed for i in c} == {
             a["id"] for a in made}
-        for automation in made:
-            await finished(replicas[0], automation["id"])
-        assert len(sessions.submitted) == 10
+        for automation in made:  # one invocation each (finished unpacks it)
+            assert (await finished(replicas[0], automation["id"]))["error"]["code"] == "sessions_unavailable"
     finally:
         for replica in replicas:
             await replica.close()
