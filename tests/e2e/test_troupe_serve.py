@@ -110,9 +110,10 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
        MCP requests with credentials, of every kind: non-streamed, streamed, background, an
        approval asked and then given in a request that carries the credentials again.
     4. `kill -9` of the whole server under load, with a background run in an MCP call that
-       needs its credentials: started again on the same port at once, although the load's
-       connections are still in TIME-WAIT on it; the run resumes with its sealed credentials
-       (the MCP server lets the call in again) and completes.
+       needs its credentials and an agent session's turn running: started again on the same
+       port at once, although the load's connections are still in TIME-WAIT on it; the run
+       resumes with its sealed credentials (the MCP server lets the call in again) and
+       completes, and so does the session's turn, after which the session takes input again.
     5. The ingress replica's process killed under load: meanwhile requests fail at once
        (connection refused), and a new replica answers on the same port by itself, beside
        the TIME-WAIT connections of the old one.
@@ -208,6 +209,11 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
         hold = f"[[call hold {json.dumps({'db': db, 'key': 'h', 'path': str(gates[1])})}]]"
         second = client.responses.create(model="sim", input=hold, tools=[tool()], background=True)
         wait_for(lambda: executions(db, "h") == 1, timeout_s=60, what="the MCP call running")
+        # An agent session's turn in flight too (a background response on its conversation).
+        session = client.beta.agents.sessions.create(environment={"type": "none"}, agent={"model": "sim"},
+                                                     input="[[latency itl=100]] [[tokens 100]]")  # fmt: skip
+        wait_for(lambda: client.beta.agents.sessions.turns.list(session.id).data[0].status == "in_progress",
+                 timeout_s=30, what="the session's turn running")  # fmt: skip
         with _Load(root) as load:
             wait_for(lambda: load.answered >= 20, timeout_s=60, what="load on the server")
             _kill_9_tree(server)
@@ -226,6 +232,15 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
         events = list(client.responses.retrieve(second.id, stream=True))
         assert [e.sequence_number for e in events] == list(range(len(events))), "no gap, no duplicate"
         assert events[0].type == "response.created" and events[-1].type == "response.completed"
+        # The session's turn went on after the crash, to its end, and the session takes input again.
+        wait_for(lambda: client.beta.agents.sessions.retrieve(session.id).status == "idle", timeout_s=60,
+                 what="the session's turn resumed to its end")  # fmt: skip
+        [turn] = client.beta.agents.sessions.turns.list(session.id).data
+        assert turn.status == "completed"
+        [answer] = [i for i in client.beta.agents.sessions.items.list(session.id).data if i.role == "assistant"]
+        assert len(answer.content[0].text.split()) == 100
+        with client.beta.agents.sessions.stream(session.id, input="[[say again]]") as again:
+            assert "".join(e.delta for e in again if e.type == "agent.session.turn.output_text.delta") == "again"
 
         # 5. The ingress replica's process killed under load.
         replica = _ingress_replica(server)

@@ -11,12 +11,15 @@ views are those of any response.
 
 ``POST /v1/agents/sessions`` takes (:func:`parse_session_create`; the SDK's ``SessionCreateParams``)::
 
-    {"environment": {"type": "none"},                   required; other types: see below
+    {"environment": {"type": "none"} | {"type": "openai_hosted", ...},
+                                                         required; openai_hosted: a container
+                                                         (troupe.protocol.environments), self_hosted refused
      "agent_id": "agent_…",                              a saved agent, and/or
      "agent": {...},                                     its fields (as POST /v1/agents): with agent_id,
                                                          overrides for this session; alone, model required
      "input": str | [{"role": "user", "type": "message", "content": [input_text | input_image]}],
-                                                         required (no environment to wait for)
+                                                         required, but with an openai_hosted
+                                                         environment and no stream
      "metadata": {str: str} | null, "stream": bool, "stream_options": {"include_obfuscation": bool},
      "review": "none", "prompt_cache_options": null, "vault_ids": [] | null}
 
@@ -24,8 +27,13 @@ views are those of any response.
 ``agent.session.input.message`` (starts a turn), ``agent.session.input.tool_result`` (a result
 for a function call the agent made), ``agent.session.input.cancel`` (cancels the active turn).
 
-Refused, naming the field: an environment other than ``none`` (execution environments come
-with their own module), ``review: "auto_review"`` (no reviewer), ``prompt_cache_options``
+In an ``openai_hosted`` environment a turn has the ``shell`` tool on the environment's
+container, and a ``shell_call`` with its ``shell_call_output`` shows as one
+``command_execution`` item (:func:`session_items`).
+
+Refused, naming the field: a ``self_hosted`` environment (the client would run the commands),
+what an environment cannot have here (:mod:`troupe.protocol.environments`),
+``review: "auto_review"`` (no reviewer), ``prompt_cache_options``
 (the model server's cache is its own), ``vault_ids`` (no vaults), MCP and computer-use
 approval results (nothing here asks for approval: an agent's MCP calls run without it).
 
