@@ -182,7 +182,6 @@ def test_a_bad_update_or_id_names_its_field_and_changes_nothing(client: OpenAI) 
 @LOCAL_ONLY
 def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) -> None:
     for call in (
-        lambda: client.beta.agents.automations.list(),
         lambda: client.get("/agents/sessions/sess_1/artifacts", cast_to=object),
         lambda: client.get("/agents/sessions/sess_1/traces", cast_to=object),
     ):

@@ -15,6 +15,7 @@ from troupe.storage.contract import (
     STORE_METHODS,
     WRITTEN_THROUGH_WRITERS,
     Agents,
+    Automations,
     Console,
     Containers,
     Conversations,
@@ -77,7 +78,7 @@ async def test_forwarded_calls_run_in_order_and_keep_their_errors(store: AsyncSt
 
 
 def test_the_routes_are_the_protocols_methods() -> None:
-    areas = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Evaluation, Console)
+    areas = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console)
     assert STORE_METHODS == areas - WRITTEN_THROUGH_WRITERS and len(STORE_METHODS) >= 30
     assert FILES_METHODS == methods_of(Files) and "search" in FILES_METHODS
     assert CONTAINERS_METHODS == methods_of(Containers) and "register_container_files" in CONTAINERS_METHODS
@@ -87,7 +88,7 @@ def test_the_routes_are_the_protocols_methods() -> None:
 
 @pytest.mark.parametrize(
     ("implementation", "protocols"),
-    [(DuckDBStore, (Responses, Conversations, Prompts, Agents, Environments, Evaluation, Console)), (RagStore, (Files,)),
+    [(DuckDBStore, (Responses, Conversations, Prompts, Agents, Environments, Automations, Evaluation, Console)), (RagStore, (Files,)),
      (ContainerTables, (Containers,))],
 )
 def test_every_protocol_method_is_implemented(implementation: type, protocols: tuple[type, ...]) -> None:

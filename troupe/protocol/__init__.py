@@ -13,6 +13,7 @@
 - :mod:`.sessions` — the Agents API's sessions: bodies, objects, events from a turn's responses
 - :mod:`.subagents` — the subagent tools an agent with ``multi_agent`` gets, their items, the subagent
 - :mod:`.environments` — the Agents API's environments and templates: what maps onto a container
+- :mod:`.automations` — the Agents API's automations: bodies, objects, the schedule maths (``next_due``)
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
@@ -27,6 +28,24 @@ from .agents import (
     new_agent_id,
     parse_agent_create,
     parse_agent_update,
+)
+from .automations import (
+    apply_automation_update,
+    automation_deleted,
+    automation_not_found,
+    automation_object,
+    invocation_not_found,
+    invocation_object,
+    named_under,
+    new_automation_id,
+    new_invocation_id,
+    next_due,
+    parse_automation_create,
+    parse_automation_update,
+    restore_environment,
+    session_body,
+    session_events,
+    withhold_environment,
 )
 from .body import DEFAULT_MAX_DEPTH, decode_json_body
 from .containers import (
@@ -253,6 +272,23 @@ __all__ = [
     "turn_not_found",
     "turn_object",
     "turn_status",
+    # automations
+    "apply_automation_update",
+    "automation_deleted",
+    "automation_not_found",
+    "automation_object",
+    "invocation_not_found",
+    "invocation_object",
+    "named_under",
+    "new_automation_id",
+    "new_invocation_id",
+    "next_due",
+    "parse_automation_create",
+    "parse_automation_update",
+    "restore_environment",
+    "session_body",
+    "session_events",
+    "withhold_environment",
     # environments
     "apply_template_update",
     "default_memory_limit",

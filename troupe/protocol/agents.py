@@ -106,7 +106,8 @@ _UNSERVED_TOOLS = {
     "programmatic_tool_calling": "tools cannot be called from model-generated code on this server",
     "web_search": "web search is not available on this server",
     "computer_use": "computer use needs an OpenAI-hosted browser, which this server does not have",
-    "automations": "automations (scheduled wakeups) are not available on this server yet",
+    "automations": "an agent cannot schedule its own wakeups on this server (automations are made with "
+                   "/v1/agents/automations)",
 }
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 _FUNCTION_KEYS = ("type", "name", "description", "parameters", "defer_loading", "async")

@@ -53,6 +53,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.agents import AgentService
+from troupe.runtime.automations import AutomationService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
@@ -194,6 +195,10 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
         self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
         """The Agents API's execution environments (on containers) and their templates."""
+        self.automations = AutomationService(store, self.credential_keys, agents=self.agents,
+                                             environments=self.environments, sessions=lambda: self.sessions)  # fmt: skip
+        """Scheduled agents (the Agents API's automations) and their scheduler: started here on Ray,
+        in process by the first automations call (:meth:`AutomationService.start`)."""
 
     # -- construction ------------------------------------------------------------
 
@@ -234,6 +239,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         await runtime.recover()
         runtime._pruner = asyncio.create_task(runtime._prune_event_logs_hourly())
         runtime._sweeper = asyncio.create_task(runtime._sweep_containers())
+        runtime.automations.start()
         return runtime
 
     async def _prune_event_logs_hourly(self) -> None:
@@ -254,6 +260,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 task.cancel()
         for task in self._tasks:
             task.cancel()
+        await self.automations.close()  # before the sessions, which its deliveries call
         await self.sessions.close()
         await self.vector_stores.close()
         await self.placement.close()

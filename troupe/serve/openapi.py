@@ -14,7 +14,9 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
 - the Containers API's two: a container's create, and a container file's (a multipart upload,
   or JSON naming a file of the Files API);
 - the Agents API's two: an agent's create and update, with what this server serves of them
-  (the tool types, service tiers and settings it refuses are left out).
+  (the tool types, service tiers and settings it refuses are left out);
+- the Agents API's automations: create (one-time or periodic) and update, with a target's
+  inline agent as an agent's create body without ``name`` and ``metadata``.
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
 code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; 424/500 for a
@@ -50,6 +52,7 @@ from pydantic import TypeAdapter
 from troupe.protocol import items as _items
 from troupe.protocol import request as _request
 from troupe.protocol.agents import REASONING_EFFORTS, REASONING_SUMMARIES, SERVED_SERVICE_TIERS
+from troupe.protocol.automations import MAX_AUTOMATION_NAME, MAX_RUN_AT
 from troupe.protocol.containers import MAX_EXPIRES_MINUTES, MEMORY_LIMITS
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
@@ -65,8 +68,8 @@ _JSON = "application/json"
 _ERRORS: tuple[tuple[str, str, str], ...] = (
     ("400", "BadRequest", "Invalid request: malformed JSON or an invalid parameter (named by `error.param`)."),
     ("401", "Unauthorized", "Missing or unknown API key (only when the server is configured with API keys)."),
-    ("404", "NotFound", "The addressed response, conversation, item, prompt, model, container, file or agent does "
-     "not exist."),
+    ("404", "NotFound", "The addressed response, conversation, item, prompt, model, container, file, agent or "
+     "automation does not exist."),
     ("409", "Conflict", "A prompt updated from a version that is not its latest (`version_conflict`)."),
     ("413", "PayloadTooLarge", "The request body is too large (`request_too_large`)."),
     ("424", "ExternalConnectorError", "An MCP server the request names could not be used."),
@@ -86,6 +89,7 @@ _CONTAINER_FILE = {"container_id": "$request.path.container_id", "file_id": "$re
 _AGENT = {"agent_id": "$response.body#/id"}
 _ENVIRONMENT = {"environment_id": "$response.body#/id"}
 _TEMPLATE = {"template_id": "$response.body#/id"}
+_AUTOMATION = {"automation_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/responses"): {
@@ -134,6 +138,13 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "GetEnvironmentTemplate": ("get", "/v1/agents/environments/templates/{template_id}", _TEMPLATE),
         "UpdateEnvironmentTemplate": ("post", "/v1/agents/environments/templates/{template_id}", _TEMPLATE),
         "DeleteEnvironmentTemplate": ("delete", "/v1/agents/environments/templates/{template_id}", _TEMPLATE),
+    },
+    ("post", "/v1/agents/automations"): {
+        "GetAutomation": ("get", "/v1/agents/automations/{automation_id}", _AUTOMATION),
+        "UpdateAutomation": ("post", "/v1/agents/automations/{automation_id}", _AUTOMATION),
+        "DeleteAutomation": ("delete", "/v1/agents/automations/{automation_id}", _AUTOMATION),
+        "PauseAutomation": ("post", "/v1/agents/automations/{automation_id}/pause", _AUTOMATION),
+        "ListAutomationInvocations": ("get", "/v1/agents/automations/{automation_id}/invocations", _AUTOMATION),
     },
     ("post", "/v1/conversations/{conversation_id}/items"): {
         "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
@@ -310,6 +321,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     schemas.update(_container_schemas())
     schemas.update(_agent_schemas(ref, nullable))
     schemas.update(_environment_schemas(ref, nullable))
+    schemas.update(_automation_schemas(ref, nullable, schemas["AgentCreateRequest"]["properties"]))
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
     def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -338,6 +350,8 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         ("post", "/v1/agents/environments/templates"): body("EnvironmentTemplateRequest", required=False),
         ("post", "/v1/agents/environments/templates/{template_id}"): body("EnvironmentTemplateRequest",
                                                                           required=False),  # fmt: skip
+        ("post", "/v1/agents/automations"): body("AutomationCreateRequest"),
+        ("post", "/v1/agents/automations/{automation_id}"): body("AutomationUpdateRequest", required=False),
     }
 
 
@@ -502,6 +516,67 @@ def _agent_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
             "properties": fields,
             "description": "The fields to change: each replaces the agent's (null: its default), but "
                            "`experimental`, merged by key.",
+        },
+    }  # fmt: skip
+
+
+def _automation_schemas(ref: Any, nullable: Any, agent_fields: dict[str, Any]) -> dict[str, Any]:
+    """The Agents API's automation bodies (:mod:`troupe.protocol.automations` checks them); an
+    inline agent is an agent's create body without ``name`` and ``metadata``."""
+    text = {"type": "string", "minLength": 1}
+    message = {
+        "type": "object", "additionalProperties": False, "required": ["role", "content"],
+        "properties": {
+            "role": {"type": "string", "enum": ["user"]}, "type": {"type": "string", "enum": ["message"]},
+            "content": {"type": "array", "minItems": 1, "items": {"anyOf": [
+                {"type": "object", "additionalProperties": False, "required": ["type", "text"],
+                 "properties": {"type": {"type": "string", "enum": ["input_text"]}, "text": {"type": "string"}}},
+                {"type": "object", "additionalProperties": False, "required": ["type", "image_url"],
+                 "properties": {"type": {"type": "string", "enum": ["input_image"]}, "image_url": {"type": "string"}}},
+            ]}},
+        },
+    }
+    new_session = {
+        "type": "object", "additionalProperties": False, "required": ["type", "environment", "input"],
+        "description": "Start a session at each invocation; exactly one of `agent` and `agent_id`.",
+        "properties": {
+            "type": {"type": "string", "enum": ["new_session"]},
+            "agent": {"type": "object", "additionalProperties": False, "required": ["model"],
+                      "properties": {k: v for k, v in agent_fields.items() if k not in ("name", "metadata")}},
+            "agent_id": {"type": "string", "pattern": "^agent_"},
+            "environment": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}},
+                            "description": "`{\"type\": \"none\"}`, or an environment the sessions take."},
+            "input": {"type": "array", "minItems": 1, "items": message},
+            "metadata": nullable(ref("Metadata")),
+            "vault_ids": nullable({"type": "array", "items": {"type": "string"}}),
+        },
+    }
+    existing_session = {
+        "type": "object", "additionalProperties": False, "required": ["type", "session_id", "instructions"],
+        "description": "Send the instructions to an existing session at each invocation.",
+        "properties": {"type": {"type": "string", "enum": ["existing_session"]}, "session_id": text,
+                       "instructions": text},
+    }
+    run_at = {"type": "integer", "maximum": MAX_RUN_AT, "description": "A Unix time in seconds, after now."}
+    expression = {"type": "string", "description": "A five-field cron expression (minute hour day month weekday)."}
+    timezone = {"type": "string", "description": "An IANA timezone (`Europe/Berlin`, `UTC`)."}
+    common = {"name": {"type": "string", "minLength": 1, "maxLength": MAX_AUTOMATION_NAME},
+              "metadata": ref("Metadata"), "target": ref("AutomationTarget")}
+    return {
+        "AutomationTarget": {"anyOf": [new_session, existing_session], "title": "AutomationTarget"},
+        "AutomationCreateRequest": {"title": "AutomationCreateRequest", "anyOf": [
+            {"type": "object", "additionalProperties": False, "required": ["type", "name", "target", "run_at"],
+             "properties": {"type": {"type": "string", "enum": ["once"]}, "run_at": run_at, **common}},
+            {"type": "object", "additionalProperties": False,
+             "required": ["type", "name", "target", "expression", "timezone"],
+             "properties": {"type": {"type": "string", "enum": ["periodic"]}, "expression": expression,
+                            "timezone": timezone, **common}},
+        ]},
+        "AutomationUpdateRequest": {
+            "type": "object", "title": "AutomationUpdateRequest", "additionalProperties": False,
+            "properties": {"run_at": run_at, "expression": expression, "timezone": timezone, **common},
+            "description": "The fields to change; `run_at` for a one-time automation, `expression` and "
+                           "`timezone` for a periodic one; `target` whole, of the same type.",
         },
     }  # fmt: skip
 

@@ -529,7 +529,48 @@ _V15 = [
 ]
 
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15]
+# Version 16: automations (the Agents API's scheduled agents, troupe.protocol.automations). One row per
+# automation, its wire object as one JSON value (in value_parts when long: an inline agent's tools), with
+# beside it what the scheduler reads: its status and next due time (NULL: none, paused or completed), an
+# existing-session target's session id (list's filter), and what is kept of its environment's confidential
+# values (troupe.storage.credentials: a sealed token or 'in-memory', never the values). One row per
+# invocation (a firing, or a manual run), UNIQUE (automation_id, scheduled_at): the claim of a due time,
+# which a second claimer, of any replica, fails (manual runs' NULL times do not collide).
+_V16 = [
+    """
+    CREATE TABLE automations (
+        tenant           VARCHAR NOT NULL,
+        id               VARCHAR NOT NULL,
+        created_at       DOUBLE  NOT NULL,
+        type             VARCHAR NOT NULL,
+        status           VARCHAR NOT NULL,
+        next_due_at      BIGINT,
+        session_id       VARCHAR,
+        automation       JSON,
+        automation_parts BIGINT,
+        secrets          VARCHAR,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE automation_invocations (
+        tenant           VARCHAR NOT NULL,
+        id               VARCHAR NOT NULL,
+        automation_id    VARCHAR NOT NULL,
+        created_at       DOUBLE  NOT NULL,
+        scheduled_at     BIGINT,
+        status           VARCHAR NOT NULL,
+        session_id       VARCHAR,
+        invocation       JSON,
+        invocation_parts BIGINT,
+        PRIMARY KEY (tenant, id),
+        UNIQUE (automation_id, scheduled_at)
+    )
+    """,
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
+                               _V16]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

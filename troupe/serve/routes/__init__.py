@@ -7,6 +7,8 @@
 - :mod:`.files` — ``/v1/files``, ``/v1/vector_stores`` and ``/v1/embeddings``
 - :mod:`.prompts` — ``/v1/prompts``
 - :mod:`.containers` — ``/v1/containers`` and their files
+- :mod:`.automations` — ``/v1/agents/automations`` (the Agents API's scheduled agents; before :mod:`.agents`,
+  whose ``/v1/agents/{agent_id}`` would take the path)
 - :mod:`.agents` — ``/v1/agents`` (the Agents API's saved agents)
 
 Each module's routes are plain functions on its ``router``; what they share (the caller's
@@ -19,7 +21,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import agents, containers, conversations, environments, files, models, operator, prompts, responses, sessions
+from . import (
+    agents,
+    automations,
+    containers,
+    conversations,
+    environments,
+    files,
+    models,
+    operator,
+    prompts,
+    responses,
+    sessions,
+)
 
 __all__ = ["ROUTERS"]
 
@@ -31,6 +45,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     files.router,
     prompts.router,
     containers.router,
+    automations.router,
     sessions.router,
     environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,

@@ -8,10 +8,10 @@ Routes (the paths ``client.beta.agents`` of the ``openai`` SDK calls)::
 The SDK sends ``OpenAI-Beta: agents=v1`` with every call; it is accepted, not required (nothing
 in OpenAI's SDK or docs says a server must refuse a call without it).
 
-The SDK's other resources under ``/v1/agents/``: sessions (:mod:`.sessions`) and environments
-(:mod:`.environments`), whose routers go before this one in ``ROUTERS``; automations are not
-served yet: their collection path, which these routes would take for an agent id, answers 404
-as an unknown route does. Its router, when it comes, goes before this one too.
+The SDK's other resources under ``/v1/agents/``: sessions (:mod:`.sessions`), environments
+(:mod:`.environments`) and automations (:mod:`.automations`), whose routers go before this one in
+``ROUTERS``. A collection path of one not served (none today) would be taken here for an agent
+id: naming it in ``_NOT_YET`` makes it answer 404, as an unknown route does.
 
 What the bodies may hold, the object and what is refused: :mod:`troupe.protocol.agents`; what
 depends on the deployment (the model, the MCP servers): :mod:`troupe.runtime.agents`.
@@ -33,7 +33,7 @@ from ..dependencies import Order, PageSize, Tenant, json_body, runtime
 
 __all__ = ["router"]
 
-_NOT_YET = frozenset({"automations"})
+_NOT_YET: frozenset[str] = frozenset()
 """The SDK's resources under ``/v1/agents/`` that are not served yet."""
 
 router = APIRouter()

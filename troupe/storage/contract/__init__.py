@@ -9,6 +9,7 @@ prompts             :class:`.prompts.Prompts`              ``duckdb_store.prompt
 agents              :class:`.agents.Agents`                ``duckdb_store.agents.AgentTables``
 agent sessions      :class:`.sessions.Sessions`            ``duckdb_store.sessions.SessionTables``
 environments        :class:`.environments.Environments`    ``duckdb_store.environments.EnvironmentTables``
+automations         :class:`.automations.Automations`      ``duckdb_store.automations.AutomationTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -16,7 +17,7 @@ containers          :class:`.containers.Containers`        ``duckdb_store.contai
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first eight over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first nine over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
@@ -38,6 +39,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .agents import Agents
+from .automations import Automations
 from .console import Console
 from .containers import Containers
 from .conversations import Conversations
@@ -50,6 +52,7 @@ from .sessions import Sessions
 
 __all__ = [
     "Agents",
+    "Automations",
     "CONTAINERS_METHODS",
     "Console",
     "Containers",
@@ -68,7 +71,7 @@ __all__ = [
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console, Protocol):
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -88,7 +91,10 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 """Store methods the async store does not forward as they are: their writes are group-committed
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
-STORE_METHODS = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Evaluation, Console) - WRITTEN_THROUGH_WRITERS
+STORE_METHODS = (
+    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console)
+    - WRITTEN_THROUGH_WRITERS
+)
 """What the async store forwards to the store's thread, by name."""
 
 FILES_METHODS = methods_of(Files)

@@ -71,13 +71,14 @@ way at all.
 Split by area over shared plumbing: :mod:`.connection` holds the connection, its lock, the
 transaction (:func:`~.connection.transaction`, which :mod:`troupe.storage.rag` uses too), long
 values and pages; each area of the contract (:mod:`troupe.storage.contract`) is a class of its
-own module over it (:mod:`.responses`, :mod:`.conversations`, :mod:`.prompts`, :mod:`.agents`, :mod:`.environments`, :mod:`.evaluation`,
+own module over it (:mod:`.responses`, :mod:`.conversations`, :mod:`.prompts`, :mod:`.agents`, :mod:`.environments`, :mod:`.automations`, :mod:`.evaluation`,
 :mod:`.console`), and :class:`DuckDBStore` is all of them over one connection and one lock.
 """
 
 from __future__ import annotations
 
 from .agents import AgentTables
+from .automations import AutomationTables
 from .connection import _PARTS_PER_READ, ROW_GROUP_ROWS, Connection, transaction
 from .console import ConsoleReads
 from .conversations import ConversationTables
@@ -91,8 +92,8 @@ __all__ = ["DuckDBStore", "ROW_GROUP_ROWS", "Connection", "transaction", "_PARTS
 
 
 class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, SessionTables, EnvironmentTables,
-                  EvalTables, ConsoleReads):
-    """Responses, conversations, prompts, agents, agent sessions, environments, evaluation runs and traces in DuckDB: every area of
+                  AutomationTables, EvalTables, ConsoleReads):
+    """Responses, conversations, prompts, agents, agent sessions, environments, automations, evaluation runs and traces in DuckDB: every area of
     :class:`~troupe.storage.contract.Store` over one :class:`~.connection.Connection`.
 
     Args:
