@@ -418,10 +418,10 @@ class SessionService:
         calls = [c for c in open_calls(last or {}) if c.get("name") in SUBAGENT_TOOL_NAMES]
         if not calls:
             return
-        # Creates first, one at a time (each only starts a turn; the concurrency limit counts
-        # them), so a wait called beside them finds them; then the others at once.
+        # Creates first (at once, within the concurrency limit), so a wait called beside them
+        # finds them; then the others at once.
         creates = [c for c in calls if c["name"] == CREATE]
-        outputs = [await self.subagents.run(tenant, session, call) for call in creates]
+        outputs = await self.subagents.create_all(tenant, session, creates)
         others = [c for c in calls if c["name"] != CREATE]
         outputs += await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
         for call, output in zip(creates + others, outputs, strict=True):

@@ -85,15 +85,23 @@ class SubagentCalls:
             return f"Error: {exc}"
         return json.dumps(result)
 
+    async def create_all(self, tenant: str, parent: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
+        """The outputs of a response's ``create_subagent`` calls, run at once: as many as the
+        parent may still start (``max_concurrent_subagents`` less those running), in order; the
+        others answer that the limit is reached."""
+        most = parent["agent"]["multi_agent"]["max_concurrent_subagents"]
+        free = most - len(await self._running(tenant, parent))
+        full = f"Error: at most {most} subagents run at once: wait for some (wait_for_subagents) first"
+        return list(await asyncio.gather(*(self.run(tenant, parent, call) if i < free else _done(full)
+                                           for i, call in enumerate(calls))))  # fmt: skip
+
     async def _create(self, tenant: str, parent: dict[str, Any], call_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One create (the limit is :meth:`create_all`'s to keep)."""
         child_id = subagent_id_of(call_id)
         if await self.store.get_session(tenant, child_id) is None:  # else: this call ran before (a resumed turn)
             task, name = args.get("task"), args.get("name")
             if not isinstance(task, str) or not task.strip():
                 raise CallFailed("'task' must be a non-empty string: what the subagent is to do")
-            most = parent["agent"]["multi_agent"]["max_concurrent_subagents"]
-            if len(await self._running(tenant, parent)) >= most:
-                raise CallFailed(f"at most {most} subagents run at once: wait for some (wait_for_subagents) first")
             child = await self.sessions.new_subagent(tenant, parent, child_id, task, name if isinstance(name, str) else None)
             await self.sessions.start_turn(tenant, child, parse_session_input(task, "task"))
         return {"subagent_id": child_id, "status": "running"}
@@ -165,6 +173,10 @@ class SubagentCalls:
         lasts = await asyncio.gather(*(self.sessions.last_turn(tenant, c["id"]) for c in open_children))
         return [c for c, (turn, last) in zip(open_children, lasts, strict=True)
                 if turn is not None and turn_status(turn, last) in _ACTIVE]  # fmt: skip
+
+
+async def _done(output: str) -> str:
+    return output
 
 
 def _answer(response: dict[str, Any] | None) -> str:
