@@ -424,10 +424,12 @@ class SessionService:
         outputs = await self.subagents.create_all(tenant, session, creates)
         others = [c for c in calls if c["name"] != CREATE]
         outputs += await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
-        for call, output in zip(creates + others, outputs, strict=True):
-            result = {"success": True, "output": output, "error": None}
-            await self.store.record_tool_result(tenant, session["id"], turn_id, call["call_id"], result)
-        await self._go_on(tenant, session, turn_id, response_id)
+        await asyncio.gather(*(
+            self.store.record_tool_result(tenant, session["id"], turn_id, call["call_id"],
+                                          {"success": True, "output": output, "error": None})
+            for call, output in zip(creates + others, outputs, strict=True)
+        ))  # fmt: skip
+        await self._go_on(tenant, session, turn_id, response_id, ended=last)
 
     async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
         turn, last = await self.last_turn(tenant, session["id"])
@@ -458,12 +460,17 @@ class SessionService:
         await self.store.record_tool_result(tenant, session["id"], turn["id"], event["call_id"], result)
         self._spawn(self._go_on(tenant, session, turn["id"], response_id))
 
-    async def _go_on(self, tenant: str, session: dict[str, Any], turn_id: str, after: str) -> None:
+    async def _go_on(
+        self, tenant: str, session: dict[str, Any], turn_id: str, after: str, *, ended: dict[str, Any] | None = None
+    ) -> None:
         """Start the turn's next response once ``after`` (its last) has ended and every call it
-        left has a result; nothing if another caller started it, or a result is missing still."""
-        async for _ in await self.runtime.follow_response(tenant, after):
-            pass  # to its end
-        last = await self._response(tenant, after)
+        left has a result; nothing if another caller started it, or a result is missing still.
+        ``ended``: ``after`` as it ended, when the caller has it."""
+        last = ended
+        if last is None:
+            async for _ in await self.runtime.follow_response(tenant, after):
+                pass  # to its end
+            last = await self._response(tenant, after)
         if last is None:
             return
         calls = open_calls(last)
