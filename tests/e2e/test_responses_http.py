@@ -576,7 +576,7 @@ class _EndlessRuntime:
         self.closed = False
         self.sent = 0
 
-    async def stream(self, tenant: str, request: Any) -> Any:
+    async def stream(self, tenant: str, request: Any, *, trace: Any = None) -> Any:
         async def batches() -> Any:
             try:
                 while True:

@@ -19,6 +19,8 @@ from openai import OpenAI
 
 from tests.servers import wait_for
 
+from .conftest import LOCAL_ONLY
+
 NONE = {"type": "none"}
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
@@ -186,6 +188,7 @@ def test_sessions_list_filter_update_and_delete(client: OpenAI) -> None:
     assert [s.id for s in client.beta.agents.sessions.list(metadata={"tag": tag})] == [second.id]
 
 
+@LOCAL_ONLY
 @pytest.mark.parametrize(("body", "param", "code"), [
     ({"environment": {"type": "self_hosted", "workspace_directory": "/w"}, "agent": {"model": "sim"}, "input": "x"},
      "environment.type", "unsupported_value"),
@@ -209,6 +212,7 @@ def test_what_a_session_cannot_have_is_refused_by_name(client: OpenAI, body: dic
     assert (refused.value.body["param"], refused.value.body["code"]) == (param, code)
 
 
+@LOCAL_ONLY
 def test_unknown_sessions_and_models_are_404s(client: OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as model:
         client.beta.agents.sessions.create(environment=NONE, agent={"model": "no-such-model"}, input="x")
@@ -258,6 +262,7 @@ def test_a_session_runs_commands_in_its_environment(containers_client: OpenAI) -
         client.containers.retrieve(container_id)
 
 
+@LOCAL_ONLY
 def test_an_environment_must_be_one_this_server_can_provide(containers_client: OpenAI) -> None:
     for environment, param in (({"type": "openai_hosted", "network": {"access": "enabled"}}, "environment.network.access"),
                                ({"type": "openai_hosted", "desktop": {"enabled": True}}, "environment.desktop.enabled")):  # fmt: skip
@@ -323,6 +328,7 @@ def test_a_parents_subagents_run_in_parallel_and_it_reads_their_answers(client: 
         client.beta.agents.sessions.subagents.list(session.id)
 
 
+@LOCAL_ONLY
 def test_subagent_calls_that_cannot_be_done_are_the_models_to_read(client: OpenAI) -> None:
     agent = {"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 1}}
     script = (f"[[call create_subagent {_subagent_task(300)}]] [[call create_subagent {_subagent_task(300)}]] "

@@ -136,12 +136,17 @@ async def test_parallel_tool_calls_stay_warm_after_an_idle_gap(runtime):
     # That is checked by which process ran them (a tool returning its pid), not by how long
     # they took: timing bounds failed in CI whenever the suite's other half held the host up.
     # (With tool_runner="task", this fails: three processes for four calls.)
+    # (One turn a gap: on dedicated placement every turn here starts a host process.)
     pids = set()
     for gap_s in (0.0, 2.5):
         await asyncio.sleep(gap_s)
-        out = await runtime.respond("", req(input="[[call pid {}]] [[call pid {}]]"))
-        pids.update(text(out).split("\n"))
-        assert _overlap(await _tool_spans(runtime, "sleep", 4, 400))
+        calls = "[[call pid {}]] " * 2 + '[[call sleep {"ms": 400}]] ' * 4
+        out = await runtime.respond("", req(input=calls))
+        lines = text(out).split("\n")
+        assert lines[2:] == ["sleep -> slept 400 ms"] * 4
+        pids.update(lines[:2])
+        spans = [t for t in await runtime.step_traces("", out["id"]) if t["kind"] == "tool" and t["name"] == "sleep"]
+        assert len(spans) == 4 and _overlap(spans), spans
     assert len(pids) == 1, f"tool calls ran in more than one process: {pids}"
     (pid,) = pids
     assert pid.startswith("pid -> ") and pid.removeprefix("pid -> ").isdigit(), pid
