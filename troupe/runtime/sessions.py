@@ -115,6 +115,8 @@ class SessionService:
         self.store = runtime.store
         self._changed: dict[str, asyncio.Event] = {}
         """Per session followed here: set (and replaced) when a turn or response is added to it."""
+        self._driving: set[str] = set()
+        """The responses whose subagent calls a task of this service runs (or waits to)."""
         self._tasks: set[asyncio.Task[None]] = set()
         """Turns going on with the client's function results (:meth:`_go_on`), and the subagent
         calls running (:meth:`_drive`)."""
@@ -312,6 +314,7 @@ class SessionService:
         if turn is None:
             return session_object(session, "idle", [])
         status = turn_status(turn, last)
+        self._drive_if_left(tenant, session, turn, last)
         actions = required_actions(turn["id"], last, turn["results"]) if status == "waiting" and last else []
         return session_object({**session, "last_active_at": turn["created_at"]}, _SESSION_STATUS[status], actions)
 
@@ -401,8 +404,16 @@ class SessionService:
 
     def _after_start(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
         """With subagents, run the calls of the response ``response_id`` when it ends (:meth:`_drive`)."""
-        if session["agent"]["multi_agent"]["enabled"]:
+        if session["agent"]["multi_agent"]["enabled"] and response_id not in self._driving:
+            self._driving.add(response_id)
             self._spawn(self._drive(tenant, session, turn_id, response_id))
+
+    def _drive_if_left(self, tenant: str, session: dict[str, Any], turn: dict[str, Any], last: dict[str, Any] | None) -> None:
+        """Drive on a turn whose subagent calls nobody runs: its response ended while no process
+        of this server was there to run them (a restart). Running them again is safe: a create
+        makes the subagent its call id names, once; the next response is claimed once."""
+        if last is not None and last["status"] == "completed" and turn_status(turn, last) == "in_progress":
+            self._after_start(tenant, session, turn["id"], last["id"])
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -412,6 +423,12 @@ class SessionService:
     async def _drive(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
         """Once the response has ended, run its subagent calls (all at once), keep their outputs
         as the calls' results, and let the turn go on (:meth:`_go_on`)."""
+        try:
+            await self._drive_once(tenant, session, turn_id, response_id)
+        finally:
+            self._driving.discard(response_id)
+
+    async def _drive_once(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
         async for _ in await self.runtime.follow_response(tenant, response_id):
             pass  # to its end
         last = await self._response(tenant, response_id)

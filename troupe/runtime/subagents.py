@@ -28,6 +28,7 @@ from troupe.protocol import InvalidRequest
 from troupe.protocol.sessions import parse_session_input, turn_status
 from troupe.protocol.subagents import CLOSE, CREATE, INTERRUPT, RESUME, SEND, WAIT, subagent_id_of
 from troupe.runtime.store_client import StoreClient
+from troupe.storage import StorageError
 
 __all__ = ["SubagentCalls", "Sessions"]
 
@@ -102,7 +103,11 @@ class SubagentCalls:
             task, name = args.get("task"), args.get("name")
             if not isinstance(task, str) or not task.strip():
                 raise CallFailed("'task' must be a non-empty string: what the subagent is to do")
-            child = await self.sessions.new_subagent(tenant, parent, child_id, task, name if isinstance(name, str) else None)
+            try:
+                child = await self.sessions.new_subagent(tenant, parent, child_id, task,
+                                                         name if isinstance(name, str) else None)  # fmt: skip
+            except StorageError:  # made meanwhile by another run of this call (another replica's)
+                return {"subagent_id": child_id, "status": "running"}
             await self.sessions.start_turn(tenant, child, parse_session_input(task, "task"))
         return {"subagent_id": child_id, "status": "running"}
 
