@@ -641,9 +641,12 @@ class SessionService:
                 translate = TurnEvents(session_id, turn["id"], response_id, offset=shown, agent_id=session["agent"]["id"])
                 async for batch in self._response_events(tenant, session, turn, index, translate):
                     yield batch
-                shown = translate.shown
                 turn = await self.store.get_turn(tenant, session_id, turn["id"]) or turn
-                status = turn_status(turn, await self._response(tenant, response_id))
+                last = await self._response(tenant, response_id)
+                status = turn_status(turn, last)
+                if status == "in_progress" and last is not None and last["status"] != "completed":
+                    continue  # its events stopped before it ended: follow it again from its start (ids repeat)
+                shown = translate.shown
                 if status not in ("waiting", "in_progress"):
                     break
                 if status == "waiting":  # the client's functions; else its subagents, run here
