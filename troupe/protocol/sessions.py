@@ -29,7 +29,9 @@ for a function call the agent made), ``agent.session.input.cancel`` (cancels the
 
 In an ``openai_hosted`` environment a turn has the ``shell`` tool on the environment's
 container, and a ``shell_call`` with its ``shell_call_output`` shows as one
-``command_execution`` item (:func:`session_items`).
+``command_execution`` item (:func:`session_items`). With ``multi_agent`` enabled it also has the
+subagent tools (:mod:`troupe.protocol.subagents`), which the runtime runs, not the client: a
+turn whose response ended at their calls is ``in_progress`` (:func:`turn_status`), not waiting.
 
 Refused, naming the field: a ``self_hosted`` environment (the client would run the commands),
 what an environment cannot have here (:mod:`troupe.protocol.environments`),
