@@ -2,16 +2,15 @@
 the scheduler fires a due automation once, two schedulers over one store (two replicas) claim
 each due time once, and an environment's confidential values never reach the database file.
 
-Firing goes through ``Runtime.local``'s real sessions. Where an ``openai_hosted`` environment's
-confidential values are followed to the session create body, ``Recorded`` stands in for
-``runtime.sessions`` and records that body: a real hosted environment needs a sandboxed
-container (the environments' own tests), and what is checked here is that the values come back
-whole from where they were kept (sealed, or this process's memory), not what a session does with them.
+Firing goes through ``Runtime.local``'s real sessions (the sim model, in process). An
+``openai_hosted`` environment's confidential values are followed to where they are used: the
+session's sandbox, whose command prints them (these tests need bubblewrap, as ``make test`` has).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from typing import Any
 import pytest
 
 from tests.servers import wait_until
+from tests.unit.sandbox_support import needs_bwrap
+from troupe.protocol.agents import parse_agent_create
 from troupe.protocol.automations import parse_automation_create, parse_automation_update
 from troupe.protocol.sessions import parse_session_create
 from troupe.runtime.automations import AutomationService
@@ -28,25 +29,11 @@ from troupe.runtime.store_client import AsyncStore
 from troupe.storage.credentials import CredentialKeys, new_key
 
 SECRET = "s3cret-token-5c1e"
+DIGEST = hashlib.sha256(SECRET.encode()).hexdigest() + "  -\n"
 EXISTING = {"type": "existing_session", "session_id": "sess_1", "instructions": "Report the build."}
 MESSAGE = {"role": "user", "type": "message", "content": [{"type": "input_text", "text": "Check the build."}]}
 HOSTED = {"type": "openai_hosted", "env": {"TOKEN": SECRET}, "container_size": "small"}
 NEW = {"type": "new_session", "agent_id": "agent_1", "environment": HOSTED, "input": [MESSAGE]}
-
-
-class Recorded:
-    """The session create bodies a firing sends (module docstring)."""
-
-    def __init__(self) -> None:
-        self.created: list[tuple[str, dict[str, Any]]] = []
-        self.submitted: list[tuple[str, str, list[dict[str, Any]]]] = []
-
-    async def create_session(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.created.append((tenant, body))
-        return {"id": f"sess_new{len(self.created)}", "object": "agent.session"}
-
-    async def submit_events(self, tenant: str, session_id: str, events: list[dict[str, Any]]) -> None:
-        self.submitted.append((tenant, session_id, events))
 
 
 def once(target: dict[str, Any], in_s: float = 1.0) -> dict[str, Any]:
@@ -73,22 +60,45 @@ async def store():
     await s.close()
 
 
-async def test_the_scheduler_fires_a_due_automation_once_into_a_new_session(store: AsyncStore) -> None:
-    sessions = Recorded()
-    service = AutomationService(store, CredentialKeys([new_key()]), sessions=lambda: sessions)
+@needs_bwrap
+async def test_the_scheduler_fires_a_due_automation_once_into_a_new_session(tmp_path: Path) -> None:
+    runtime = hosted_runtime(tmp_path, sealed=True)
     try:
-        made = await service.create_automation("acme", once(NEW))  # starts the scheduler
+        target = await new_target(runtime)
+        made = await runtime.automations.create_automation("acme", once(target))  # starts the scheduler
         assert made["target"]["environment"] == {"type": "openai_hosted", "container_size": "small"}, "withheld"
-        invocation = await finished(service, made["id"])
-        assert (invocation["status"], invocation["session_id"], invocation["error"]) == ("completed", "sess_new1", None)
+        invocation = await finished(runtime.automations, made["id"])
+        assert (invocation["status"], invocation["error"]) == ("completed", None)
         assert invocation["scheduled_at"] == made["run_at"]
-        [(tenant, body)] = sessions.created
-        assert tenant == "acme" and body == parse_session_create(
-            {"agent_id": "agent_1", "environment": HOSTED, "input": [MESSAGE], "metadata": {}}), \
-            "the session create body, checked as the sessions' route checks it, with the environment whole again"
-        assert (await service.get_automation("acme", made["id"]))["status"] == "completed"
+        assert await printed(runtime, invocation["session_id"]) == DIGEST, "the env reached the sandbox whole"
+        assert (await runtime.automations.get_automation("acme", made["id"]))["status"] == "completed"
     finally:
-        await service.close()
+        await runtime.close()
+
+
+def hosted_runtime(tmp_path: Path, *, sealed: bool) -> Runtime:
+    keys = (new_key(),) if sealed else ()
+    return Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), credentials_keys=keys))
+
+
+async def new_target(runtime: Runtime) -> dict[str, Any]:
+    """A new_session target: a saved agent, the hosted environment with the secret, and input
+    that prints its digest from the session's sandbox."""
+    agent = await runtime.agents.create_agent("acme", parse_agent_create({"model": "sim"}))
+    # Its digest, not the secret: what a command prints is stored with the session, as it should be.
+    shell = {**MESSAGE, "content": [{"type": "input_text", "text": '[[shell]]printf %s "$TOKEN" | sha256sum[[/shell]]'}]}
+    return {**NEW, "agent_id": agent["id"], "input": [shell]}
+
+
+async def printed(runtime: Runtime, session_id: str) -> str:
+    """What the session's command printed, once its turn has ended."""
+    async def idle() -> bool:
+        return (await runtime.sessions.get_session("acme", session_id))["status"] == "idle"
+
+    await wait_until(idle, timeout_s=30, what="the session's turn's end")
+    items = (await runtime.sessions.list_items("acme", session_id, order="asc")).data
+    [command] = [i for i in items if i["type"] == "command_execution"]
+    return command["output"]
 
 
 async def test_runtime_automations_start_a_session_and_send_another_a_turn() -> None:
@@ -157,68 +167,70 @@ async def test_two_schedulers_over_one_store_fire_each_due_time_once(store: Asyn
             await replica.close()
 
 
+@needs_bwrap
 @pytest.mark.parametrize("sealed", [True, False])
 async def test_an_environments_secret_never_reaches_the_database_file(tmp_path: Path, sealed: bool) -> None:
-    path = tmp_path / "t.duckdb"
-    store = AsyncStore.open(str(path))
-    sessions = Recorded()
-    service = AutomationService(store, CredentialKeys([new_key()] if sealed else []), sessions=lambda: sessions)
+    runtime = hosted_runtime(tmp_path, sealed=sealed)
     try:
-        made = await service.create_automation("acme", once(NEW, in_s=3600))
-        target = {**NEW, "environment": {**HOSTED, "setup_commands": [{"command": f"login {SECRET}"}]}}
-        await service.update_automation("acme", made["id"], parse_automation_update({"target": target}, now=0))
-        await service.invoke("acme", made["id"])
-        await finished(service, made["id"])
-        assert SECRET in repr(sessions.created[0][1]), "the session got it"
+        target = await new_target(runtime)
+        made = await runtime.automations.create_automation("acme", once({**target, "input": [MESSAGE]}, in_s=3600))
+        await runtime.automations.update_automation("acme", made["id"], parse_automation_update({"target": target},
+                                                                                                now=0))  # fmt: skip
+        await runtime.automations.invoke("acme", made["id"])
+        invocation = await finished(runtime.automations, made["id"])
+        assert await printed(runtime, invocation["session_id"]) == DIGEST, "the session's sandbox got it"
     finally:
-        await service.close()
-        await store.close()
+        await runtime.close()
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert files and not [p for p in files if SECRET.encode() in p.read_bytes()]
 
 
-async def test_secrets_kept_in_memory_are_not_had_by_another_process(store: AsyncStore) -> None:
+async def test_secrets_kept_in_memory_are_not_had_by_another_process(tmp_path: Path) -> None:
     """Without credentials_keys an environment's confidential values stay in the memory of the
     process that took them: another replica (or this one, restarted) fires without them."""
-    sessions = Recorded()
-    here, there = (AutomationService(store, CredentialKeys([]), sessions=lambda: sessions) for _ in range(2))
+    runtime = hosted_runtime(tmp_path, sealed=False)
+    there = AutomationService(runtime.store, CredentialKeys([]), sessions=lambda: runtime.sessions)
     try:
-        made = await here.create_automation("acme", once(NEW, in_s=60))
+        made = await runtime.automations.create_automation("acme", once(await new_target(runtime), in_s=60))
         [claimed] = await there.fire_due(made["run_at"])
-        invocation = await finished(here, made["id"])
+        invocation = await finished(runtime.automations, made["id"])
         assert (invocation["id"], invocation["status"]) == (claimed["id"], "failed")
-        assert invocation["error"]["code"] == "credentials_unavailable" and sessions.created == []
+        assert invocation["error"]["code"] == "credentials_unavailable"
+        assert (await runtime.sessions.list_sessions("acme")).data == [], "no session was started without them"
     finally:
-        await here.close()
         await there.close()
+        await runtime.close()
 
 
 async def test_schedules_survive_a_restart_and_a_missed_time_fires_once(tmp_path: Path) -> None:
     """The server was down when a periodic automation's time came and went: the next process's
     scheduler fires it once, for the latest missed time, and plans the next after now."""
-    path = str(tmp_path / "t.duckdb")
-    before = AsyncStore.open(path)
-    service = AutomationService(before, CredentialKeys([]), sessions=lambda: None)
-    made = await service.create_automation("acme", parse_automation_create(
-        {"type": "periodic", "name": "hourly", "expression": "0 * * * *", "timezone": "UTC", "target": EXISTING},
-        now=time.time()))  # fmt: skip
-    await service.close()
-    # Down for a day: the row's next due time is a day ago (what it was when the server stopped).
-    missed = made["created_at"] - 86_400
-    await before.call("set_automation_status", ("acme", made["id"], "active", missed - 1))
-    assert await before.next_automation_due() < time.time()
-    await before.close()
-
-    sessions = Recorded()
-    after = AsyncStore.open(path)
-    restarted = AutomationService(after, CredentialKeys([]), sessions=lambda: sessions)
+    settings = RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"))
+    before = Runtime.local(settings)
     try:
-        restarted.start()  # as Runtime.on_ray does at boot
-        invocation = await finished(restarted, made["id"])
-        assert invocation["status"] == "completed" and invocation["scheduled_at"] <= time.time() - 86_400 + 3600
-        assert len(sessions.submitted) == 1, "once, not once per missed hour"
-        assert await after.next_automation_due() > time.time(), "the next after now"
-        assert len((await restarted.list_invocations("acme", made["id"])).data) == 1
+        session = await before.sessions.create_session("acme", parse_session_create(
+            {"environment": {"type": "none"}, "agent": {"model": "sim"}, "input": "hello"}))  # fmt: skip
+        made = await before.automations.create_automation("acme", parse_automation_create(
+            {"type": "periodic", "name": "hourly", "expression": "0 * * * *", "timezone": "UTC",
+             "target": {**EXISTING, "session_id": session["id"]}}, now=time.time()))  # fmt: skip
+        # Down for a day: the row's next due time is a day ago (what it was when the server stopped).
+        missed = made["created_at"] - 86_400
+        await before.store.call("set_automation_status", ("acme", made["id"], "active", missed - 1))
+        assert await before.store.next_automation_due() < time.time()
     finally:
-        await restarted.close()
+        await before.close()
+
+    after = Runtime.local(settings)
+    try:
+        after.automations.start()  # as Runtime.on_ray does at boot
+        invocation = await finished(after.automations, made["id"])
+        assert invocation["status"] == "completed" and invocation["scheduled_at"] <= time.time() - 86_400 + 3600
+        assert len((await after.automations.list_invocations("acme", made["id"])).data) == 1
+        assert await after.store.next_automation_due() > time.time(), "the next after now"
+
+        async def two_turns() -> bool:
+            return len((await after.sessions.list_turns("acme", session["id"])).data) == 2
+
+        await wait_until(two_turns, what="the missed time's turn, once")  # the first turn and this one
+    finally:
         await after.close()
