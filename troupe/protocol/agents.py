@@ -69,6 +69,7 @@ __all__ = [
     "agent_not_found",
     "agent_object",
     "apply_agent_update",
+    "merge_agent_fields",
     "new_agent_id",
     "parse_agent_create",
     "parse_agent_update",
@@ -157,13 +158,18 @@ def parse_agent_update(body: Any) -> dict[str, Any]:
 def apply_agent_update(agent: dict[str, Any], changes: dict[str, Any], updated_at: float) -> dict[str, Any]:
     """``agent`` (an agent object) with ``changes`` (:func:`parse_agent_update`) made, and
     ``updated_at``; a new object, ``agent`` is not changed."""
+    return {**merge_agent_fields(agent, changes), "updated_at": int(updated_at)}
+
+
+def merge_agent_fields(agent: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``agent`` (an agent, or a session's) with ``changes``' fields over it: each replaces the
+    agent's, but ``experimental``, merged by key. A new object; neither argument is changed."""
     updated = copy.deepcopy(agent)
     for name, value in copy.deepcopy(changes).items():
         if name == "experimental":
             updated[name] = {**(updated.get(name) or {}), **value}
         else:
             updated[name] = value
-    updated["updated_at"] = int(updated_at)
     return updated
 
 

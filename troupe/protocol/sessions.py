@@ -65,6 +65,7 @@ from .subagents import SUBAGENT_TOOL_NAMES, SUBAGENT_TOOLS, subagent_item
 
 __all__ = [
     "CREATE_FIELDS",
+    "SESSION_AGENT_FIELDS",
     "UPDATE_FIELDS",
     "TurnEvents",
     "command_done",
@@ -94,8 +95,8 @@ __all__ = [
 CREATE_FIELDS = ("environment", "agent", "agent_id", "input", "metadata", "prompt_cache_options", "review",
                  "stream", "stream_options", "vault_ids")  # fmt: skip
 UPDATE_FIELDS = ("agent", "metadata", "prompt_cache_options", "review")
-_SESSION_AGENT_FIELDS = tuple(name for name in AGENT_FIELDS if name not in ("name", "metadata"))
-"""An agent's fields a session takes (its ``name`` and ``metadata`` are the saved agent's own)."""
+SESSION_AGENT_FIELDS = tuple(name for name in AGENT_FIELDS if name not in ("name", "metadata"))
+"""An agent's fields a session takes and keeps (its ``name`` and ``metadata`` are the saved agent's own)."""
 _TERMINAL = ("completed", "failed", "cancelled", "incomplete")
 
 
@@ -143,7 +144,7 @@ def parse_session_create(body: Any) -> dict[str, Any]:
         raise InvalidRequest("Missing required parameter: 'agent.model' (or give 'agent_id', a saved agent).",
                              param="agent.model", code="missing_required_parameter")  # fmt: skip
     if agent is not None:
-        object_body(agent, "agent", _SESSION_AGENT_FIELDS)
+        object_body(agent, "agent", SESSION_AGENT_FIELDS)
         agent = _under("agent", parse_agent_update if agent_id else parse_agent_create, agent)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
@@ -183,7 +184,7 @@ def parse_session_update(body: Any) -> dict[str, Any]:
     body = object_body(body, "", UPDATE_FIELDS)
     changes: dict[str, Any] = {}
     if body.get("agent") is not None:
-        object_body(body["agent"], "agent", _SESSION_AGENT_FIELDS)
+        object_body(body["agent"], "agent", SESSION_AGENT_FIELDS)
         changes["agent"] = _under("agent", parse_agent_update, body["agent"])
     if "metadata" in body:
         changes["metadata"] = check_metadata(body["metadata"]) or {}

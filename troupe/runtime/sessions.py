@@ -42,10 +42,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from troupe.protocol import InvalidRequest, NotFound, new_response_id, parse_create_request
-from troupe.protocol.agents import new_agent_id
+from troupe.protocol.agents import merge_agent_fields, new_agent_id
 from troupe.protocol.ids import new_id
 from troupe.protocol.request import CreateResponseRequest
 from troupe.protocol.sessions import (
+    SESSION_AGENT_FIELDS,
     TurnEvents,
     describe_result,
     hosted_environment,
@@ -80,8 +81,6 @@ POLL_S = 1.0
 ingress replicas start; those started here wake it at once)."""
 
 _ACTIVE = ("queued", "in_progress", "waiting")
-_SESSION_AGENT_KEYS = ("model", "instructions", "tools", "text", "reasoning", "service_tier", "multi_agent",
-                       "compaction", "experimental")  # fmt: skip
 T = TypeVar("T")
 Events = AsyncGenerator[list[dict[str, Any]], None]
 """Batches of session events."""
@@ -156,13 +155,18 @@ class SessionService:
     async def _new_session(self, tenant: str, parsed: dict[str, Any]) -> dict[str, Any]:
         agent = await self._session_agent(tenant, parsed["agent_id"], parsed["agent"])
         environment, container_id, owned = await self._environment(tenant, parsed["environment"])
-        session_id = new_session_id()
+        return await self._store_session(tenant, new_session_id(), agent, environment, metadata=parsed["metadata"],
+                                         container_id=container_id, owns_environment=owned)  # fmt: skip
+
+    async def _store_session(
+        self, tenant: str, session_id: str, agent: dict[str, Any], environment: dict[str, Any], **fields: Any
+    ) -> dict[str, Any]:
+        """A new session's conversation and row (``fields``: the rest of its stored object)."""
         conversation = await self.runtime.create_conversation(tenant, metadata={"agent_session_id": session_id})
         now = time.time()
         return await self.store.create_session(tenant, {
             "id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
-            "agent": agent, "environment": environment, "metadata": parsed["metadata"],
-            "container_id": container_id, "owns_environment": owned,
+            "agent": agent, "environment": environment, **fields,
         })  # fmt: skip
 
     async def _environment(self, tenant: str, given: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
@@ -194,11 +198,9 @@ class SessionService:
             base: dict[str, Any] = {"id": new_agent_id(), "name": None}
         else:
             saved = await self.runtime.agents.get_agent(tenant, agent_id)
-            base = {"id": agent_id, "name": saved["name"], **{k: saved[k] for k in _SESSION_AGENT_KEYS}}
+            base = {"id": agent_id, "name": saved["name"], **{k: saved[k] for k in SESSION_AGENT_FIELDS}}
         await self.runtime.agents.check(fields)
-        merged = {**base, **{k: v for k, v in fields.items() if k in _SESSION_AGENT_KEYS and k != "experimental"}}
-        merged["experimental"] = {**(base.get("experimental") or {}), **(fields.get("experimental") or {})}
-        return merged
+        return merge_agent_fields(base, {k: v for k, v in fields.items() if k in SESSION_AGENT_FIELDS})
 
     async def new_subagent(
         self, tenant: str, parent: dict[str, Any], child_id: str, task: str, name: str | None
@@ -207,14 +209,9 @@ class SessionService:
         parent's environment, with the parent's agent less the client's functions and ``multi_agent``."""
         agent = {**parent["agent"], "multi_agent": {"enabled": False, "max_concurrent_subagents": None},
                  "tools": [t for t in parent["agent"]["tools"] or () if t["type"] != "function"]}  # fmt: skip
-        conversation = await self.runtime.create_conversation(tenant, metadata={"agent_session_id": child_id})
-        now = time.time()
-        return await self.store.create_session(tenant, {
-            "id": child_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
-            "agent": agent, "environment": parent["environment"], "metadata": {},
-            "container_id": parent.get("container_id"), "owns_environment": False,
-            "parent_id": parent["id"], "task": task, "subagent_name": name, "closed_at": None,
-        })  # fmt: skip
+        return await self._store_session(tenant, child_id, agent, parent["environment"], metadata={},
+                                         container_id=parent.get("container_id"), owns_environment=False,
+                                         parent_id=parent["id"], task=task, subagent_name=name, closed_at=None)  # fmt: skip
 
     async def list_subagents(
         self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
@@ -227,13 +224,7 @@ class SessionService:
     async def get_subagent(self, tenant: str, session_id: str, subagent_id: str) -> dict[str, Any]:
         """Raises: NotFound: no such session (``session_id``) or subagent of it (``subagent_id``)."""
         parent = await self._session(tenant, session_id)
-        return subagent_object(await self.subagent_session(tenant, parent, subagent_id), parent)
-
-    async def subagent_session(self, tenant: str, parent: dict[str, Any], subagent_id: str) -> dict[str, Any]:
-        child = await self.store.get_session(tenant, subagent_id)
-        if child is None or child.get("parent_id") != parent["id"]:
-            raise NotFound(f"Subagent with id '{subagent_id}' not found.", param="subagent_id")
-        return child
+        return subagent_object(await self._session(tenant, subagent_id, subagent_of=session_id), parent)
 
     async def get_session(self, tenant: str, session_id: str) -> dict[str, Any]:
         """The session as it stands. Raises: NotFound (naming ``session_id``)."""
@@ -260,9 +251,7 @@ class SessionService:
         if "agent" in changes:
             fields = changes["agent"]
             await self.runtime.agents.check(fields)
-            agent = {**session["agent"], **{k: v for k, v in fields.items() if k != "experimental"}}
-            agent["experimental"] = {**(session["agent"].get("experimental") or {}), **(fields.get("experimental") or {})}
-            update["agent"] = agent
+            update["agent"] = merge_agent_fields(session["agent"], fields)
         if "metadata" in changes:
             update["metadata"] = changes["metadata"]
         updated = await self.store.update_session(tenant, session_id, update) if update else session
