@@ -23,6 +23,7 @@ from tests.servers import wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
 from troupe.agentloop.checkpoint import INTERRUPTED
 from troupe.protocol import InvalidRequest
+from troupe.protocol.job import TurnJob
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.runs import MAX_RESUMES
 
@@ -306,3 +307,38 @@ async def test_which_foreground_responses_keep_their_event_log(tmp_path, options
         assert events[-1]["response"] == done
     finally:
         await runtime.close()
+
+
+async def test_a_resume_call_that_arrives_twice_runs_the_run_once(tmp_path):
+    """Ray's ActorUnavailableError leaves unknown whether a call ran, so the runtime may send
+    ``resume_background`` again while the host still reads the first one's checkpoints."""
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    first = Runtime.local(settings(tmp_path))
+    started = await first.background("", req(input=call("gate_again", db=db, key="g", path=str(gate)), background=True))
+
+    async def gate_running() -> bool:
+        return executions(db, "g") == 1
+
+    await wait_until(gate_running, what="the gate call running")
+    await first.close()
+    second = Runtime.local(settings(tmp_path))
+    try:
+        run = await second.store.get_run("", started["id"])
+        assert run is not None
+        job = TurnJob(tenant="", request=req(input=call("gate_again", db=db, key="g", path=str(gate)), background=True),
+                      response_id=run.response_id, created_at=run.created_at, thread_id=run.thread_id)  # fmt: skip
+        host = await second.placement.host_for(run.thread_id)
+        answers = await asyncio.gather(host.resume_background(job), host.resume_background(job))
+        assert [a["id"] for a in answers] == [started["id"]] * 2
+
+        async def ran_again() -> bool:
+            return executions(db, "g") >= 2
+
+        await wait_until(ran_again, what="the idempotent call run again")
+        gate.touch()
+        resumed = await finished(second, started["id"])
+        assert resumed["status"] == "completed"
+        assert executions(db, "g") == 2, "resumed once: the call in flight ran again once"
+        assert_one_unbroken_log(await events_of(second, started["id"]))
+    finally:
+        await second.close()

@@ -481,8 +481,10 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
             try:
                 return await start(host)
             except HostFailed:
-                # Nothing ran yet (a host that just died or exited idle): try a fresh one. Ray
-                # releases a dead actor's name asynchronously, hence the short, growing pauses.
+                # A host that just died or exited idle: try a fresh one. Ray releases a dead
+                # actor's name asynchronously, hence the short, growing pauses. The call may have
+                # reached a host that is only unavailable for a moment (Ray cannot tell): the
+                # same host answers the run it took, instead of starting it twice.
                 self.placement.forget(job.thread_id)
                 pause = min(0.05 * 2**attempt, 0.5)
                 if time.monotonic() + pause > deadline:

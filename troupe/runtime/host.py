@@ -239,6 +239,8 @@ class ConversationHost:
         Raises: InvalidRequest / NotFound for a request that does not fit, when the run could
         start at once (a queued run that turns out not to fit is stored ``failed``).
         """
+        if (running := self.runs.get(job.tenant, job.response_id)) is not None and running.events:
+            return dict(running.events[0]["response"])  # a retried call (see resume_background)
         if self.settings.model(job.request.model) is None:
             raise model_not_found(job.request.model)
         self._mcp_servers(job.request)  # a server this deployment may not reach: refused now
@@ -257,11 +259,16 @@ class ConversationHost:
         """Go on with a durable response whose host died (a background one, or a foreground one
         past its first tool step), from its last checkpoint (module
         :mod:`troupe.agentloop.checkpoint`), driven by this host; its Response as it stands.
-        The caller has claimed the run (``claim_run``), so no other host resumes it too."""
+        The caller has claimed the run (``claim_run``), so no other host resumes it too; a
+        second call for it (a caller retrying after Ray's ``ActorUnavailableError``, which
+        leaves unknown whether the first call ran) answers the run this host already drives."""
         running = self.runs.get(job.tenant, job.response_id)
         if running is not None:
             return running.snapshot()
         steps = await self.store.run_steps(job.tenant, job.response_id)
+        running = self.runs.get(job.tenant, job.response_id)  # a second call, while this one read
+        if running is not None:
+            return running.snapshot()
         events = [event for step in steps for event in step.data["events"]]
         run = self._accept(job, restored=events)
         run.steps = len(steps)
