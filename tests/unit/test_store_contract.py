@@ -1002,6 +1002,7 @@ def test_a_turn_goes_on_once_every_call_has_its_result(store: Store) -> None:
     assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_3", **claim) is None
     turn = store.get_turn("acme", "sess_1", "turn_1")
     assert (turn["responses"], turn["results"], turn["cancelled"]) == (["resp_1", "resp_2"], {}, False)
+    assert turn["taken"] == {"call_a": ok, "call_b": {**ok, "output": "rain"}}, "what resp_2 took, for followers"
     assert store.cancel_turn("acme", "sess_1", "turn_1") is True
     assert store.continue_turn("acme", "sess_1", "turn_1", after="resp_2", response_id="resp_3", call_ids=[]) is None
     assert store.get_turn("acme", "sess_1", "turn_1")["cancelled"] is True

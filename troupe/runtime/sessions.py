@@ -66,7 +66,14 @@ from troupe.protocol.sessions import (
     turn_object,
     turn_status,
 )
-from troupe.protocol.subagents import CREATE, SUBAGENT_TOOL_NAMES, subagent_object
+from troupe.protocol.subagents import (
+    CREATE,
+    SUBAGENT_TOOL_NAMES,
+    subagent_event_kind,
+    subagent_item,
+    subagent_object,
+    subagent_of_call,
+)
 from troupe.runtime.agents import AgentService
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.environments import EnvironmentService
@@ -426,16 +433,26 @@ class SessionService:
             return
         # Creates first (at once, within the concurrency limit), so a wait called beside them
         # finds them; then the others at once.
+        # Each batch's outputs are kept as soon as it is done: the parent's followers show the
+        # subagents made before a wait beside them ends.
         creates = [c for c in calls if c["name"] == CREATE]
-        outputs = await self.subagents.create_all(tenant, session, creates)
+        await self._keep(tenant, session, turn_id, creates, await self.subagents.create_all(tenant, session, creates))
         others = [c for c in calls if c["name"] != CREATE]
-        outputs += await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
+        outputs = await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
+        await self._keep(tenant, session, turn_id, others, outputs)
+        await self._go_on(tenant, session, turn_id, response_id, ended=last)
+
+    async def _keep(
+        self, tenant: str, session: dict[str, Any], turn_id: str, calls: list[dict[str, Any]], outputs: list[str]
+    ) -> None:
+        """Keep subagent calls' outputs as their results, and tell the session's followers."""
         await asyncio.gather(*(
             self.store.record_tool_result(tenant, session["id"], turn_id, call["call_id"],
                                           {"success": True, "output": output, "error": None})
-            for call, output in zip(creates + others, outputs, strict=True)
+            for call, output in zip(calls, outputs, strict=True)
         ))  # fmt: skip
-        await self._go_on(tenant, session, turn_id, response_id, ended=last)
+        if calls:
+            self._notify(session["id"])
 
     async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
         turn, last = await self.last_turn(tenant, session["id"])
@@ -643,6 +660,9 @@ class SessionService:
                     yield [session_event("agent.session.requires_action", new_id("sevt"), session=wire)]
                     if settle:
                         return
+                elif last is not None:
+                    async for batch in self._subagent_events(tenant, session, turn, index, last, translate):
+                        yield batch
                 index += 1
             ended = await self._turn_object(tenant, session, turn)
             wire = session_object(session, "idle", []) | {"last_active_at": int(time.time())}
@@ -652,6 +672,61 @@ class SessionService:
             if settle:
                 return
             seq, index = seq + 1, 0
+
+    async def _subagent_events(
+        self, tenant: str, session: dict[str, Any], turn: dict[str, Any], index: int, ended: dict[str, Any],
+        translate: TurnEvents,
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """While the subagent calls of the turn's response ``index`` (``ended``) run: each call's
+        item done with its output, and the subagent it made, closed or resumed
+        (``agent.session.subagent.*``), as each batch of calls settles."""
+        calls = {c["call_id"]: c for c in open_calls(ended) if c.get("name") in SUBAGENT_TOOL_NAMES}
+        where = {c.get("call_id"): i for i, c in enumerate(ended.get("output") or ()) if c.get("type") == "function_call"}
+        response_id, agent_id = turn["responses"][index], session["agent"]["id"]
+        order = list(calls)
+        while calls:
+            found = await self._wait_for(session["id"], functools.partial(
+                self._subagent_outputs, tenant, session["id"], turn["id"], index, frozenset(calls)))  # fmt: skip
+            if found is None:
+                return  # the session or the turn is gone
+            outputs, final = found
+            batch: list[dict[str, Any]] = []
+            for call_id in [c for c in order if c in outputs and c in calls]:
+                call, output, k = calls.pop(call_id), outputs[call_id], order.index(call_id)
+                base = {"session_id": session["id"], "turn_id": turn["id"]}
+                at = translate.index_of(where.get(call_id, -1))
+                if at is not None:
+                    batch.append(session_event("agent.session.turn.item.done", f"sevt_{response_id[5:]}_c{k}", **base,
+                                               item=subagent_item(call, turn["id"], agent_id, output), output_index=at))  # fmt: skip
+                kind, child_id = subagent_event_kind(call, output), subagent_of_call(call)
+                child = None if kind is None or child_id is None else await self.store.get_session(tenant, child_id)
+                if kind is not None and child is not None and child.get("parent_id") == session["id"]:
+                    batch.append(session_event(kind, f"sevt_{response_id[5:]}_c{k}s",
+                                               subagent=subagent_object(child, session)))  # fmt: skip
+            if batch:
+                yield batch
+            if final:
+                return
+
+    async def _subagent_outputs(
+        self, tenant: str, session_id: str, turn_id: str, index: int, wanted: frozenset[str]
+    ) -> tuple[dict[str, Any], bool] | None | bool:
+        """The outputs of ``wanted`` calls (of the turn's response ``index``) kept so far, and
+        whether that is all there will be (the turn went on, or was cancelled); False while none
+        is new; None if the turn is gone."""
+        turn = await self.store.get_turn(tenant, session_id, turn_id)
+        if turn is None:
+            return None
+        if len(turn["responses"]) == index + 1 and not turn["cancelled"]:
+            kept = {k: describe_result(v) for k, v in turn["results"].items() if k in wanted}
+            return (kept, False) if kept else False
+        if len(turn["responses"]) == index + 2:  # went on: its next response took them
+            return {k: describe_result(v) for k, v in turn["taken"].items() if k in wanted}, True
+        if len(turn["responses"]) > index + 2:  # went on further: that response's input is stored
+            items = await self._response_items(tenant, turn["responses"][index + 1])
+            return {i["call_id"]: i.get("output") for i in items
+                    if i.get("type") == "function_call_output" and i.get("call_id") in wanted}, True  # fmt: skip
+        return {}, True  # cancelled while they ran
 
     async def _shown_before(self, tenant: str, turn: dict[str, Any], index: int) -> int:
         """How many items the turn's responses before ``index`` show (where ``output_index`` goes on)."""

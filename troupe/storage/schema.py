@@ -569,8 +569,14 @@ _V16 = [
     """,
 ]
 
+_V17 = [
+    # The results a turn's next response took: a follower of the session that saw the turn move
+    # on shows the subagent calls' outputs from here (the response's input is stored at its end).
+    "ALTER TABLE session_turns ADD COLUMN taken JSON DEFAULT '{}'",
+]
+
 MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-                               _V16]
+                               _V16, _V17]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

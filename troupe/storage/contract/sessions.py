@@ -6,11 +6,13 @@ session's own (:mod:`troupe.protocol.sessions`): ``{"id", "created_at", "last_ac
 container, a subagent's ``parent_id``, ``task``, ``closed_at``…). What changes as it runs
 (its status, required actions, usage) is not stored here: it follows from its turns.
 
-A turn is ``{"id", "session_id", "seq", "created_at", "responses", "results", "cancelled"}``:
+A turn is ``{"id", "session_id", "seq", "created_at", "responses", "results", "cancelled", "taken"}``:
 ``responses`` are the ids of the background responses that ran it, in order (more than one when
-the agent called the client's functions and the turn went on with their results), ``results``
-the function results the client has sent for the last response's calls and that no response
-has taken yet, ``cancelled`` whether the client cancelled it while it waited for them.
+the agent called the client's functions or subagents and the turn went on with their results),
+``results`` the function results sent (by the client, or by the server for subagent calls) for
+the last response's calls and that no response has taken yet, ``cancelled`` whether the client
+cancelled it while it waited for them, ``taken`` the results its last response took (what a
+follower shows of them: that response's input is stored only when it ends).
 
 Implemented by :class:`troupe.storage.duckdb_store.sessions.SessionTables`.
 """
@@ -97,8 +99,9 @@ class Sessions(Protocol):
     ) -> dict[str, Any] | None:
         """Claim the turn's next response: if its last response is still ``after`` and a result
         is kept for each of ``call_ids``, append ``response_id`` and hand over the results (taken
-        from the row) in one transaction; those results. None otherwise: another caller claimed
-        it first, or a result is missing. Two callers never both claim one response's results.
+        from the row, and kept as the turn's ``taken`` until the next claim) in one transaction;
+        those results. None otherwise: another caller claimed it first, or a result is missing.
+        Two callers never both claim one response's results.
         """
         ...
 
