@@ -446,13 +446,12 @@ class SessionService:
         self, tenant: str, session: dict[str, Any], turn_id: str, calls: list[dict[str, Any]], outputs: list[str]
     ) -> None:
         """Keep subagent calls' outputs as their results, and tell the session's followers."""
-        await asyncio.gather(*(
-            self.store.record_tool_result(tenant, session["id"], turn_id, call["call_id"],
-                                          {"success": True, "output": output, "error": None})
-            for call, output in zip(calls, outputs, strict=True)
-        ))  # fmt: skip
-        if calls:
-            self._notify(session["id"])
+        if not calls:
+            return
+        results = {call["call_id"]: {"success": True, "output": output, "error": None}
+                   for call, output in zip(calls, outputs, strict=True)}  # fmt: skip
+        await self.store.record_tool_results(tenant, session["id"], turn_id, results)
+        self._notify(session["id"])
 
     async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
         turn, last = await self.last_turn(tenant, session["id"])
@@ -480,7 +479,7 @@ class SessionService:
             raise InvalidRequest(f"Unknown pending tool call: {event['call_id']}", param=f"{at}.call_id",
                                  code="invalid_request_error")  # fmt: skip
         result = {k: event[k] for k in ("success", "output", "error")}
-        await self.store.record_tool_result(tenant, session["id"], turn["id"], event["call_id"], result)
+        await self.store.record_tool_results(tenant, session["id"], turn["id"], {event["call_id"]: result})
         self._spawn(self._go_on(tenant, session, turn["id"], response_id))
 
     async def _go_on(

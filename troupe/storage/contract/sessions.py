@@ -87,11 +87,11 @@ class Sessions(Protocol):
         """The session's turns by ``seq`` (``after``: a turn id; an unknown one gives an empty page)."""
         ...
 
-    def record_tool_result(
-        self, tenant: str, session_id: str, turn_id: str, call_id: str, result: dict[str, Any]
+    def record_tool_results(
+        self, tenant: str, session_id: str, turn_id: str, results: dict[str, dict[str, Any]]
     ) -> dict[str, Any] | None:
-        """Keep the client's ``result`` for the function call ``call_id`` of the turn's last
-        response (the same call sent again replaces it); the turn. None if no such turn."""
+        """Keep ``results`` (call id → result) for function calls of the turn's last response,
+        in one transaction (a call sent again replaces its result); the turn. None if no such turn."""
         ...
 
     def continue_turn(

@@ -157,15 +157,15 @@ class SessionTables(Connection, Sessions):
         )
         return Page(data=[_turn(r) for r in rows[:limit]], has_more=len(rows) > limit)
 
-    def record_tool_result(
-        self, tenant: str, session_id: str, turn_id: str, call_id: str, result: dict[str, Any]
+    def record_tool_results(
+        self, tenant: str, session_id: str, turn_id: str, results: dict[str, dict[str, Any]]
     ) -> dict[str, Any] | None:
-        """See :meth:`Sessions.record_tool_result`."""
+        """See :meth:`Sessions.record_tool_results`."""
         with self._transaction() as conn:
             turn = self._turn_in(conn, tenant, session_id, turn_id)
             if turn is None:
                 return None
-            turn["results"] = {**turn["results"], call_id: result}
+            turn["results"] = {**turn["results"], **results}
             conn.execute("UPDATE session_turns SET results = ? WHERE tenant = ? AND session_id = ? AND id = ?",
                          [json.dumps(turn["results"]), tenant, session_id, turn_id])  # fmt: skip
             return turn
