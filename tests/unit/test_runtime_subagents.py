@@ -53,6 +53,8 @@ async def test_the_parents_stream_shows_each_subagent_when_made_and_each_call_wh
         assert all(added[e["item"]["id"]] == e["output_index"] for e in calls), "done where it was added"
         assert len({e["event_id"] for e in seen}) == len(seen)
         assert seen[-1]["type"] == "agent.session.idle" and seen[-2]["turn"]["status"] == "completed"
+        await events.aclose()
+        assert (runtime.sessions._changed, runtime.sessions._waiting) == ({}, {}), "an idle session keeps no event"
     finally:
         gate.touch()
         await runtime.close()

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -120,7 +121,9 @@ class SessionService:
         self.runtime = runtime
         self.store = runtime.store
         self._changed: dict[str, asyncio.Event] = {}
-        """Per session followed here: set (and replaced) when a turn or response is added to it."""
+        """Per session followed here now: set (and replaced) when a turn or response is added to it."""
+        self._waiting: dict[str, int] = {}
+        """Per session in ``_changed``: how many waits hold its event (it goes with the last one)."""
         self._driving: set[str] = set()
         """The responses whose subagent calls a task of this service runs (or waits to)."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -783,16 +786,23 @@ class SessionService:
 
     async def _wait_for(self, session_id: str, check: Callable[[], Awaitable[T | bool]]) -> T:
         """``check()``'s first value that is not False: checked again whenever a change to the
-        session is made through this runtime, and every :data:`POLL_S` for other replicas'."""
+        session is made through this runtime, and every :data:`POLL_S` for other replicas'.
+        A session nobody waits for keeps nothing here (an idle session costs no event)."""
         while True:
             changed = self._changed.setdefault(session_id, asyncio.Event())
-            found = await check()
-            if found is not False:
-                return found  # type: ignore[return-value]
+            self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
             try:
-                await asyncio.wait_for(changed.wait(), POLL_S)
-            except TimeoutError:
-                pass
+                found = await check()
+                if found is not False:
+                    return found  # type: ignore[return-value]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), POLL_S)
+            finally:
+                left = self._waiting.pop(session_id) - 1
+                if left:
+                    self._waiting[session_id] = left
+                elif self._changed.get(session_id) is changed:
+                    del self._changed[session_id]
 
     def _notify(self, session_id: str) -> None:
         changed = self._changed.pop(session_id, None)
