@@ -9,7 +9,7 @@ import pytest
 
 from tests.servers import until, wait_until
 from tests.side_effects import COUNTED_TOOLS, executions
-from troupe.protocol import NotFound
+from troupe.protocol import InvalidRequest, NotFound
 from troupe.protocol.sessions import parse_session_create
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.session_traces import SessionTraces
@@ -50,6 +50,10 @@ async def test_a_running_turns_trace_holds_what_its_finished_steps_stored(tmp_pa
         assert [s["spanId"] for s in spans[:3]] == [s["spanId"] for s in
                                                     running.data[0]["otlp"]["resourceSpans"][0]["scopeSpans"][0]["spans"]]
 
+        # A page of more JSON than a page may hold is refused, naming limit.
+        with pytest.raises(InvalidRequest) as big:
+            await SessionTraces(runtime.sessions, max_page_bytes=1000).list_traces("t1", session["id"])
+        assert big.value.param == "limit" and "request fewer traces" in big.value.message
         # Another tenant's session is unknown, as is a session that is not one.
         for tenant, session_id in (("t2", session["id"]), ("t1", "sess_nope")):
             with pytest.raises(NotFound) as unknown:

@@ -86,6 +86,13 @@ def test_a_turn_with_subagents_is_one_tree_on_one_timeline() -> None:
     assert len(by_id) == len(spans) and all(len(i) == 16 for i in by_id)
     assert [s["name"] for s in spans if s.get("parentSpanId") == root["spanId"]] == ["troupe.response"] * 3
 
+    # Depth first: each span's parent is the last span before it one level up.
+    depth: dict[str, int] = {}
+    for i, span in enumerate(spans):
+        depth[span["spanId"]] = len(path(span)) - 1
+        if i:
+            above = [s for s in spans[:i] if depth[s["spanId"]] == depth[span["spanId"]] - 1]
+            assert above[-1]["spanId"] == span["parentSpanId"], span["name"]
     sleeps = [s for s in spans if s["name"] == "execute_tool sleep"]
     assert [path(s) for s in sleeps] == [["agent.session.turn", "troupe.response", "execute_tool create_subagent",
                                           "agent.session.turn", "troupe.response", "execute_tool sleep"]] * 2  # fmt: skip

@@ -157,8 +157,12 @@ def turn_spans(turn: TurnRun, parent_id: str | None = None) -> list[TraceSpan]:
             call_span = _id(f"{response_id}/{call.get('call_id')}", 8)
             calls.append((call_span, call, spec))
             below.append(TraceSpan(span_id=call_span, parent_id=response_span, spec=spec))
+    # Each subagent turn right after the call that started it: the list stays depth first.
+    nested: dict[str, list[TraceSpan]] = {}
     for child in turn.children:
-        below += turn_spans(child, _starter(child, calls) or turn_span)
+        starter = _starter(child, calls) or turn_span
+        nested.setdefault(starter, []).extend(turn_spans(child, starter))
+    below = [s for span in below for s in (span, *nested.pop(span.span_id, ()))] + nested.pop(turn_span, [])
     ends = [s.spec.end for s in below]
     described: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": turn.agent_id, "troupe.session.id": turn.session_id,

@@ -15,15 +15,20 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Protocol
 
 from troupe.observe.session_trace import ResponseRun, TurnRun, session_trace
-from troupe.protocol import NotFound
+from troupe.protocol import InvalidRequest, NotFound
 from troupe.protocol.sessions import session_not_found, turn_status
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page, ResponseFilter, StepTrace
 
-__all__ = ["SessionTraces", "trace_object"]
+__all__ = ["MAX_PAGE_BYTES", "SessionTraces", "trace_object"]
+
+MAX_PAGE_BYTES = 16 * 1024 * 1024
+"""A page of traces is at most 16 MiB of JSON (OpenAI's limit): a larger one is refused, and
+the client asks for fewer (``limit``)."""
 
 
 class _Runtime(Protocol):
@@ -54,9 +59,10 @@ def trace_object(session_id: str, turn: dict[str, Any], otlp: dict[str, Any]) ->
 class SessionTraces:
     """The traces of ``sessions``' sessions, one per root turn."""
 
-    def __init__(self, sessions: Sessions) -> None:
+    def __init__(self, sessions: Sessions, *, max_page_bytes: int = MAX_PAGE_BYTES) -> None:
         self.sessions = sessions
         self.store = sessions.store
+        self.max_page_bytes = max_page_bytes
 
     async def list_traces(
         self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
@@ -64,7 +70,10 @@ class SessionTraces:
         """A page of the session's traces (``agent.session.trace``), by turn as its turns list
         (``after``: a turn id; an unknown one gives an empty page).
 
-        Raises: NotFound: no such session of this tenant (a subagent is not one: ``session_id``)."""
+        Raises:
+            NotFound: no such session of this tenant (a subagent is not one: ``session_id``).
+            InvalidRequest: the page would be more than ``max_page_bytes`` of JSON (``limit``).
+        """
         session = await self.store.get_session(tenant, session_id)
         if session is None or session.get("parent_id") is not None:
             raise session_not_found(session_id)
@@ -72,6 +81,11 @@ class SessionTraces:
         children = await self._children(tenant, session)
         runs = await asyncio.gather(*(self._root_run(tenant, session, turn, children) for turn in page.data))
         data = [trace_object(session_id, turn, session_trace(run)) for turn, run in zip(page.data, runs, strict=True)]
+        size = len(json.dumps(data))
+        if size > self.max_page_bytes:
+            raise InvalidRequest(f"These {len(data)} traces are {size} bytes of JSON, more than the "
+                                 f"{self.max_page_bytes} a page may hold: request fewer traces.", param="limit",
+                                 code="invalid_value")  # fmt: skip
         return Page(data=data, has_more=page.has_more)
 
     async def turn_runs(self, tenant: str, session_id: str, turn: dict[str, Any]) -> TurnRun:

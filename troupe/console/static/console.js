@@ -73,6 +73,7 @@
     return `${value.toFixed(value < 10 ? 2 : 1)} s`;
   }
 
+  const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
   const pct = (value) => (value === null || value === undefined ? "–" : `${(100 * value).toFixed(1)}%`);
   const statusBadge = (status) => h("span", { class: `status ${status || ""}` }, status || "–");
 
@@ -637,7 +638,7 @@
       {},
       h("h1", {}, "Session ", h("span", { class: "mono" }, sess.id)),
       h("div", { class: "card" }, h("table", {}, h("tbody", {}, facts.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))))),
-      h("h2", {}, "Timeline ", h("span", { class: "muted" }, `${data.turns.length} turns, ${responses.length} responses, ${data.subagents.length} subagents, from their traces (GET /v1/agents/sessions/{id}/traces)`)),
+      h("h2", {}, "Timeline ", h("span", { class: "muted" }, `${count(data.turns.length, "turn")}, ${count(responses.length, "response")}, ${count(data.subagents.length, "subagent")}, from the session's traces (GET /v1/agents/sessions/{id}/traces)`)),
       h("div", { class: "card" }, spanGantt(data.rows)),
       h("h2", {}, "Responses"),
       h("ul", {}, responses.map((r) => h("li", {}, link(responseHash(r.attributes["gen_ai.response.id"], data.tenant), r.attributes["gen_ai.response.id"]), ` · ${r.attributes["troupe.status"]} · ${secs(r.end_s - r.start_s)}`))),
