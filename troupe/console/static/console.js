@@ -391,21 +391,27 @@
     return [1, 2, 5, 10].map((m) => m * base).find((step) => step >= raw) || base * 10;
   }
 
-  // The Gantt chart: one row per step (parallel tool calls are overlapping bars on their
-  // own rows), the critical path outlined. Each bar carries its times as data attributes.
-  function gantt(bars) {
-    if (!bars.length) return h("p", { class: "muted" }, "No step traces for this response.");
+  // An SVG chart of one row per bar (each with start_s and end_s) under a time axis; x(t) the
+  // position of t seconds.
+  function timeAxis(bars, { id, label, width, labels, rowH, top }) {
     const total = Math.max(...bars.map((b) => b.end_s), 1e-3);
-    const width = 1000, labels = 200, right = 70, rowH = 24, top = 24;
     const height = top + bars.length * rowH + 6;
-    const plot = width - labels - right;
-    const x = (t) => labels + (t / total) * plot;
-    const chart = s("svg", { class: "gantt", id: "timeline", viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "Step timeline" });
+    const x = (t) => labels + (t / total) * (width - labels - 70);
+    const chart = s("svg", { class: "gantt", id, viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": label });
     const step = niceStep(total);
     for (let t = 0; t <= total + step / 1000; t += step) {
       chart.append(s("line", { class: "axis", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
       chart.append(s("text", { class: "tick", x: x(t), y: top - 8, "text-anchor": "middle" }, secs(t)));
     }
+    return { chart, x };
+  }
+
+  // The Gantt chart: one row per step (parallel tool calls are overlapping bars on their
+  // own rows), the critical path outlined. Each bar carries its times as data attributes.
+  function gantt(bars) {
+    if (!bars.length) return h("p", { class: "muted" }, "No step traces for this response.");
+    const width = 1000, labels = 200, rowH = 24, top = 24;
+    const { chart, x } = timeAxis(bars, { id: "timeline", label: "Step timeline", width, labels, rowH, top });
     bars.forEach((b, row) => {
       const y = top + row * rowH;
       if (row % 2 === 0) chart.append(s("rect", { class: "band", x: 0, y, width, height: rowH }));
@@ -575,17 +581,8 @@
   // bar carries its times and its place in the tree as data attributes.
   function spanGantt(rows) {
     if (!rows.length) return h("p", { class: "muted" }, "No trace yet: the session has no turn.");
-    const total = Math.max(...rows.map((r) => r.end_s), 1e-3);
-    const width = 1000, labels = 260, right = 70, rowH = 22, top = 24;
-    const height = top + rows.length * rowH + 6;
-    const plot = width - labels - right;
-    const x = (t) => labels + (t / total) * plot;
-    const chart = s("svg", { class: "gantt", id: "session-timeline", viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "Session timeline" });
-    const step = niceStep(total);
-    for (let t = 0; t <= total + step / 1000; t += step) {
-      chart.append(s("line", { class: "axis", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
-      chart.append(s("text", { class: "tick", x: x(t), y: top - 8, "text-anchor": "middle" }, secs(t)));
-    }
+    const width = 1000, labels = 260, rowH = 22, top = 24;
+    const { chart, x } = timeAxis(rows, { id: "session-timeline", label: "Session timeline", width, labels, rowH, top });
     rows.forEach((r, row) => {
       const y = top + row * rowH;
       if (r.kind === "turn") chart.append(s("rect", { class: "band", x: 0, y, width, height: rowH }));
