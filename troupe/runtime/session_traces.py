@@ -88,13 +88,6 @@ class SessionTraces:
                                  code="invalid_value")  # fmt: skip
         return Page(data=data, has_more=page.has_more)
 
-    async def turn_runs(self, tenant: str, session_id: str, turn: dict[str, Any]) -> TurnRun:
-        """One root turn as the tree builder takes it (the console's session view)."""
-        session = await self.store.get_session(tenant, session_id)
-        if session is None:
-            raise session_not_found(session_id)
-        return await self._root_run(tenant, session, turn, await self._children(tenant, session))
-
     async def _root_run(
         self, tenant: str, session: dict[str, Any], turn: dict[str, Any],
         children: list[tuple[dict[str, Any], list[dict[str, Any]]]],
