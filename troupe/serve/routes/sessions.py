@@ -12,8 +12,9 @@ Routes (the paths ``client.beta.agents.sessions`` of the ``openai`` SDK calls)::
 
 Lists take ``after``, ``limit`` and ``order``; the sessions' list also ``agent_id`` and
 ``metadata[key]=value`` pairs. The bodies, objects and events: :mod:`troupe.protocol.sessions`;
-how turns run: :mod:`troupe.runtime.sessions`; subagents: :mod:`troupe.runtime.subagents`. The
-SDK's ``artifacts`` and ``traces`` resources are not served yet: 404, as an unknown route.
+how turns run: :mod:`troupe.runtime.sessions`; subagents: :mod:`troupe.runtime.subagents`; the
+``artifacts`` resource: :mod:`.artifacts`. The SDK's ``traces`` resource is not served yet: 404,
+as an unknown route.
 """
 
 from __future__ import annotations
