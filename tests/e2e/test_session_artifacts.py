@@ -58,6 +58,7 @@ def test_each_completed_turn_publishes_its_files_and_the_copies_keep_their_bytes
             call()
         assert unknown.value.body["param"] == param
     for call, param in ((lambda: artifacts.list(session.id, limit=0), "limit"),
+                        (lambda: artifacts.list(session.id, order="up"), "order"),  # type: ignore[arg-type]
                         (lambda: artifacts.list(session.id, environment_id="cntr_1"), "environment_id"),
                         (lambda: artifacts.retrieve("file-1", session_id=session.id), "artifact_id")):  # fmt: skip
         with pytest.raises(openai.BadRequestError) as bad:

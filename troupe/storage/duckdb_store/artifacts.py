@@ -15,18 +15,14 @@ a row already there is removed at once.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import duckdb
 
 from troupe.protocol.artifacts import artifact_object, artifact_path, new_artifact_id
 
 from ..base import Order, Page
-from ..container_files import ContainerDirs, check_relative
+from ..container_files import check_relative
 from ..contract import Artifacts
-from ..file_bytes import FileBytes
 from .side_connection import SideConnection
 
 __all__ = ["ArtifactTables"]
@@ -44,15 +40,6 @@ class ArtifactTables(SideConnection, Artifacts):
         dirs: the containers' directories, where the live files are.
         clock: the time, in Unix seconds.
     """
-
-    def __init__(
-        self, conn: duckdb.DuckDBPyConnection, files: FileBytes, dirs: ContainerDirs,
-        clock: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
-        super().__init__(conn)
-        self.files = files
-        self.dirs = dirs
-        self.clock = clock
 
     def note_turn_files(self, tenant: str, session_id: str, turn_id: str, paths: Sequence[str]) -> None:
         for path in paths:

@@ -20,7 +20,6 @@ import functools
 import io
 import json
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
@@ -37,9 +36,8 @@ from troupe.protocol.containers import (
 )
 
 from ..base import Order, Page
-from ..container_files import ContainerDirs, check_relative
+from ..container_files import check_relative
 from ..contract import Containers
-from ..file_bytes import FileBytes
 from .side_connection import SideConnection
 
 __all__ = ["ContainerTables"]
@@ -60,15 +58,6 @@ class ContainerTables(SideConnection, Containers):
         dirs: the containers' directories.
         clock: the time, in Unix seconds (tests move it to expire containers).
     """
-
-    def __init__(
-        self, conn: duckdb.DuckDBPyConnection, files: FileBytes, dirs: ContainerDirs,
-        clock: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
-        super().__init__(conn)
-        self.files = files
-        self.dirs = dirs
-        self.clock = clock
 
     def close(self) -> None:
         super().close()

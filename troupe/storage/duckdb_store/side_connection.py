@@ -1,6 +1,7 @@
 """The plumbing of the areas that run on the files and vector stores' thread
-(:class:`~troupe.storage.rag_executor.RagExecutor`), each on a DuckDB connection of its own: the
-containers (:mod:`.containers`) and the session artifacts (:mod:`.artifacts`).
+(:class:`~troupe.storage.rag_executor.RagExecutor`), each on a DuckDB connection of its own, and
+copy between the Files API's bytes and the containers' directories: the containers
+(:mod:`.containers`) and the session artifacts (:mod:`.artifacts`).
 
 Their work is mostly file I/O, which must not hold up the responses' writes on the store's own
 connection; the thread runs their calls one at a time, in order, so what a call reads holds
@@ -10,6 +11,7 @@ until it writes.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -17,17 +19,32 @@ from typing import Any
 import duckdb
 
 from ..base import Order, Page, StorageError
+from ..container_files import ContainerDirs
+from ..file_bytes import FileBytes
 from .connection import check_page_args, transaction
 
 __all__ = ["SideConnection"]
 
 
 class SideConnection:
-    """A DuckDB connection of its own (``DuckDBStore.cursor()``), its lock, transactions and pages."""
+    """A DuckDB connection of its own, its lock, transactions and pages, and the files it copies.
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+    Args:
+        conn: a DuckDB connection of its own to the store's database (``DuckDBStore.cursor()``).
+        files: the Files API's bytes.
+        dirs: the containers' directories.
+        clock: the time, in Unix seconds (tests move it).
+    """
+
+    def __init__(
+        self, conn: duckdb.DuckDBPyConnection, files: FileBytes, dirs: ContainerDirs,
+        clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
         self._conn = conn
         self._lock = threading.RLock()
+        self.files = files
+        self.dirs = dirs
+        self.clock = clock
 
     def close(self) -> None:
         with self._lock:
