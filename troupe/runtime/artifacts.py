@@ -86,6 +86,8 @@ class ArtifactService:
         session_id, turn_id = _turn_of(response.get("metadata"))
         if session_id is None or turn_id is None or response.get("status") != "completed" or open_calls(dict(response)):
             return []
+        if not any(tool.get("type") == "shell" for tool in response.get("tools") or ()):
+            return []  # no environment (its turns get the shell tool on its container): no store call
         session = await self.store.get_session(tenant, session_id)
         if session is None or not session.get("container_id"):
             return []
