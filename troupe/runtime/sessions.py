@@ -270,7 +270,7 @@ class SessionService:
         return await self._wire(tenant, updated)
 
     async def delete_session(self, tenant: str, session_id: str) -> dict[str, Any]:
-        """Delete the session, its turns and its conversation (a running turn is cancelled first).
+        """Delete the session, its turns, its artifacts and its conversation (a running turn is cancelled first).
 
         Raises: NotFound (``session_id``)."""
         session = await self._session(tenant, session_id)
@@ -280,9 +280,11 @@ class SessionService:
         for child in await self.subagents.children(tenant, session):
             await self.stop(tenant, child)
             await self.store.delete_session(tenant, child["id"])
+            await self.store.delete_session_artifacts(tenant, child["id"])  # its noted paths
             await self._delete_conversation(tenant, child["conversation_id"])
         if not await self.store.delete_session(tenant, session_id):
             raise session_not_found(session_id)
+        await self.store.delete_session_artifacts(tenant, session_id)  # rows and copies
         if session.get("owns_environment") and session.get("container_id"):
             try:
                 await self.runtime.containers.delete_container(tenant, session["container_id"])

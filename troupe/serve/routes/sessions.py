@@ -14,8 +14,7 @@ Routes (the paths ``client.beta.agents.sessions`` of the ``openai`` SDK calls)::
 Lists take ``after``, ``limit`` and ``order``; the sessions' list also ``agent_id`` and
 ``metadata[key]=value`` pairs. The bodies, objects and events: :mod:`troupe.protocol.sessions`;
 how turns run: :mod:`troupe.runtime.sessions`; subagents: :mod:`troupe.runtime.subagents`;
-traces: :mod:`troupe.runtime.session_traces`. The SDK's ``artifacts`` resource is not served
-yet: 404, as an unknown route.
+traces: :mod:`troupe.runtime.session_traces`; the ``artifacts`` resource: :mod:`.artifacts`.
 """
 
 from __future__ import annotations
