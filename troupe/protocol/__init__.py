@@ -30,6 +30,15 @@ from .agents import (
     parse_agent_create,
     parse_agent_update,
 )
+from .artifacts import (
+    artifact_deleted,
+    artifact_not_found,
+    artifact_object,
+    artifact_path,
+    check_artifact_id,
+    check_environment_filter,
+    new_artifact_id,
+)
 from .automations import (
     apply_automation_update,
     automation_deleted,
@@ -180,6 +189,13 @@ from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 from .subagents import subagent_event_kind, subagent_id_of, subagent_item, subagent_object, subagent_of_call
 
 __all__ = [
+    "artifact_deleted",
+    "artifact_not_found",
+    "artifact_object",
+    "artifact_path",
+    "check_artifact_id",
+    "check_environment_filter",
+    "new_artifact_id",
     "TurnJob",
     # schema_refs
     "dangling_refs",
