@@ -10,6 +10,7 @@ agents              :class:`.agents.Agents`                ``duckdb_store.agents
 agent sessions      :class:`.sessions.Sessions`            ``duckdb_store.sessions.SessionTables``
 environments        :class:`.environments.Environments`    ``duckdb_store.environments.EnvironmentTables``
 automations         :class:`.automations.Automations`      ``duckdb_store.automations.AutomationTables``
+vaults              :class:`.vaults.Vaults`                ``duckdb_store.vaults.VaultTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -17,7 +18,7 @@ containers          :class:`.containers.Containers`        ``duckdb_store.contai
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first nine over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first ten over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
@@ -49,6 +50,7 @@ from .files import Files
 from .prompts import Prompts
 from .responses import Responses
 from .sessions import Sessions
+from .vaults import Vaults
 
 __all__ = [
     "Agents",
@@ -66,12 +68,14 @@ __all__ = [
     "STORE_METHODS",
     "Sessions",
     "Store",
+    "Vaults",
     "WRITTEN_THROUGH_WRITERS",
     "methods_of",
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation, Console,
+            Protocol):  # fmt: skip
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -92,7 +96,8 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
 STORE_METHODS = (
-    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console)
+    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation,
+               Console)  # fmt: skip
     - WRITTEN_THROUGH_WRITERS
 )
 """What the async store forwards to the store's thread, by name."""
