@@ -24,7 +24,12 @@ from starlette.routing import Route
 from tests.mcp_servers import serve_mcp
 from tests.servers import serve_app, wait_until
 from troupe.protocol import InvalidRequest, NotFound
-from troupe.protocol.sessions import parse_session_create, parse_session_events
+from troupe.protocol.sessions import (
+    agent_response_tools,
+    chosen_credentials,
+    parse_session_create,
+    parse_session_events,
+)
 from troupe.protocol.vaults import (
     parse_credential_create,
     parse_credential_update,
@@ -379,3 +384,33 @@ async def test_an_expired_oauth_token_is_refreshed_sealed_and_stored(
     stored_bytes = _bytes_under(tmp_path / "t.duckdb")
     for secret in (b"at-old", b"at-1", b"rt-0", b"rt-1", b"cs-secret-1"):
         assert secret not in stored_bytes
+
+
+async def test_a_tool_names_its_credential_where_several_match(runtime: Runtime) -> None:
+    """Two credentials for one server: a session is refused (naming ``vault_ids``) unless the
+    agent's tool names one (``credential_id``), which must be in the session's vaults and for
+    that tool's server."""
+    bearer = {**BEARER, "mcp_server_url": "http://127.0.0.1:9/mcp"}  # the allowlist's: an agent's URL is checked
+    first, second = await runtime.vaults.create_vault("acme", {}), await runtime.vaults.create_vault("acme", {})
+    await runtime.vaults.create_credential("acme", first["id"], {"name": "a", "auth": bearer})
+    chosen = await runtime.vaults.create_credential("acme", second["id"], {"name": "b", "auth": {**bearer,
+                                                                                               "token": "sk-chosen"}})
+    elsewhere = await runtime.vaults.create_credential("acme", second["id"], {"name": "c", "auth": {
+        **bearer, "mcp_server_url": "http://127.0.0.1:9/other"}})  # fmt: skip
+    vault_ids = [first["id"], second["id"]]
+
+    def session(credential_id: str | None) -> dict[str, Any]:
+        tool = {"type": "mcp", "server_label": "m", "credential_id": credential_id,
+                "transport": {"type": "http", "server_url": bearer["mcp_server_url"]}}  # fmt: skip
+        return parse_session_create({"environment": {"type": "none"}, "agent": {"model": "sim", "tools": [tool]},
+                                     "vault_ids": vault_ids, "input": "hi"})  # fmt: skip
+
+    for credential_id, param in ((None, "vault_ids"), ("vcred_missing", "agent.tools[0].credential_id"),
+                                 (elsewhere["id"], "agent.tools[0].credential_id")):  # fmt: skip
+        with pytest.raises(InvalidRequest) as refused:
+            await runtime.sessions.create_session("acme", session(credential_id))
+        assert refused.value.param == param and SECRET not in refused.value.message
+    agent = session(chosen["id"])["agent"]  # as the session's turns build their requests
+    body = {"tools": agent_response_tools(agent)}
+    assert (await runtime.vaults.authorize("acme", vault_ids, body, chosen_credentials(agent)))["tools"][0][
+        "authorization"] == "sk-chosen"  # fmt: skip

@@ -71,6 +71,8 @@ __all__ = [
     "SESSION_AGENT_FIELDS",
     "UPDATE_FIELDS",
     "TurnEvents",
+    "agent_response_tools",
+    "chosen_credentials",
     "command_done",
     "describe_result",
     "hosted_environment",
@@ -372,7 +374,7 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
     agent = session["agent"]
     body: dict[str, Any] = {
         "model": agent["model"], "input": input_items, "conversation": session["conversation_id"],
-        "background": True, "store": True, "tools": [_response_tool(tool) for tool in agent["tools"] or ()]
+        "background": True, "store": True, "tools": agent_response_tools(agent)
         + ([{"type": "shell", "environment": {"type": "container_reference", "container_id": session["container_id"]}}]
            if session.get("container_id") else [])
         + (list(SUBAGENT_TOOLS) if agent["multi_agent"]["enabled"] else []),
@@ -390,6 +392,18 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
     if reasoning.get("effort") or reasoning.get("summary"):
         body["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
     return body
+
+
+def agent_response_tools(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The agent's tools as a response's (the first tools of :func:`response_body`'s, in order)."""
+    return [_response_tool(tool) for tool in agent["tools"] or ()]
+
+
+def chosen_credentials(agent: dict[str, Any]) -> dict[int, str]:
+    """The vault credential each of the agent's MCP tools names (``credential_id``), by its index
+    in :func:`agent_response_tools`."""
+    return {index: tool["credential_id"] for index, tool in enumerate(agent["tools"] or ())
+            if tool["type"] == "mcp" and tool.get("credential_id")}  # fmt: skip
 
 
 def _response_tool(tool: dict[str, Any]) -> dict[str, Any]:

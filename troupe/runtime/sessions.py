@@ -48,6 +48,8 @@ from troupe.protocol.request import CreateResponseRequest
 from troupe.protocol.sessions import (
     SESSION_AGENT_FIELDS,
     TurnEvents,
+    agent_response_tools,
+    chosen_credentials,
     describe_result,
     hosted_environment,
     new_session_id,
@@ -158,6 +160,7 @@ class SessionService:
         agent = await self._session_agent(tenant, parsed["agent_id"], parsed["agent"])
         vault_ids = parsed.get("vault_ids") or []
         await self.runtime.vaults.check_vault_ids(tenant, vault_ids)
+        await self.runtime.vaults.check_tools(tenant, vault_ids, agent_response_tools(agent), chosen_credentials(agent))
         environment, container_id, owned = await self._environment(tenant, parsed["environment"])
         return await self._store_session(tenant, new_session_id(), agent, environment, metadata=parsed["metadata"],
                                          container_id=container_id, owns_environment=owned,
@@ -404,8 +407,9 @@ class SessionService:
         authorized from the session's vaults (:meth:`~troupe.runtime.vaults.VaultService.authorize`:
         as a client's own ``authorization``, so the run keeps it as it keeps those)."""
         body = response_body(session, items, turn_id)
-        if session.get("vault_ids"):
-            body = await self.runtime.vaults.authorize(tenant, session["vault_ids"], body)
+        chosen = chosen_credentials(session["agent"])
+        if session.get("vault_ids") or chosen:
+            body = await self.runtime.vaults.authorize(tenant, session.get("vault_ids", []), body, chosen)
         return parse_create_request(body)
 
     def _after_start(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:

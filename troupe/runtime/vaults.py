@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
@@ -251,34 +251,75 @@ class VaultService:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def authorize(self, tenant: str, vault_ids: Sequence[str], body: dict[str, Any]) -> dict[str, Any]:
+    async def authorize(
+        self, tenant: str, vault_ids: Sequence[str], body: dict[str, Any], chosen: Mapping[int, str] | None = None
+    ) -> dict[str, Any]:  # fmt: skip
         """``body`` (a ``POST /v1/responses`` body) with its ``mcp`` tools authorized from the
         vaults ``vault_ids`` (module docstring); ``body`` itself when none is (not changed).
+        ``chosen``: the credential an agent's tool names (its ``credential_id``), by the tool's index.
 
         Raises:
-            InvalidRequest: two credentials match one tool's server (naming ``vault_ids``).
+            InvalidRequest: as :meth:`check_tools`.
         """
-        tools = body.get("tools") or []
-        wanted = [(i, t) for i, t in enumerate(tools) if _wants_authorization(t)]
-        if not vault_ids or not wanted:
+        picked = await self._pick(tenant, vault_ids, body.get("tools") or [], chosen or {})
+        if not picked:
             return body
+        tools = list(body["tools"])
+        for index, (credential, kept) in picked.items():
+            token = await self._token(tenant, credential, kept)
+            if token is not None:
+                tools[index] = {**tools[index], "authorization": token}
+        return {**body, "tools": tools}
+
+    async def check_tools(
+        self, tenant: str, vault_ids: Sequence[str], tools: list[dict[str, Any]], chosen: Mapping[int, str]
+    ) -> None:  # fmt: skip
+        """What :meth:`authorize` refuses, refused when a session is made (no token is read).
+
+        Raises:
+            InvalidRequest: two credentials match one tool's server and it chose none (naming
+                ``vault_ids``); the credential a tool chose is not in the vaults, or is for
+                another server (naming ``agent.tools[i].credential_id``).
+        """
+        await self._pick(tenant, vault_ids, tools, chosen)
+
+    async def _pick(
+        self, tenant: str, vault_ids: Sequence[str], tools: list[dict[str, Any]], chosen: Mapping[int, str]
+    ) -> dict[int, tuple[dict[str, Any], str]]:  # fmt: skip
+        """The credential (record, sealed secrets) each tool that wants one gets, by its index."""
+        wanted = [(i, t) for i, t in enumerate(tools) if _wants_authorization(t)]
+        if not wanted or not (vault_ids or chosen):
+            return {}
         credentials = await self.store.vault_credentials(tenant, list(vault_ids))
+        by_id = {credential["id"]: (credential, kept) for credential, kept in credentials}
         by_server: dict[str, list[tuple[dict[str, Any], str]]] = {}
         for credential, kept in credentials:
             by_server.setdefault(server_key(credential["auth"]["mcp_server_url"]), []).append((credential, kept))
-        tools = list(tools)
+        picked = {}
         for index, tool in wanted:
-            matches = by_server.get(server_key(tool["server_url"]), [])
+            key = server_key(tool["server_url"])
+            if index in chosen:
+                param = f"agent.tools[{index}].credential_id"
+                found = by_id.get(chosen[index])
+                if found is None:
+                    raise InvalidRequest(f"Invalid '{param}': credential {chosen[index]} is in none of the session's "
+                                         "vaults (vault_ids).", param=param, code="invalid_value")  # fmt: skip
+                if server_key(found[0]["auth"]["mcp_server_url"]) != key:
+                    raise InvalidRequest(f"Invalid '{param}': credential {chosen[index]} is for "
+                                         f"{found[0]['auth']['mcp_server_url']}, not this tool's server "
+                                         f"({tool['server_url']}).", param=param, code="invalid_value")  # fmt: skip
+                picked[index] = found
+                continue
+            matches = by_server.get(key, [])
             if len(matches) > 1:
                 names = ", ".join(f"{c['id']} (vault {c['vault_id']})" for c, _ in matches)
                 raise InvalidRequest(f"Invalid 'vault_ids': {len(matches)} credentials match the MCP server "
-                                     f"'{tool.get('server_label')}' ({tool['server_url']}): {names}. Keep one of them "
-                                     "in the session's vaults.", param="vault_ids", code="invalid_value")  # fmt: skip
+                                     f"'{tool.get('server_label')}' ({tool['server_url']}): {names}. Name one with "
+                                     "the agent's tools[i].credential_id, or keep one of them in the session's vaults.",
+                                     param="vault_ids", code="invalid_value")  # fmt: skip
             if matches:
-                token = await self._token(tenant, *matches[0])
-                if token is not None:
-                    tools[index] = {**tool, "authorization": token}
-        return {**body, "tools": tools}
+                picked[index] = matches[0]
+        return picked
 
     async def _token(self, tenant: str, credential: dict[str, Any], kept: str) -> str | None:
         """The token to send for ``credential`` (refreshed first when it is due); None when its
