@@ -414,3 +414,45 @@ async def test_a_tool_names_its_credential_where_several_match(runtime: Runtime)
     body = {"tools": agent_response_tools(agent)}
     assert (await runtime.vaults.authorize("acme", vault_ids, body, chosen_credentials(agent)))["tools"][0][
         "authorization"] == "sk-chosen"  # fmt: skip
+
+
+async def test_a_key_that_is_gone_leaves_a_credential_unused_until_it_is_rotated_whole(tmp_path: Path) -> None:
+    path = str(tmp_path / "t.duckdb")
+    first = Runtime.local(RuntimeSettings(storage_path=path, credentials_keys=(new_key(),), mcp=LOOPBACK))
+    vault = await first.vaults.create_vault("acme", {})
+    bearer = await first.vaults.create_credential("acme", vault["id"], {"name": "b", "auth": BEARER})
+    oauth = await first.vaults.create_credential("acme", vault["id"], {"name": "o", "auth": {
+        "type": "mcp_oauth", "mcp_server_url": "https://o.example.com/mcp", "access_token": "at-1",
+        "refresh": {"client_id": "c", "refresh_token": "rt-1", "token_endpoint": "http://127.0.0.1:9/token",
+                    "token_endpoint_auth": {"type": "none"}}}})  # fmt: skip
+    await first.close()
+
+    unkeyed = Runtime.local(RuntimeSettings(storage_path=path))
+    try:
+        with pytest.raises(InvalidRequest) as refused:
+            await unkeyed.vaults.update_credential("acme", vault["id"], bearer["id"], {"auth": {
+                "type": "static_bearer", "token": "t2"}})  # fmt: skip
+        assert refused.value.param == "auth.token" and "TROUPE_CREDENTIALS_KEYS" in refused.value.message
+    finally:
+        await unkeyed.close()
+
+    other = Runtime.local(RuntimeSettings(storage_path=path, credentials_keys=(new_key(),)))
+    try:
+        tools = [{"type": "mcp", "server_label": "b", "server_url": BEARER["mcp_server_url"]}]
+        got = await other.vaults.authorize("acme", [vault["id"]], {"tools": tools})
+        assert "authorization" not in got["tools"][0], "sealed with a key that is gone: not used"
+        await other.vaults.update_credential("acme", vault["id"], bearer["id"], {"auth": {"type": "static_bearer",
+                                                                                         "token": "t2"}})
+        got = await other.vaults.authorize("acme", [vault["id"]], {"tools": tools})
+        assert got["tools"][0]["authorization"] == "t2", "rotated whole: sealed with this server's key"
+        with pytest.raises(InvalidRequest) as partial:
+            await other.vaults.update_credential("acme", vault["id"], oauth["id"], {"auth": {"type": "mcp_oauth",
+                                                                                            "access_token": "at-2"}})
+        assert partial.value.param == "auth" and "refresh_token" in partial.value.message
+        whole = {"type": "mcp_oauth", "access_token": "at-2", "refresh": {"refresh_token": "rt-2"}}
+        await other.vaults.update_credential("acme", vault["id"], oauth["id"], {"auth": whole})
+        oauth_tools = [{"type": "mcp", "server_label": "o", "server_url": "https://o.example.com/mcp"}]
+        got = await other.vaults.authorize("acme", [vault["id"]], {"tools": oauth_tools})
+        assert got["tools"][0]["authorization"] == "at-2"
+    finally:
+        await other.close()

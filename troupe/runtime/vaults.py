@@ -204,7 +204,7 @@ class VaultService:
         changes, secrets = parse_credential_update(body, current["auth"])
         sealed = None
         if secrets:
-            sealed = self._seal({**self._open(kept), **secrets})
+            sealed = self._seal({**self._kept_secrets(kept, current, secrets), **secrets})
         updated = await self.store.update_credential(tenant, vault_id, credential_id, changes, time.time(), sealed)
         if updated is None:
             raise credential_not_found(credential_id)
@@ -233,6 +233,26 @@ class VaultService:
         sealed = self.keys.keep({"auth": secrets})
         assert sealed is not None
         return sealed
+
+    def _kept_secrets(self, kept: str, credential: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+        """The stored secrets a rotation giving ``given`` keeps.
+
+        Raises:
+            InvalidRequest: no key to seal with (as :meth:`_seal`); they cannot be opened here (sealed
+                with a key that is gone) and ``given`` does not replace them all.
+        """
+        if not self.keys.sealing:
+            self._seal(given)  # raises, naming the secret
+        try:
+            return self._open(kept)
+        except CredentialsUnavailable:
+            needed = _SECRETS_OF[credential["auth"]["type"]](credential["auth"])
+            missing = [name for name in needed if name not in given]
+            if missing:
+                raise InvalidRequest(f"Invalid 'auth': the credential's stored secrets were sealed with a key that is "
+                                     f"not in this server's credentials_keys, so a rotation must give them all "
+                                     f"(missing: {', '.join(missing)}).", param="auth", code="invalid_value") from None
+            return {}
 
     def _open(self, kept: str) -> dict[str, Any]:
         """A credential's secrets. Raises: CredentialsUnavailable: sealed with a key this server does not have."""
@@ -390,6 +410,17 @@ class VaultService:
         await self.store.update_credential(tenant, credential["vault_id"], credential["id"], changes, time.time(),
                                            self._seal(new))  # fmt: skip
         return token
+
+
+def _oauth_secrets(auth: dict[str, Any]) -> list[str]:
+    refresh = auth.get("refresh")
+    if refresh is None:
+        return ["access_token"]
+    return ["access_token", "refresh_token"] + (["client_secret"] if refresh["token_endpoint_auth"]["type"] != "none" else [])
+
+
+_SECRETS_OF = {"static_bearer": lambda auth: ["token"], "mcp_oauth": _oauth_secrets}
+"""A credential's secret names, by its type, from its public ``auth``."""
 
 
 def _wants_authorization(tool: Any) -> bool:
