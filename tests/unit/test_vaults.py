@@ -329,9 +329,11 @@ async def test_a_sessions_mcp_tool_gets_its_token_from_the_vault_until_the_crede
 
 
 class TokenEndpoint:
-    """A token endpoint on loopback that hands out ``at-<n>`` and rotates refresh tokens."""
+    """A token endpoint on loopback that hands out ``at-<n>`` (or the ``tokens`` given, in turn)
+    and rotates refresh tokens."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokens: tuple[str, ...] = ()) -> None:
+        self.tokens = tokens
         self.requests: list[tuple[dict[str, str], str | None]] = []
         self.app = Starlette(routes=[Route("/token", self.token, methods=["POST"]),
                                      Route("/health", lambda r: JSONResponse({}))])  # fmt: skip
@@ -340,7 +342,8 @@ class TokenEndpoint:
         form = dict(parse_qsl((await request.body()).decode()))
         self.requests.append((form, request.headers.get("authorization")))
         n = len(self.requests)
-        return JSONResponse({"access_token": f"at-{n}", "token_type": "Bearer", "expires_in": 3600,
+        token = self.tokens[n - 1] if self.tokens else f"at-{n}"
+        return JSONResponse({"access_token": token, "token_type": "Bearer", "expires_in": 3600,
                              "refresh_token": f"rt-{n}"})  # fmt: skip
 
 
@@ -456,3 +459,67 @@ async def test_a_key_that_is_gone_leaves_a_credential_unused_until_it_is_rotated
         assert got["tools"][0]["authorization"] == "at-2"
     finally:
         await other.close()
+
+
+def _oauth(server_url: str, access_token: str, token_endpoint: str) -> dict[str, Any]:
+    return {"name": "o", "auth": {"type": "mcp_oauth", "mcp_server_url": server_url, "access_token": access_token,
+                                  "refresh": {"client_id": "c", "refresh_token": "rt-0", "token_endpoint": token_endpoint,
+                                              "token_endpoint_auth": {"type": "none"}}}}  # fmt: skip
+
+
+async def _oauth_session(runtime: Runtime, server_url: str, vault_id: str, text: str) -> dict[str, Any]:
+    agent = {"model": "sim", "tools": [{"type": "mcp", "server_label": "calc",
+                                        "transport": {"type": "http", "server_url": server_url}}]}  # fmt: skip
+    return await runtime.sessions.create_session("acme", parse_session_create({
+        "environment": {"type": "none"}, "agent": agent, "vault_ids": [vault_id], "input": text}))  # fmt: skip
+
+
+async def _next_turn(runtime: Runtime, session_id: str, text: str, turns: int) -> list[dict[str, Any]]:
+    """Send ``text`` as the session's next turn (its ``turns``-th); that turn's items once it ended."""
+    if turns > 1:
+        await runtime.sessions.submit_events("acme", session_id, parse_session_events({"events": [
+            {"type": "agent.session.input.message", "input": [{"role": "user", "type": "message",
+                                                               "content": [{"type": "input_text", "text": text}]}]}]}))  # fmt: skip
+
+    async def ended() -> bool:
+        listed = (await runtime.sessions.list_turns("acme", session_id)).data
+        return len(listed) == turns and listed[0]["status"] not in ("queued", "in_progress")
+
+    await wait_until(ended, what=f"turn {turns}'s end")
+    turn = (await runtime.sessions.list_turns("acme", session_id)).data[0]
+    return (await runtime.sessions.list_items("acme", session_id, turn_id=turn["id"], order="asc")).data
+
+
+async def test_a_listing_refused_with_401_refreshes_the_oauth_token_and_starts_again(
+    runtime: Runtime, mcp_server: Any
+) -> None:
+    """No expiry known, the token stale: the server refuses the listing (401), the credential is
+    refreshed and the turn's response started once more, with the new token."""
+    endpoint = TokenEndpoint(tokens=(SECRET,))
+    with serve_app(endpoint.app) as base:
+        vault = await runtime.vaults.create_vault("acme", {})
+        await runtime.vaults.create_credential("acme", vault["id"], _oauth(mcp_server.url, "at-stale", f"{base}/token"))
+        session = await _oauth_session(runtime, mcp_server.url, vault["id"], '[[call add {"a": 2, "b": 40}]]')
+        items = await _next_turn(runtime, session["id"], "", 1)
+        [call] = [i for i in items if i["type"] == "mcp_call"]
+        assert "42" in str(call["output"]) and len(endpoint.requests) == 1
+
+
+async def test_a_call_refused_with_401_refreshes_the_oauth_token_for_the_next_turn(runtime: Runtime) -> None:
+    """The server listed with the first token, then stops taking it: the call that is refused
+    (401, on its item) has the next turn refresh the credential first."""
+    endpoint = TokenEndpoint(tokens=("tok-b",))
+    with serve_mcp(token="tok-a") as server, serve_app(endpoint.app) as base:
+        vault = await runtime.vaults.create_vault("acme", {})
+        await runtime.vaults.create_credential("acme", vault["id"], _oauth(server.url, "tok-a", f"{base}/token"))
+        session = await _oauth_session(runtime, server.url, vault["id"], '[[call add {"a": 2, "b": 40}]]')
+        [first] = [i for i in await _next_turn(runtime, session["id"], "", 1) if i["type"] == "mcp_call"]
+        assert "42" in str(first["output"]) and endpoint.requests == []
+        server.token = "tok-b"
+        server.restart()
+        refused = await _next_turn(runtime, session["id"], '[[call add {"a": 1, "b": 1}]]', 2)
+        assert [i["error"]["code"] for i in refused if i["type"] == "mcp_call"] == [401]
+        assert endpoint.requests == [], "a call refused is not retried within its turn"
+        again = await _next_turn(runtime, session["id"], '[[call add {"a": 3, "b": 3}]]', 3)
+        [call] = [i for i in again if i["type"] == "mcp_call"]
+        assert "6" in str(call["output"]) and len(endpoint.requests) == 1

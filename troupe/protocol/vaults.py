@@ -82,6 +82,7 @@ __all__ = [
     "parse_vault_create",
     "parse_vault_ids",
     "parse_vault_update",
+    "refused_servers",
     "server_key",
     "vault_deleted",
     "vault_not_found",
@@ -326,6 +327,13 @@ def server_key(url: str) -> str:
         host = f"{host}:{port}"
     path = parts.path[:-1] if parts.path.endswith("/") else parts.path
     return f"{scheme}://{host}{path}" + (f"?{parts.query}" if parts.query else "")
+
+
+def refused_servers(response: dict[str, Any]) -> set[str]:
+    """The labels of the MCP servers that answered a call of ``response`` (a stored response)
+    with HTTP 401: their tokens were refused."""
+    return {item["server_label"] for item in response.get("output") or ()
+            if item.get("type") == "mcp_call" and (item.get("error") or {}).get("code") == 401}  # fmt: skip
 
 
 def expiry_of(auth: dict[str, Any]) -> float | None:

@@ -393,24 +393,27 @@ class SessionService:
     async def start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
         turn_id = new_turn_id()
         response_id = new_response_id(session["conversation_id"])
-        request = await self._request(tenant, session, items, turn_id)
-        await self.runtime.background(tenant, request, response_id=response_id)
+        previous = (await self.last_turn(tenant, session["id"]))[1] if session.get("vault_ids") else None
+        await self._start(tenant, session, items, turn_id, response_id, previous)
         turn = await self.store.add_turn(tenant, session["id"], turn_id, response_id, time.time())
         self._notify(session["id"])
         self._after_start(tenant, session, turn_id, response_id)
         return turn
 
-    async def _request(
-        self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]], turn_id: str
-    ) -> CreateResponseRequest:
-        """The request of one of the turn's responses: the session's agent, its MCP tools
-        authorized from the session's vaults (:meth:`~troupe.runtime.vaults.VaultService.authorize`:
-        as a client's own ``authorization``, so the run keeps it as it keeps those)."""
-        body = response_body(session, items, turn_id)
-        chosen = chosen_credentials(session["agent"])
-        if session.get("vault_ids") or chosen:
-            body = await self.runtime.vaults.authorize(tenant, session.get("vault_ids", []), body, chosen)
-        return parse_create_request(body)
+    async def _start(
+        self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]], turn_id: str, response_id: str,
+        previous: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        """Start one of the turn's responses (``previous``: the session's response before it):
+        the session's agent, its MCP tools authorized from the session's vaults
+        (:meth:`~troupe.runtime.vaults.VaultService.start`: as a client's own ``authorization``,
+        so the run keeps it as it keeps those)."""
+
+        async def start(body: dict[str, Any]) -> None:
+            await self.runtime.background(tenant, parse_create_request(body), response_id=response_id)
+
+        await self.runtime.vaults.start(tenant, session.get("vault_ids", []), chosen_credentials(session["agent"]),
+                                        response_body(session, items, turn_id), start, previous=previous)  # fmt: skip
 
     def _after_start(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
         """With subagents, run the calls of the response ``response_id`` when it ends (:meth:`_drive`)."""
@@ -509,9 +512,8 @@ class SessionService:
             return
         items = [{"type": "function_call_output", "call_id": call_id, "output": describe_result(result)}
                  for call_id, result in results.items()]  # fmt: skip
-        request = await self._request(tenant, session, items, turn_id)
         try:
-            await self.runtime.background(tenant, request, response_id=response_id)
+            await self._start(tenant, session, items, turn_id, response_id, last)
         finally:
             self._notify(session["id"])  # a response that failed to start fails the turn: it is gone
         self._after_start(tenant, session, turn_id, response_id)

@@ -9,15 +9,17 @@ store sees them, and no object, log line or error quotes them. A server without
 to make a key): a vault is used across restarts and replicas, which memory alone cannot serve
 (as an environment template's ``env``, :mod:`troupe.runtime.environments`).
 
-**At a turn** (:meth:`VaultService.authorize`): each ``mcp`` tool of the turn's request that has
+**At a turn** (:meth:`VaultService.start`, :meth:`VaultService.authorize`): each ``mcp`` tool of
+the request of each of the turn's responses that has
 no ``authorization`` (nor an ``Authorization`` header) of its own gets the token of the one
 active credential of the session's vaults whose ``mcp_server_url`` matches its ``server_url``
 (:func:`~troupe.protocol.vaults.server_key`): as its ``authorization``, so it takes the path a
 client's own ``authorization`` takes (a durable run's row keeps it sealed or in memory only,
 :mod:`troupe.storage.credentials`; the response echoes its tools without it). Two credentials
-matching one server is a 400 naming ``vault_ids`` (the SDK's ``credential_id``, which would
-choose, is not served). No match, or a credential that cannot be opened (sealed with a key that
-is gone), and the tool goes without: the MCP server's answer (a 401) is reported as it is today.
+matching one server is a 400 naming ``vault_ids``, unless the agent's tool names one
+(``credential_id``: it must be in the vaults and for that server). No match, or a credential
+that cannot be opened (sealed with a key that is gone), and the tool goes without: the MCP
+server's answer (a 401) is reported as it is today.
 
 **OAuth refresh**: an ``mcp_oauth`` credential with a ``refresh`` configuration whose
 ``expires_at`` has passed (or is within :data:`REFRESH_EARLY_S`) is refreshed before its token is
@@ -26,7 +28,9 @@ used: ``grant_type=refresh_token`` to its token endpoint (client auth ``none``,
 checked as a request's MCP server URL is, when the credential is made and when connecting); the
 new access token (and a rotated refresh token) is sealed and stored with its new expiry. A
 refresh that fails is logged (the endpoint's status, never a token) and the old token is sent.
-A 401 from the MCP server does not trigger a refresh (docs/vaults.md).
+A 401 from the MCP server refreshes it too, whatever its expiry (:meth:`VaultService.start`):
+a refused listing at once, and the response is started again; a refused call before the
+session's next response.
 
 Example::
 
@@ -41,15 +45,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
 import httpx2
 
-from troupe.protocol import InvalidRequest
+from troupe.protocol import ExternalConnectorError, InvalidRequest
 from troupe.protocol.vaults import (
     credential_deleted,
     credential_not_found,
@@ -61,6 +66,7 @@ from troupe.protocol.vaults import (
     parse_credential_update,
     parse_vault_create,
     parse_vault_update,
+    refused_servers,
     server_key,
     vault_deleted,
     vault_not_found,
@@ -291,6 +297,49 @@ class VaultService:
                 tools[index] = {**tools[index], "authorization": token}
         return {**body, "tools": tools}
 
+    async def start(
+        self, tenant: str, vault_ids: Sequence[str], chosen: Mapping[int, str], body: dict[str, Any],
+        start: Callable[[dict[str, Any]], Awaitable[None]], *, previous: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """Start a session's response through ``start``, with ``body`` authorized (:meth:`authorize`).
+
+        Where an MCP server refused the token an ``mcp_oauth`` credential with ``refresh`` gave it
+        (HTTP 401), the credential is refreshed whatever its expiry: before, for the calls of
+        ``previous`` (the session's response before this one) refused so; and after, when the
+        server's listing is refused so (``start`` raised the 424 naming its ``tools[i]``), and
+        ``start`` is called once more (nothing was stored of the refused start).
+
+        Raises:
+            InvalidRequest: as :meth:`check_tools`. ExternalConnectorError: as ``start`` raised it.
+        """
+        if not (vault_ids or chosen):
+            await start(body)
+            return
+        if previous is not None and (refused := refused_servers(previous)):
+            await self._refresh_refused(tenant, vault_ids, body, chosen, refused, since=previous["created_at"])
+        began = time.time()
+        try:
+            await start(await self.authorize(tenant, vault_ids, body, chosen))
+        except ExternalConnectorError as exc:
+            label = _refused_listing(exc, body)
+            if label is None or not await self._refresh_refused(tenant, vault_ids, body, chosen, {label}, since=began):
+                raise
+            await start(await self.authorize(tenant, vault_ids, body, chosen))
+
+    async def _refresh_refused(
+        self, tenant: str, vault_ids: Sequence[str], body: dict[str, Any], chosen: Mapping[int, str],
+        labels: set[str], *, since: float,
+    ) -> bool:  # fmt: skip
+        """Refresh the refreshable credentials the tools ``labels`` get (their servers answered
+        401 to the tokens given before ``since``); whether any has a new token."""
+        tools = body.get("tools") or []
+        refreshed = False
+        for index, (credential, _) in (await self._pick(tenant, vault_ids, tools, chosen)).items():
+            auth = credential["auth"]
+            if tools[index].get("server_label") in labels and auth["type"] == "mcp_oauth" and auth.get("refresh"):
+                refreshed = await self._refresh_now(tenant, credential, since) or refreshed
+        return refreshed
+
     async def check_tools(
         self, tenant: str, vault_ids: Sequence[str], tools: list[dict[str, Any]], chosen: Mapping[int, str]
     ) -> None:  # fmt: skip
@@ -363,11 +412,27 @@ class VaultService:
             secrets = self._open(kept)
             if not _due(credential["auth"]):  # refreshed meanwhile
                 return str(secrets["access_token"])
-            return await self._refresh(tenant, credential, secrets)
+            return (await self._refresh(tenant, credential, secrets))[0]
 
-    async def _refresh(self, tenant: str, credential: dict[str, Any], secrets: dict[str, Any]) -> str:
+    async def _refresh_now(self, tenant: str, credential: dict[str, Any], since: float) -> bool:
+        """Refresh ``credential`` whatever its expiry (its server refused its token), unless it
+        changed since ``since`` (refreshed or rotated meanwhile); whether it has a new token."""
+        async with self._refreshing.setdefault(credential["id"], asyncio.Lock()):
+            found = await self.store.get_credential(tenant, credential["vault_id"], credential["id"])
+            if found is None:
+                return False
+            credential, kept = found
+            if credential["updated_at"] >= since:
+                return True
+            try:
+                secrets = self._open(kept)
+            except CredentialsUnavailable:
+                return False
+            return (await self._refresh(tenant, credential, secrets))[1]
+
+    async def _refresh(self, tenant: str, credential: dict[str, Any], secrets: dict[str, Any]) -> tuple[str, bool]:
         """Refresh ``credential``'s access token at its token endpoint, store it sealed; the
-        token to send (the old one when the refresh failed)."""
+        token to send (the old one when the refresh failed) and whether it is a new one."""
         refresh = credential["auth"]["refresh"]
         form = {"grant_type": "refresh_token", "refresh_token": secrets["refresh_token"]}
         form |= {key: refresh[key] for key in ("scope", "resource") if refresh.get(key)}
@@ -398,7 +463,7 @@ class VaultService:
             reason = f"HTTP {exc.response.status_code}" if isinstance(exc, httpx2.HTTPStatusError) else type(exc).__name__
             log.warning("refreshing vault credential %s at %s failed (%s): its old access token is sent",
                         credential["id"], url, reason)  # fmt: skip
-            return str(secrets["access_token"])
+            return str(secrets["access_token"]), False
         new = {**secrets, "access_token": token}
         if isinstance(got.get("refresh_token"), str) and got["refresh_token"]:
             new["refresh_token"] = got["refresh_token"]
@@ -409,7 +474,18 @@ class VaultService:
         changes = {"auth": {**credential["auth"], "expires_at": expires_at}}
         await self.store.update_credential(tenant, credential["vault_id"], credential["id"], changes, time.time(),
                                            self._seal(new))  # fmt: skip
-        return token
+        return token, True
+
+
+def _refused_listing(error: ExternalConnectorError, body: dict[str, Any]) -> str | None:
+    """The label of the tool whose server refused the listing with HTTP 401 (the 424
+    :func:`~troupe.agentloop.mcp.listing_failed` words), else None."""
+    index = re.fullmatch(r"tools\[(\d+)\]", error.param or "")
+    tools = body.get("tools") or []
+    if index is None or "Http status code: 401" not in error.message or int(index[1]) >= len(tools):
+        return None
+    label = tools[int(index[1])].get("server_label")
+    return label if isinstance(label, str) else None
 
 
 def _oauth_secrets(auth: dict[str, Any]) -> list[str]:
