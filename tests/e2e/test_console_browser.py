@@ -62,12 +62,13 @@ def headless(chromium: str, profile: Path, *args: str) -> subprocess.CompletedPr
 
 
 class Rendered(HTMLParser):
-    """What the dumped DOM holds: the view's state and the Gantt chart's step bars."""
+    """What the dumped DOM holds: the view's state, the Gantt chart's step bars, a session's span bars."""
 
     def __init__(self) -> None:
         super().__init__()
         self.view: dict[str, str | None] = {}
         self.bars: list[dict[str, str | None]] = []
+        self.spans: list[dict[str, str | None]] = []
         self.code_runs = 0
         self.figures: list[str] = []
 
@@ -77,6 +78,8 @@ class Rendered(HTMLParser):
             self.view = values
         if tag == "rect" and "step" in (values.get("class") or "").split():
             self.bars.append(values)
+        if tag == "rect" and "span" in (values.get("class") or "").split():
+            self.spans.append(values)
         if tag == "div" and "code_interpreter_call" in (values.get("class") or "").split():
             self.code_runs += 1
         if tag == "img" and "figure" in (values.get("class") or "").split():
@@ -155,3 +158,29 @@ def test_a_shell_call_shows_its_commands_and_their_outcomes(chromium, troupe_app
         assert 'class="item shell_call_output"' in dom and "shown\n[exit code 0]\n[exit code 3]" in dom
     finally:
         client.containers.delete(response.output[0].environment.container_id)
+
+
+def test_a_sessions_subagents_are_side_by_side_on_its_timeline(chromium, troupe_apps, tmp_path) -> None:
+    root = troupe_apps["replica"]
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    task = '{"task": "[[call sleep {\\"ms\\": 300}]]"}'
+    agent = {"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 2}}
+    script = f"[[call create_subagent {task}]] [[call create_subagent {task}]] [[then wait_for_subagents {{}}]]"
+    with client.beta.agents.sessions.create(environment={"type": "none"}, agent=agent, input=script,
+                                            stream=True) as events:  # fmt: skip
+        for event in events:
+            if event.type == "agent.session.turn.completed":
+                break
+    try:
+        page = rendered(chromium, tmp_path, f"{root}/console#/sessions/{event.session_id}")
+        assert (page.view.get("data-state"), page.view.get("data-view")) == ("ready", "session"), page.view
+        by_id = {b["data-span"]: b for b in page.spans}
+        sleeps = [b for b in page.spans if b["data-name"] == "execute_tool sleep"]
+        assert len(sleeps) == 2, [b["data-name"] for b in page.spans]
+        for sleep in sleeps:  # under a subagent's turn, under the create that made it
+            turn = by_id[by_id[sleep["data-parent"]]["data-parent"]]
+            assert (turn["data-kind"], by_id[turn["data-parent"]]["data-name"]) == ("turn", "execute_tool create_subagent")
+        spans = [(float(b["data-start"]), float(b["data-end"])) for b in sleeps]
+        assert max(start for start, _ in spans) < min(end for _, end in spans), f"not overlapping: {spans}"
+    finally:
+        client.beta.agents.sessions.delete(event.session_id)

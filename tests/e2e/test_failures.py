@@ -236,9 +236,12 @@ def test_a_background_run_keeps_its_mcp_credentials_in_memory_through_its_hosts_
         wait_for(lambda: executions(db, "h") == 1, what="the MCP call running")
         row = ray.get(_host_namespace_storage(started.id).call.remote("get_run", ("", started.id), {}))
         assert token not in json.dumps(row.request) and row.credentials == "in-memory"
+        connections = {h._actor_id for h in named_actors("troupe-mcp-")}
+        assert connections, "the host reached the server through a connection actor"
         for host in _running_hosts():
             _kill_9(host)
         wait_for(lambda: executions(db, "h") == 2, timeout_s=60, what="the run resumed, the token accepted")
+        assert connections <= {h._actor_id for h in named_actors("troupe-mcp-")}, "the connections outlived the host"
         gate.touch()
         wait_for(lambda: client.responses.retrieve(started.id).status != "in_progress", timeout_s=60, what="the run")
     done = client.responses.retrieve(started.id)

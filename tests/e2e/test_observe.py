@@ -59,6 +59,16 @@ def idle(root: str) -> bool:
 def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     root = troupe_apps[placement]
     client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    mcp = {"type": "mcp", "server_label": "stdio-calc"}  # configured in conftest
+
+    def mcp_answers() -> bool:
+        # Its connection actor and stdio process start on first use; under load that may take
+        # longer than the 6 s listing timeout (the listing item then shows the error, and the
+        # call is an unknown tool). What is measured below starts from a warm connection.
+        warm = client.responses.create(model="sim", input='[[call add {"a": 1, "b": 2}]]', tools=[mcp])
+        return warm.output_text == "add -> 3"
+
+    wait_for(mcp_answers, timeout_s=60, what="the stdio MCP server answering")
     wait_for(lambda: idle(root), what="no turn in flight")
     before = scrape(root)
 
@@ -69,7 +79,6 @@ def test_metrics_count_what_a_tool_loop_did(troupe_apps, placement):
     with client.responses.stream(model="sim", input="[[tokens 16]]", conversation=conversation) as stream:
         for _ in stream:
             pass
-    mcp = {"type": "mcp", "server_label": "stdio-calc"}  # configured in conftest
     added = client.responses.create(
         model="sim", input='[[call add {"a": 20, "b": 22}]]', tools=[mcp], conversation=conversation
     )

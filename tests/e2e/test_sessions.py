@@ -297,6 +297,11 @@ def test_a_parents_subagents_run_in_parallel_and_it_reads_their_answers(client: 
 
     subagents = client.beta.agents.sessions.subagents.list(session.id, order="asc").data
     assert sorted(s.id for s in subagents) == sorted(i.agent_id for i in creates) == sorted(r["subagent_id"] for r in results)
+    # The stream showed each subagent as it was made, and each create call done.
+    made = [e.subagent for e in seen if e.type == "agent.session.subagent.created"]
+    assert sorted(s.id for s in made) == sorted(s.id for s in subagents) and {s.status for s in made} == {"active"}
+    done = [e.item for e in seen if e.type == "agent.session.turn.item.done" and e.item.type.endswith("subagent_call")]
+    assert [i.type for i in done] == ["create_subagent_call"] * 8 and {i.status for i in done} == {"completed"}
     child = subagents[0]
     assert (child.session_id, child.parent_agent_id, child.status) == (session.id, session.agent.id, "active")
     assert client.beta.agents.sessions.subagents.retrieve(child.id, session_id=session.id).id == child.id

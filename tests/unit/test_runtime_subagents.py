@@ -1,4 +1,5 @@
-"""Subagents on the in-process runtime: a parent turn whose subagent calls nobody ran (the
+"""Subagents on the in-process runtime: the parent's stream shows its subagents as they are
+made, before a wait beside them ends; a parent turn whose subagent calls nobody ran (the
 process that would have run them is gone) is driven on when the session is next read."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import json
 
 import pytest
 
+from tests.side_effects import COUNTED_TOOLS, executions
 from troupe.protocol.sessions import parse_session_create
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.sessions import SessionService
@@ -16,6 +18,46 @@ pytestmark = pytest.mark.asyncio
 
 TASK = json.dumps({"task": "[[say done]]"})
 SCRIPT = f"[[call create_subagent {TASK}]] [[call create_subagent {TASK}]] [[then wait_for_subagents {{}}]]"
+
+
+async def test_the_parents_stream_shows_each_subagent_when_made_and_each_call_when_done(tmp_path) -> None:
+    db, gate = str(tmp_path / "side.sqlite"), tmp_path / "gate"
+    task = json.dumps({"task": f"[[call gate {json.dumps({'db': db, 'key': 'g', 'path': str(gate)})}]]"})
+    script = f"[[call create_subagent {task}]] [[call create_subagent {task}]] [[then wait_for_subagents {{}}]]"
+    runtime = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), tools=COUNTED_TOOLS))
+    seen: list[dict] = []
+    try:
+        body = {"environment": {"type": "none"}, "agent": {"model": "sim", "multi_agent": {"enabled": True}},
+                "input": script}  # fmt: skip
+        events = await runtime.sessions.stream_new_session("", parse_session_create(body))
+        async with asyncio.timeout(30):
+            async for batch in events:
+                seen += batch
+                made = [e for e in seen if e["type"] == "agent.session.subagent.created"]
+                if len(made) == 2 and not gate.exists():
+                    # The subagents wait at their gate, so the parent's wait has not ended.
+                    assert executions(db, "g") <= 2
+                    assert not [e for e in seen if e["type"] == "agent.session.turn.item.done"
+                                and e["item"]["type"] == "wait_for_subagents_call"]  # fmt: skip
+                    gate.touch()
+        session_id = seen[0]["session"]["id"]
+        subagents = (await runtime.sessions.list_subagents("", session_id, order="asc")).data
+        made = [e["subagent"] for e in seen if e["type"] == "agent.session.subagent.created"]
+        assert sorted(s["id"] for s in made) == sorted(s["id"] for s in subagents) and len(made) == 2
+        assert {(s["status"], s["session_id"]) for s in made} == {("active", session_id)}
+        added = {e["item"]["id"]: e["output_index"] for e in seen if e["type"] == "agent.session.turn.item.added"}
+        done = [e for e in seen if e["type"] == "agent.session.turn.item.done"]
+        calls = [e for e in done if e["item"]["type"] in ("create_subagent_call", "wait_for_subagents_call")]
+        assert [e["item"]["type"] for e in calls] == ["create_subagent_call"] * 2 + ["wait_for_subagents_call"]
+        assert {e["item"]["status"] for e in calls} == {"completed"}
+        assert all(added[e["item"]["id"]] == e["output_index"] for e in calls), "done where it was added"
+        assert len({e["event_id"] for e in seen}) == len(seen)
+        assert seen[-1]["type"] == "agent.session.idle" and seen[-2]["turn"]["status"] == "completed"
+        await events.aclose()
+        assert (runtime.sessions._changed, runtime.sessions._waiting) == ({}, {}), "an idle session keeps no event"
+    finally:
+        gate.touch()
+        await runtime.close()
 
 
 async def test_a_parent_turn_left_in_its_subagent_calls_goes_on_when_read_again(tmp_path) -> None:

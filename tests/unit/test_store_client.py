@@ -10,11 +10,13 @@ import pytest
 from troupe.runtime.store_client import ROUTES, AsyncStore, NotAStoreMethod
 from troupe.storage import DuckDBStore, StorageError
 from troupe.storage.contract import (
+    ARTIFACTS_METHODS,
     CONTAINERS_METHODS,
     FILES_METHODS,
     STORE_METHODS,
     WRITTEN_THROUGH_WRITERS,
     Agents,
+    Artifacts,
     Automations,
     Console,
     Containers,
@@ -28,6 +30,7 @@ from troupe.storage.contract import (
     Vaults,
     methods_of,
 )
+from troupe.storage.duckdb_store.artifacts import ArtifactTables
 from troupe.storage.duckdb_store.containers import ContainerTables
 from troupe.storage.rag import RagStore
 
@@ -84,15 +87,15 @@ def test_the_routes_are_the_protocols_methods() -> None:
     assert STORE_METHODS == areas - WRITTEN_THROUGH_WRITERS and len(STORE_METHODS) >= 30
     assert FILES_METHODS == methods_of(Files) and "search" in FILES_METHODS
     assert CONTAINERS_METHODS == methods_of(Containers) and "register_container_files" in CONTAINERS_METHODS
-    assert set(ROUTES) == STORE_METHODS | FILES_METHODS | CONTAINERS_METHODS
-    assert {name for name, files in ROUTES.items() if files} == FILES_METHODS | CONTAINERS_METHODS
+    assert ARTIFACTS_METHODS == methods_of(Artifacts) and "publish_artifacts" in ARTIFACTS_METHODS
+    assert set(ROUTES) == STORE_METHODS | FILES_METHODS | CONTAINERS_METHODS | ARTIFACTS_METHODS
+    assert {name for name, files in ROUTES.items() if files} == FILES_METHODS | CONTAINERS_METHODS | ARTIFACTS_METHODS
 
 
 @pytest.mark.parametrize(
     ("implementation", "protocols"),
     [(DuckDBStore, (Responses, Conversations, Prompts, Agents, Environments, Automations, Vaults, Evaluation, Console)),
-     (RagStore, (Files,)),
-     (ContainerTables, (Containers,))],
+     (RagStore, (Files,)), (ContainerTables, (Containers,)), (ArtifactTables, (Artifacts,))],
 )
 def test_every_protocol_method_is_implemented(implementation: type, protocols: tuple[type, ...]) -> None:
     """A protocol method a class forgot would run the protocol's ``...`` body and return None."""

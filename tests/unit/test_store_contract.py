@@ -990,18 +990,19 @@ def test_a_turn_goes_on_once_every_call_has_its_result(store: Store) -> None:
     store.create_session("acme", agent_session("sess_1"))
     store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)
     ok = {"success": True, "output": "sunny", "error": None}
-    assert store.record_tool_result("acme", "sess_1", "turn_1", "call_a", ok)["results"] == {"call_a": ok}
-    assert store.record_tool_result("acme", "sess_1", "turn_9", "call_a", ok) is None
+    assert store.record_tool_results("acme", "sess_1", "turn_1", {"call_a": ok})["results"] == {"call_a": ok}
+    assert store.record_tool_results("acme", "sess_1", "turn_9", {"call_a": ok}) is None
     # A result is missing: no claim.
     claim = {"after": "resp_1", "call_ids": ["call_a", "call_b"]}
     assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_2", **claim) is None
-    store.record_tool_result("acme", "sess_1", "turn_1", "call_b", {**ok, "output": "rain"})
+    store.record_tool_results("acme", "sess_1", "turn_1", {"call_b": {**ok, "output": "rain"}})
     assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_2", **claim) == {
         "call_a": ok, "call_b": {**ok, "output": "rain"}}  # fmt: skip
     # The same claim again (a second replica's): the turn has moved on.
     assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_3", **claim) is None
     turn = store.get_turn("acme", "sess_1", "turn_1")
     assert (turn["responses"], turn["results"], turn["cancelled"]) == (["resp_1", "resp_2"], {}, False)
+    assert turn["taken"] == {"call_a": ok, "call_b": {**ok, "output": "rain"}}, "what resp_2 took, for followers"
     assert store.cancel_turn("acme", "sess_1", "turn_1") is True
     assert store.continue_turn("acme", "sess_1", "turn_1", after="resp_2", response_id="resp_3", call_ids=[]) is None
     assert store.get_turn("acme", "sess_1", "turn_1")["cancelled"] is True
@@ -1012,7 +1013,7 @@ def test_two_claims_at_once_continue_a_turn_once(tmp_path) -> None:
     store = DuckDBStore(tmp_path / "t.duckdb")
     store.create_session("acme", agent_session("sess_1"))
     store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)
-    store.record_tool_result("acme", "sess_1", "turn_1", "call_a", {"success": True, "output": "x", "error": None})
+    store.record_tool_results("acme", "sess_1", "turn_1", {"call_a": {"success": True, "output": "x", "error": None}})
     with ThreadPoolExecutor(8) as pool:
         claims = list(pool.map(lambda i: store.continue_turn("acme", "sess_1", "turn_1", after="resp_1",
                                                              response_id=f"resp_{i + 2}", call_ids=["call_a"]),

@@ -9,6 +9,9 @@ Routes (none in the OpenAPI description: an operator's tool beside the OpenAI AP
                                                   since, until (created_at, Unix seconds), after, limit
     GET /v1/troupe/console/responses/{id}         the response, its input items, its step timeline
     GET /v1/troupe/console/threads/{thread_id}    a conversation's (or chain's) turns, in order
+    GET /v1/troupe/console/sessions               a tenant's agent sessions, newest first: tenant, after, limit
+    GET /v1/troupe/console/sessions/{id}          the session, its subagents, and its traces' spans as
+                                                  rows of one timeline (:mod:`.session_view`)
     GET /v1/troupe/console/stats                  the last window_s seconds: requests/s, TTFT p50/p99, errors
     GET /v1/troupe/console/evals                  evaluation runs
     GET /v1/troupe/console/evals/compare?a=&b=    two runs side by side, per tag and per case
@@ -17,7 +20,8 @@ Routes (none in the OpenAPI description: an operator's tool beside the OpenAI AP
 The JSON routes authenticate as the API does (:class:`Viewer`): a tenant's key sees that
 tenant's responses only, and asking for another tenant is refused (403); an admin key
 (``[auth] admin_keys``) sees every tenant, all of them unless ``tenant`` narrows it; with no
-keys configured, anyone is tenant ``""``, as in the API. Evaluation runs belong to no tenant:
+keys configured, anyone is tenant ``""``, as in the API. Sessions are read per tenant: an admin
+key reads tenant ``""``'s unless ``tenant`` names another. Evaluation runs belong to no tenant:
 they are shown to admin keys, and to anyone while the API has no keys.
 
 The live figures (``/stats``) are computed from the stored responses that ended in the
@@ -44,6 +48,7 @@ from troupe.protocol import EXTENSION_STATUSES, RESPONSE_STATUSES, NotFound, Per
 from troupe.protocol.query_params import NUMBER, QueryInt, QueryNumber
 from troupe.storage import ResponseFilter, ResponseSummary
 
+from .session_view import span_rows
 from .timeline import timeline, traces_from_json
 
 if TYPE_CHECKING:
@@ -57,6 +62,8 @@ _STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/
 """The files ``/console/static/`` serves, and their media types (nothing else is reachable)."""
 
 _INPUT_ITEMS_SHOWN = 100
+_TURNS_SHOWN = 100
+"""A session view's traces: its first 100 turns (one page of the traces' list)."""
 
 # Module-level: string annotations (PEP 563) are resolved against the module's globals.
 TenantParam = Annotated[str | None, Query(description="One tenant (an admin key's choice; others: their own).")]
@@ -183,6 +190,39 @@ def console_router(
             ],
         }
 
+    @router.get(f"{API_PREFIX}/sessions", include_in_schema=False)
+    async def sessions(
+        request: Request,
+        tenant: TenantParam = None,
+        after: str | None = None,
+        limit: Annotated[QueryInt, Query(ge=1, le=100)] = 50,
+        v: Viewer = who,
+    ) -> dict[str, Any]:
+        owner = _session_tenant(v, tenant)
+        page = await runtime_of(request).sessions.list_sessions(owner, after=after or None, limit=limit)
+        data = [{k: s[k] for k in ("id", "created_at", "last_active_at", "status", "metadata")}
+                | {"model": s["agent"]["model"], "multi_agent": s["agent"]["multi_agent"]["enabled"]}
+                for s in page.data]  # fmt: skip
+        return {"tenant": owner, "data": data, "has_more": page.has_more, "last_id": data[-1]["id"] if data else None}
+
+    @router.get(f"{API_PREFIX}/sessions/{{session_id}}", include_in_schema=False)
+    async def one_session(request: Request, session_id: str, tenant: TenantParam = None, v: Viewer = who) -> dict[str, Any]:
+        from troupe.runtime.session_traces import SessionTraces
+
+        owner = _session_tenant(v, tenant)
+        sessions = runtime_of(request).sessions
+        session = await sessions.get_session(owner, session_id)
+        subagents = await sessions.list_subagents(owner, session_id, limit=100, order="asc")
+        traces = await SessionTraces(sessions).list_traces(owner, session_id, limit=_TURNS_SHOWN, order="asc")
+        return {
+            "tenant": owner,
+            "session": session,
+            "subagents": subagents.data,
+            "turns": [{"id": t["id"], "created_at": t["created_at"]} for t in traces.data],
+            "more_turns": traces.has_more,
+            "rows": span_rows([t["otlp"] for t in traces.data]),
+        }
+
     @router.get(f"{API_PREFIX}/stats", include_in_schema=False)
     async def stats(
         request: Request,
@@ -263,6 +303,12 @@ async def _owner(
     if not found.data:
         raise NotFound(f"{kind} with id '{object_id}' not found.")
     return found.data[0].tenant
+
+
+def _session_tenant(v: Viewer, tenant: str | None) -> str:
+    """The tenant whose sessions a request reads (an admin naming none: tenant ``""``)."""
+    scope = v.scope(tenant)
+    return "" if scope is None else scope
 
 
 def _summary(summary: ResponseSummary) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from troupe.agentloop.events import StepStarted, StepTraced
 
 from . import hooks as h
 from .metrics import Histogram, RayExport, Registry, process_registry
+from .spans import response_attributes
 
 if TYPE_CHECKING:
     from troupe.protocol.job import TurnJob
@@ -269,16 +270,11 @@ class TurnObserver:
 
         job = self.job
         usage = response.get("usage") or {}
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.request.model": self.model,
-            "gen_ai.response.id": job.response_id, "troupe.status": status, "troupe.stream": self.stream == "true",
-            "gen_ai.usage.input_tokens": usage.get("input_tokens", 0),
-            "gen_ai.usage.output_tokens": usage.get("output_tokens", 0), "troupe.model_calls": self.calls,
-        }  # fmt: skip
-        if ttft_s is not None:
-            attributes["troupe.ttft_s"] = ttft_s
-        if job.request.conversation_id is not None:
-            attributes["gen_ai.conversation.id"] = job.request.conversation_id
+        attributes = response_attributes(
+            response_id=job.response_id, model=self.model, status=status, stream=self.stream == "true",
+            input_tokens=usage.get("input_tokens", 0), output_tokens=usage.get("output_tokens", 0),
+            model_calls=self.calls, ttft_s=ttft_s, conversation_id=job.request.conversation_id,
+        )  # fmt: skip
         error = (response.get("error") or {}).get("message") if status == "failed" else None
         emit_response(
             self.o.tracer(), traceparent=job.traceparent, tracestate=job.tracestate, attributes=attributes,

@@ -14,7 +14,8 @@ tracing while the response runs. The tree::
 
 Attribute names follow OpenTelemetry's GenAI semantic conventions where they have one
 (``gen_ai.request.model``, ``gen_ai.usage.output_tokens``, ``gen_ai.tool.name`` …), else
-``troupe.…``.
+``troupe.…``; the steps' names and attributes are :func:`.spans.step_span`'s, which a session's
+OTLP JSON traces (:mod:`.session_trace`) use too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from troupe.agentloop.events import StepTraced
+
+from .spans import step_span
 
 __all__ = ["tracer_for", "emit_response"]
 
@@ -86,27 +89,14 @@ def emit_response(
     inside = trace.set_span_in_context(root)
     model = attributes.get("gen_ai.request.model")
     for step in steps:
-        if step.kind == "model":
-            name = f"chat {step.name}"
-            attrs: dict[str, Any] = {
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": model or step.name,
-                "troupe.upstream_model": step.name,
-                "gen_ai.usage.input_tokens": step.input_tokens, "gen_ai.usage.output_tokens": step.output_tokens,
-            }  # fmt: skip
-            if step.ttft_s is not None:
-                attrs["troupe.ttft_s"] = step.ttft_s
-        else:
-            name = f"{'mcp_call' if step.server else 'execute_tool'} {step.name}"
-            attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": step.name}
-            if step.call_id:
-                attrs["gen_ai.tool.call.id"] = step.call_id
-            if step.server:
-                attrs["troupe.mcp.server_label"] = step.server
-        span = tracer.start_span(name, context=inside, kind=SpanKind.CLIENT, start_time=_ns(step.started_at),
-                                 attributes=attrs)  # fmt: skip
-        if step.error is not None:
-            span.set_status(Status(StatusCode.ERROR, step.error))
-        span.end(end_time=_ns(step.ended_at))
+        spec = step_span(kind=step.kind, name=step.name, started_at=step.started_at, ended_at=step.ended_at,
+                         model=model, call_id=step.call_id, ttft_s=step.ttft_s, input_tokens=step.input_tokens,
+                         output_tokens=step.output_tokens, error=step.error, server=step.server)  # fmt: skip
+        span = tracer.start_span(spec.name, context=inside, kind=SpanKind.CLIENT, start_time=_ns(spec.start),
+                                 attributes=spec.attributes)  # fmt: skip
+        if spec.error is not None:
+            span.set_status(Status(StatusCode.ERROR, spec.error))
+        span.end(end_time=_ns(spec.end))
     for name, start, end in writes:
         span = tracer.start_span(f"troupe.storage.{name}", context=inside, kind=SpanKind.CLIENT, start_time=_ns(start))
         span.end(end_time=_ns(end))

@@ -177,7 +177,7 @@ from .sessions import (
     turn_status,
 )
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
-from .subagents import subagent_id_of, subagent_item, subagent_object
+from .subagents import subagent_event_kind, subagent_id_of, subagent_item, subagent_object, subagent_of_call
 
 __all__ = [
     "TurnJob",
@@ -247,9 +247,11 @@ __all__ = [
     "parse_agent_create",
     "parse_agent_update",
     # subagents
+    "subagent_event_kind",
     "subagent_id_of",
     "subagent_item",
     "subagent_object",
+    "subagent_of_call",
     # sessions
     "open_calls",
     "command_done",

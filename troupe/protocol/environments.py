@@ -24,7 +24,7 @@ sandbox reaches the network only through its allowlist proxy), ``network.blocked
 ``desktop.enabled: true``, ``packages.npm`` / ``packages.system`` and python packages the
 sandbox lacks (nothing is installed at provisioning), ``setup_commands``, ``plugins``,
 ``skills``, ``capability_directories`` (non-empty), files below a subdirectory of
-``/workspace``, and ``self_hosted`` (a client-run environment is not available yet).
+``/workspace``, and ``self_hosted`` (a Codex exec-server the service connects to: not offered).
 
 ``env`` values and inline files' contents are secrets: they are never stored in plain text
 (an environment's ``env`` lives in its sandbox's memory, a template's is sealed with the
@@ -171,8 +171,9 @@ def parse_environment(
         object_body(value, param, ("type",))
         return {"type": "none"}
     if kind == "self_hosted":
-        raise InvalidRequest(f"Unsupported '{param}.type': 'self_hosted'. A client-run (self-hosted) environment is "
-                             "not available yet on this server: use 'openai_hosted' (a Troupe container) or 'none'.",
+        raise InvalidRequest(f"Unsupported '{param}.type': 'self_hosted'. A self-hosted environment is a Codex "
+                             "exec-server connected to the service's remote_url, which this server does not offer: "
+                             "use 'openai_hosted' (a Troupe container) or 'none'.",
                              param=f"{param}.type", code="unsupported_value")  # fmt: skip
     if kind != "openai_hosted":
         raise InvalidRequest(f"Invalid '{param}.type': {show_value(kind)}. Expected 'none', 'openai_hosted' or "

@@ -48,6 +48,7 @@ __all__ = [
     "AGENT",
     "AGENT_SESSION",
     "TURN",
+    "SESSION_ARTIFACT",
     "ITEM",
     "ITEM_ID_PREFIXES",
     "new_id",
@@ -101,6 +102,8 @@ AGENT_SESSION = "sess"
 """An Agents API session's id (OpenAI does not document its prefix; ``sess_…`` is ours)."""
 TURN = "turn"
 """A session turn's id (ours, as ``sess_``)."""
+SESSION_ARTIFACT = "art"
+"""A session artifact's id (the SDK's ``SessionArtifact``; OpenAI does not document its prefix: ours)."""
 ITEM = "item"
 """Fallback for item kinds without a conventional prefix."""
 

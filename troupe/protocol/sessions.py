@@ -664,6 +664,10 @@ class TurnEvents:
         self._calls: set[int] = set()  # output indexes of function calls, announced when done
         self._commands: dict[str, tuple[int, dict[str, Any]]] = {}  # shell call_id -> (index, command item)
 
+    def index_of(self, output_index: int) -> int | None:
+        """The turn's ``output_index`` of the response's item at ``output_index``, once announced."""
+        return self._index.get(output_index)
+
     def translate(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """``event`` (a Responses stream event) as session events (often none)."""
         kind = event.get("type", "")

@@ -34,9 +34,11 @@ __all__ = [
     "SUBAGENT_TOOLS",
     "SUBAGENT_TOOL_NAMES",
     "WAIT",
+    "subagent_event_kind",
     "subagent_id_of",
     "subagent_item",
     "subagent_object",
+    "subagent_of_call",
 ]
 
 CREATE, WAIT, SEND = "create_subagent", "wait_for_subagents", "send_subagent_input"
@@ -105,6 +107,27 @@ def subagent_item(call: dict[str, Any], turn_id: str, sender: str, output: Any =
     if name == SEND:
         item["content"] = [{"type": "output_text", "text": str(args.get("input", ""))}]
     return item
+
+
+def subagent_of_call(call: dict[str, Any]) -> str | None:
+    """The subagent a call of one subagent tool is about (a create's is the one it makes); None
+    for ``wait_for_subagents``, which may name several."""
+    if call["name"] == CREATE:
+        return subagent_id_of(call["call_id"])
+    if call["name"] == WAIT:
+        return None
+    named = _arguments(call).get("subagent_id")
+    return named if isinstance(named, str) else None
+
+
+def subagent_event_kind(call: dict[str, Any], output: Any) -> str | None:
+    """The parent session's event a settled call makes (``agent.session.subagent.created``,
+    ``…closed``, ``…active`` for a resume), or None: a call that failed (its output is
+    ``Error: …``) or one that opens or closes no subagent."""
+    if str(output).startswith("Error:"):
+        return None
+    suffix = {CREATE: "created", CLOSE: "closed", RESUME: "active"}.get(call["name"])
+    return None if suffix is None else f"agent.session.subagent.{suffix}"
 
 
 def subagent_object(child: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:

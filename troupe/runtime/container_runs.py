@@ -32,7 +32,7 @@ import contextlib
 import os
 import posixpath
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,7 +41,7 @@ from troupe.agentloop.code_interpreter import CodeRun, ContainerFile, ContainerN
 from troupe.agentloop.shell import CommandRun
 from troupe.observe import Observer
 from troupe.protocol import InvalidRequest, NotFound, ServerError
-from troupe.protocol.containers import MEMORY_LIMITS, parse_network_policy
+from troupe.protocol.containers import MEMORY_LIMITS, MOUNT, parse_network_policy
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.settings import ContainersSettings
 from troupe.sandbox import CommandResult, Isolation, Limits, PythonResult, Sandbox, SandboxUnavailable, check_available
@@ -238,12 +238,16 @@ class ContainerRunner:
     """
 
     def __init__(
-        self, containers: ContainerService, fleet: ContainerFleet, tenant: str, *, observer: Observer | None = None
-    ) -> None:
+        self, containers: ContainerService, fleet: ContainerFleet, tenant: str, *, observer: Observer | None = None,
+        on_files: Callable[[Sequence[str]], Awaitable[None]] | None = None,
+    ) -> None:  # fmt: skip
         self.containers = containers
         self.fleet = fleet
         self.tenant = tenant
         self.observer = observer
+        self.on_files = on_files
+        """Told the paths (relative to ``/mnt/data``) of the files each run wrote, once they are
+        registered: a session turn's (:meth:`troupe.runtime.artifacts.ArtifactService.recorder`)."""
         self.settings: ContainersSettings = containers.settings
 
     async def container_for(self, spec: str | dict[str, Any], *, reuse: str | None) -> str:
@@ -320,9 +324,12 @@ class ContainerRunner:
         if paths is not None and not paths:
             return []
         try:
-            return list(await self.containers.register_files(self.tenant, container_id, paths))
+            registered = list(await self.containers.register_files(self.tenant, container_id, paths))
         except (NotFound, InvalidRequest):
             return []  # deleted or expired while the code ran: its files went with it
+        if self.on_files is not None and registered:
+            await self.on_files([f["path"].removeprefix(MOUNT + "/") for f in registered])
+        return registered
 
     async def _add_files(self, container_id: str, file_ids: Sequence[str]) -> None:
         """Copy into a reused container the ``file_ids`` whose name it does not hold yet."""

@@ -53,6 +53,7 @@ from troupe.protocol import (
 )
 from troupe.protocol.job import TurnJob
 from troupe.runtime.agents import AgentService
+from troupe.runtime.artifacts import ArtifactService
 from troupe.runtime.automations import AutomationService
 from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
@@ -196,6 +197,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Vaults and their credentials (the Agents API's vaults): what sessions' MCP tools are authorized with."""
         self.sessions = SessionService(self)
         """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
+        self.artifacts = ArtifactService(store, settings.containers)
+        """Session artifacts: the files completed session turns published (the hosts publish them)."""
         self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
         """The Agents API's execution environments (on containers) and their templates."""
         self.automations = AutomationService(store, self.credential_keys, agents=self.agents,

@@ -48,6 +48,7 @@ from troupe.protocol import (
     previous_response_not_found,
 )
 from troupe.protocol.job import TurnJob
+from troupe.runtime.artifacts import ArtifactService
 from troupe.runtime.batching import coalesce
 from troupe.runtime.container_runs import ContainerFleet, ContainerRunner, check_code_tool
 from troupe.runtime.containers import ContainerService
@@ -147,6 +148,8 @@ class ConversationHost:
         self.containers = ContainerService(settings.containers, store, stop=fleet.stop if fleet else None,
                                            reserve=fleet.reserve if fleet else None)  # fmt: skip
         """The tenants' containers, for the ``code_interpreter`` and ``shell`` tools run here (on ``fleet``)."""
+        self.artifacts = ArtifactService(store, settings.containers)
+        """Session turns' artifacts: the files their runs here write, published as a turn completes."""
         self.models = ModelRegistry(settings.models)
         self.vector_stores = VectorStores(settings, store)
         """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
@@ -204,14 +207,16 @@ class ConversationHost:
             return thread.history
         return []
 
-    def _code_runner(self, tenant: str) -> ContainerRunner | None:
+    def _code_runner(self, job: TurnJob) -> ContainerRunner | None:
         """What runs a turn's code and shell commands in the tenant's containers; None (the tools
         are refused; a ``shell`` the client runs is not): no fleet, or a tenant
-        ``[containers] code_tenants`` does not name."""
-        allowed = self.settings.containers.code_tenants
+        ``[containers] code_tenants`` does not name. A session turn's runs note the files they
+        write (:mod:`troupe.runtime.artifacts`)."""
+        tenant, allowed = job.tenant, self.settings.containers.code_tenants
         if self.fleet is None or ("*" not in allowed and tenant not in allowed):
             return None
-        return ContainerRunner(self.containers, self.fleet, tenant, observer=self.observer)
+        return ContainerRunner(self.containers, self.fleet, tenant, observer=self.observer,
+                               on_files=self.artifacts.recorder(tenant, job.request.metadata))  # fmt: skip
 
     # -- a turn ------------------------------------------------------------------
 
@@ -403,7 +408,7 @@ class ConversationHost:
         servers = self._mcp_servers(request)
         history = await self._history(job, thread)
         tools = [plain(t) for t in request.tools or []]
-        code_runner = self._code_runner(job.tenant)
+        code_runner = self._code_runner(job)
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
             for i, tool in enumerate(tools):
@@ -453,6 +458,7 @@ class ConversationHost:
                         # Durable before the client hears it is done.
                         response = writer.response
                         await self._written(run)  # its steps before its end
+                        await self._publish(job, response)
                         await self._finish(
                             job, thread, history, prepared.input_items, response, started, ttft_s, traces,
                             run.events if run.durable or self.settings.event_logs == "all" else None, obs,
@@ -531,6 +537,15 @@ class ConversationHost:
             await asyncio.shield(run.writing)  # a cancelled turn does not cancel its writes
         if run.write_error is not None:
             raise run.write_error
+
+    async def _publish(self, job: TurnJob, response: dict[str, Any]) -> None:
+        """Publish the artifacts of the session turn the response completes, if it does one
+        (:meth:`ArtifactService.publish`), before it is stored: a client told the turn completed
+        finds them. A failure to publish is logged; the response is not failed for it."""
+        try:
+            await self.artifacts.publish(job.tenant, response)
+        except Exception:  # noqa: BLE001 - the turn's answer stands without its artifacts
+            log.exception("response %s: its session turn's artifacts could not be published", job.response_id)
 
     def _mcp_servers(self, request: CreateResponseRequest) -> list[McpServer]:
         """The request's ``mcp`` tools, resolved (configured labels, secrets) and checked (URL policy).

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -68,7 +69,14 @@ from troupe.protocol.sessions import (
     turn_object,
     turn_status,
 )
-from troupe.protocol.subagents import CREATE, SUBAGENT_TOOL_NAMES, subagent_object
+from troupe.protocol.subagents import (
+    CREATE,
+    SUBAGENT_TOOL_NAMES,
+    subagent_event_kind,
+    subagent_item,
+    subagent_object,
+    subagent_of_call,
+)
 from troupe.runtime.agents import AgentService
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.environments import EnvironmentService
@@ -117,7 +125,9 @@ class SessionService:
         self.runtime = runtime
         self.store = runtime.store
         self._changed: dict[str, asyncio.Event] = {}
-        """Per session followed here: set (and replaced) when a turn or response is added to it."""
+        """Per session followed here now: set (and replaced) when a turn or response is added to it."""
+        self._waiting: dict[str, int] = {}
+        """Per session in ``_changed``: how many waits hold its event (it goes with the last one)."""
         self._driving: set[str] = set()
         """The responses whose subagent calls a task of this service runs (or waits to)."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -269,7 +279,7 @@ class SessionService:
         return await self._wire(tenant, updated)
 
     async def delete_session(self, tenant: str, session_id: str) -> dict[str, Any]:
-        """Delete the session, its turns and its conversation (a running turn is cancelled first).
+        """Delete the session, its turns, its artifacts and its conversation (a running turn is cancelled first).
 
         Raises: NotFound (``session_id``)."""
         session = await self._session(tenant, session_id)
@@ -279,9 +289,11 @@ class SessionService:
         for child in await self.subagents.children(tenant, session):
             await self.stop(tenant, child)
             await self.store.delete_session(tenant, child["id"])
+            await self.store.delete_session_artifacts(tenant, child["id"])  # its noted paths
             await self._delete_conversation(tenant, child["conversation_id"])
         if not await self.store.delete_session(tenant, session_id):
             raise session_not_found(session_id)
+        await self.store.delete_session_artifacts(tenant, session_id)  # rows and copies
         if session.get("owns_environment") and session.get("container_id"):
             try:
                 await self.runtime.containers.delete_container(tenant, session["container_id"])
@@ -450,16 +462,25 @@ class SessionService:
             return
         # Creates first (at once, within the concurrency limit), so a wait called beside them
         # finds them; then the others at once.
+        # Each batch's outputs are kept as soon as it is done: the parent's followers show the
+        # subagents made before a wait beside them ends.
         creates = [c for c in calls if c["name"] == CREATE]
-        outputs = await self.subagents.create_all(tenant, session, creates)
+        await self._keep(tenant, session, turn_id, creates, await self.subagents.create_all(tenant, session, creates))
         others = [c for c in calls if c["name"] != CREATE]
-        outputs += await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
-        await asyncio.gather(*(
-            self.store.record_tool_result(tenant, session["id"], turn_id, call["call_id"],
-                                          {"success": True, "output": output, "error": None})
-            for call, output in zip(creates + others, outputs, strict=True)
-        ))  # fmt: skip
+        outputs = await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
+        await self._keep(tenant, session, turn_id, others, outputs)
         await self._go_on(tenant, session, turn_id, response_id, ended=last)
+
+    async def _keep(
+        self, tenant: str, session: dict[str, Any], turn_id: str, calls: list[dict[str, Any]], outputs: list[str]
+    ) -> None:
+        """Keep subagent calls' outputs as their results, and tell the session's followers."""
+        if not calls:
+            return
+        results = {call["call_id"]: {"success": True, "output": output, "error": None}
+                   for call, output in zip(calls, outputs, strict=True)}  # fmt: skip
+        await self.store.record_tool_results(tenant, session["id"], turn_id, results)
+        self._notify(session["id"])
 
     async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
         turn, last = await self.last_turn(tenant, session["id"])
@@ -487,7 +508,7 @@ class SessionService:
             raise InvalidRequest(f"Unknown pending tool call: {event['call_id']}", param=f"{at}.call_id",
                                  code="invalid_request_error")  # fmt: skip
         result = {k: event[k] for k in ("success", "output", "error")}
-        await self.store.record_tool_result(tenant, session["id"], turn["id"], event["call_id"], result)
+        await self.store.record_tool_results(tenant, session["id"], turn["id"], {event["call_id"]: result})
         self._spawn(self._go_on(tenant, session, turn["id"], response_id))
 
     async def _go_on(
@@ -666,6 +687,9 @@ class SessionService:
                     yield [session_event("agent.session.requires_action", new_id("sevt"), session=wire)]
                     if settle:
                         return
+                elif last is not None:
+                    async for batch in self._subagent_events(tenant, session, turn, index, last, translate):
+                        yield batch
                 index += 1
             ended = await self._turn_object(tenant, session, turn)
             wire = session_object(session, "idle", []) | {"last_active_at": int(time.time())}
@@ -675,6 +699,61 @@ class SessionService:
             if settle:
                 return
             seq, index = seq + 1, 0
+
+    async def _subagent_events(
+        self, tenant: str, session: dict[str, Any], turn: dict[str, Any], index: int, ended: dict[str, Any],
+        translate: TurnEvents,
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """While the subagent calls of the turn's response ``index`` (``ended``) run: each call's
+        item done with its output, and the subagent it made, closed or resumed
+        (``agent.session.subagent.*``), as each batch of calls settles."""
+        calls = {c["call_id"]: c for c in open_calls(ended) if c.get("name") in SUBAGENT_TOOL_NAMES}
+        where = {c.get("call_id"): i for i, c in enumerate(ended.get("output") or ()) if c.get("type") == "function_call"}
+        response_id, agent_id = turn["responses"][index], session["agent"]["id"]
+        order = list(calls)
+        while calls:
+            found = await self._wait_for(session["id"], functools.partial(
+                self._subagent_outputs, tenant, session["id"], turn["id"], index, frozenset(calls)))  # fmt: skip
+            if found is None:
+                return  # the session or the turn is gone
+            outputs, final = found
+            batch: list[dict[str, Any]] = []
+            for call_id in [c for c in order if c in outputs and c in calls]:
+                call, output, k = calls.pop(call_id), outputs[call_id], order.index(call_id)
+                base = {"session_id": session["id"], "turn_id": turn["id"]}
+                at = translate.index_of(where.get(call_id, -1))
+                if at is not None:
+                    batch.append(session_event("agent.session.turn.item.done", f"sevt_{response_id[5:]}_c{k}", **base,
+                                               item=subagent_item(call, turn["id"], agent_id, output), output_index=at))  # fmt: skip
+                kind, child_id = subagent_event_kind(call, output), subagent_of_call(call)
+                child = None if kind is None or child_id is None else await self.store.get_session(tenant, child_id)
+                if kind is not None and child is not None and child.get("parent_id") == session["id"]:
+                    batch.append(session_event(kind, f"sevt_{response_id[5:]}_c{k}s",
+                                               subagent=subagent_object(child, session)))  # fmt: skip
+            if batch:
+                yield batch
+            if final:
+                return
+
+    async def _subagent_outputs(
+        self, tenant: str, session_id: str, turn_id: str, index: int, wanted: frozenset[str]
+    ) -> tuple[dict[str, Any], bool] | None | bool:
+        """The outputs of ``wanted`` calls (of the turn's response ``index``) kept so far, and
+        whether that is all there will be (the turn went on, or was cancelled); False while none
+        is new; None if the turn is gone."""
+        turn = await self.store.get_turn(tenant, session_id, turn_id)
+        if turn is None:
+            return None
+        if len(turn["responses"]) == index + 1 and not turn["cancelled"]:
+            kept = {k: describe_result(v) for k, v in turn["results"].items() if k in wanted}
+            return (kept, False) if kept else False
+        if len(turn["responses"]) == index + 2:  # went on: its next response took them
+            return {k: describe_result(v) for k, v in turn["taken"].items() if k in wanted}, True
+        if len(turn["responses"]) > index + 2:  # went on further: that response's input is stored
+            items = await self._response_items(tenant, turn["responses"][index + 1])
+            return {i["call_id"]: i.get("output") for i in items
+                    if i.get("type") == "function_call_output" and i.get("call_id") in wanted}, True  # fmt: skip
+        return {}, True  # cancelled while they ran
 
     async def _shown_before(self, tenant: str, turn: dict[str, Any], index: int) -> int:
         """How many items the turn's responses before ``index`` show (where ``output_index`` goes on)."""
@@ -732,16 +811,23 @@ class SessionService:
 
     async def _wait_for(self, session_id: str, check: Callable[[], Awaitable[T | bool]]) -> T:
         """``check()``'s first value that is not False: checked again whenever a change to the
-        session is made through this runtime, and every :data:`POLL_S` for other replicas'."""
+        session is made through this runtime, and every :data:`POLL_S` for other replicas'.
+        A session nobody waits for keeps nothing here (an idle session costs no event)."""
         while True:
             changed = self._changed.setdefault(session_id, asyncio.Event())
-            found = await check()
-            if found is not False:
-                return found  # type: ignore[return-value]
+            self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
             try:
-                await asyncio.wait_for(changed.wait(), POLL_S)
-            except TimeoutError:
-                pass
+                found = await check()
+                if found is not False:
+                    return found  # type: ignore[return-value]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), POLL_S)
+            finally:
+                left = self._waiting.pop(session_id) - 1
+                if left:
+                    self._waiting[session_id] = left
+                elif self._changed.get(session_id) is changed:
+                    del self._changed[session_id]
 
     def _notify(self, session_id: str) -> None:
         changed = self._changed.pop(session_id, None)

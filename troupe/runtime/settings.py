@@ -252,6 +252,11 @@ class ContainersSettings(BaseModel):
     """CPUs each container's actor reserves on Ray (its ``memory`` reservation is its
     ``memory_limit``): how Ray spreads containers over the nodes. The code may use more CPU
     than this; it runs at a lower priority than the server (``nice`` 10)."""
+    artifact_max_bytes: PositiveInt = 50 * 1024 * 1024
+    """The largest file a completed session turn publishes as an artifact (a copy, docs/sessions.md,
+    Artifacts); a larger file the turn wrote is not published."""
+    artifact_max_files: PositiveInt = 100
+    """The most files one session turn publishes as artifacts (in path order); the rest are not."""
 
     @model_validator(mode="after")
     def _default_within_the_most(self) -> ContainersSettings:

@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from troupe.storage import ResponseRecord, RunRecord, RunStep
-from troupe.storage.contract import CONTAINERS_METHODS, FILES_METHODS, STORE_METHODS, Store
+from troupe.storage.contract import ARTIFACTS_METHODS, CONTAINERS_METHODS, FILES_METHODS, STORE_METHODS, Store
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, JournalStore, journal_dir
 from troupe.storage.rag_executor import RagExecutor
@@ -57,10 +57,10 @@ __all__ = ["AsyncStore", "Forwarding", "NotAStoreMethod", "ROUTES", "StoreClient
 T = TypeVar("T")
 
 ROUTES: dict[str, bool] = {
-    **dict.fromkeys(STORE_METHODS, False), **dict.fromkeys(FILES_METHODS | CONTAINERS_METHODS, True)
+    **dict.fromkeys(STORE_METHODS, False), **dict.fromkeys(FILES_METHODS | CONTAINERS_METHODS | ARTIFACTS_METHODS, True)
 }
 """Every method a client forwards, by name: True for the files and vector stores' thread (the
-containers' too), False for the store's."""
+containers' and the session artifacts' too), False for the store's."""
 
 
 class NotAStoreMethod(AttributeError):

@@ -125,9 +125,13 @@ class SubagentCalls:
         """The subagent once its last turn has ended: its status and last answer."""
         turn, last = await self.sessions.last_turn(tenant, child["id"])
         if turn is not None and turn_status(turn, last) in _ACTIVE:
-            async for _ in await self.sessions.runtime.follow_response(tenant, turn["responses"][-1]):
-                pass  # to its end
-            turn, last = await self.sessions.last_turn(tenant, child["id"])
+            ended = None
+            async for batch in await self.sessions.runtime.follow_response(tenant, turn["responses"][-1]):
+                ended = next((e["response"] for e in reversed(batch) if "response" in e), ended)
+            if ended is None or ended["status"] in ("queued", "in_progress"):
+                turn, last = await self.sessions.last_turn(tenant, child["id"])
+            else:  # its terminal event: the turn's one response (a subagent calls no client function)
+                last = ended
         status = "idle" if turn is None else turn_status(turn, last)
         return {"subagent_id": child["id"], "status": status, "output": _answer(last)}
 

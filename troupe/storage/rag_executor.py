@@ -2,11 +2,11 @@
 thread of its own; and the containers' (:class:`~troupe.storage.duckdb_store.containers.ContainerTables`),
 beside it on the same thread, since a container's files are copied from the Files API's.
 
-The thread uses the RagStore's own DuckDB connection (and the containers another), so no call
+The thread uses the RagStore's own DuckDB connection (and the containers another, the artifacts a third), so no call
 waits for the responses the main store's thread is writing, nor holds them up. Calls run in
 order: a read issued after a write returned sees it. The async store
-(:mod:`troupe.runtime.store_client`) sends every :class:`~troupe.storage.contract.Files` and
-:class:`~troupe.storage.contract.Containers` method here.
+(:mod:`troupe.runtime.store_client`) sends every :class:`~troupe.storage.contract.Files`,
+:class:`~troupe.storage.contract.Containers` and :class:`~troupe.storage.contract.Artifacts` method here.
 
 Example::
 
@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 
 from .base import StorageError
 from .container_files import ContainerDirs
-from .contract import CONTAINERS_METHODS, Store
+from .contract import ARTIFACTS_METHODS, CONTAINERS_METHODS, Store
+from .duckdb_store.artifacts import ArtifactTables
 from .duckdb_store.containers import ContainerTables
 from .rag import RagStore
 
@@ -35,12 +36,13 @@ T = TypeVar("T")
 
 
 class RagExecutor:
-    """Runs calls of a :class:`RagStore` and of its :class:`ContainerTables` off the event loop,
-    one at a time, in order."""
+    """Runs calls of a :class:`RagStore`, of its :class:`ContainerTables` and of its
+    :class:`ArtifactTables` off the event loop, one at a time, in order."""
 
-    def __init__(self, rag: RagStore, containers: ContainerTables) -> None:
+    def __init__(self, rag: RagStore, containers: ContainerTables, artifacts: ArtifactTables) -> None:
         self.rag = rag
         self.containers = containers
+        self.artifacts = artifacts
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="troupe-rag")
 
     @classmethod
@@ -65,11 +67,14 @@ class RagExecutor:
         except BaseException:
             rag.close()
             raise
-        return cls(rag, ContainerTables(cursor(), rag.file_bytes, dirs))
+        containers = ContainerTables(cursor(), rag.file_bytes, dirs)
+        return cls(rag, containers, ArtifactTables(cursor(), rag.file_bytes, dirs))
 
     def bound(self, method: str) -> Callable[..., Any]:
-        """The store method of that name: the containers' or the files and vector stores'."""
-        return getattr(self.containers if method in CONTAINERS_METHODS else self.rag, method)
+        """The store method of that name: the containers', the artifacts' or the files and vector stores'."""
+        if method in CONTAINERS_METHODS:
+            return getattr(self.containers, method)
+        return getattr(self.artifacts if method in ARTIFACTS_METHODS else self.rag, method)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """``fn()`` (a call of :attr:`rag`) on its thread; what it returned or raised."""
@@ -78,5 +83,6 @@ class RagExecutor:
     async def close(self) -> None:
         """Let the calls under way finish, then close the connections (and a store in memory's files)."""
         await asyncio.to_thread(self._thread.shutdown, wait=True)
+        self.artifacts.close()
         self.containers.close()
         self.rag.close()

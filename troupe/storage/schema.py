@@ -569,6 +569,43 @@ _V16 = [
     """,
 ]
 
+_V17 = [
+    # The results a turn's next response took: a follower of the session that saw the turn move
+    # on shows the subagent calls' outputs from here (the response's input is stored at its end).
+    "ALTER TABLE session_turns ADD COLUMN taken JSON DEFAULT '{}'",
+]
+
+# Version 18: session artifacts (the Agents API, troupe.protocol.artifacts; troupe.storage.contract.artifacts).
+# An artifact's row names its session, turn, environment and absolute path; its bytes are a file of the
+# Files API's byte store named by its id. UNIQUE (tenant, turn_id, path): a completed turn publishes a path
+# once, whoever publishes it. artifact_paths: the files a turn's runs wrote, noted until it ends.
+_V18 = [
+    """
+    CREATE TABLE session_artifacts (
+        tenant         VARCHAR NOT NULL,
+        id             VARCHAR NOT NULL,
+        session_id     VARCHAR NOT NULL,
+        turn_id        VARCHAR NOT NULL,
+        environment_id VARCHAR NOT NULL,
+        path           VARCHAR NOT NULL,  -- absolute, in the environment (/mnt/data/...)
+        size_bytes     BIGINT  NOT NULL,
+        created_at     DOUBLE  NOT NULL,
+        PRIMARY KEY (tenant, id),
+        UNIQUE (tenant, turn_id, path)
+    )
+    """,
+    "CREATE INDEX session_artifacts_by_session ON session_artifacts (tenant, session_id)",
+    """
+    CREATE TABLE artifact_paths (
+        tenant     VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        turn_id    VARCHAR NOT NULL,
+        path       VARCHAR NOT NULL,  -- relative to the container's directory
+        PRIMARY KEY (tenant, turn_id, path)
+    )
+    """,
+]
+
 _VAULTS = [
     # Vaults and their credentials (troupe.storage.contract.vaults): a credential's secrets are
     # sealed (fernet:…) by the runtime before they reach here, never plain.
@@ -599,7 +636,7 @@ _VAULTS = [
 ]
 
 MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-                               _V16, _VAULTS]
+                               _V16, _V17, _V18, _VAULTS]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

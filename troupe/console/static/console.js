@@ -1,5 +1,6 @@
 // The Troupe console: vanilla JavaScript, no build step. Views are chosen by the URL's hash
-// (#/, #/responses/ID, #/threads/ID, #/evals, #/evals/ID, #/evals/compare?a=&b=) and drawn
+// (#/, #/responses/ID, #/threads/ID, #/sessions, #/sessions/ID, #/evals, #/evals/ID,
+// #/evals/compare?a=&b=) and drawn
 // from the JSON under /v1/troupe/console (troupe/console/api.py). Text from the server is
 // always set as text, never parsed as HTML.
 "use strict";
@@ -72,6 +73,7 @@
     return `${value.toFixed(value < 10 ? 2 : 1)} s`;
   }
 
+  const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
   const pct = (value) => (value === null || value === undefined ? "–" : `${(100 * value).toFixed(1)}%`);
   const statusBadge = (status) => h("span", { class: `status ${status || ""}` }, status || "–");
 
@@ -97,6 +99,8 @@
   const tenantParams = (tenant) => (me && me.admin ? { tenant } : {});
   const responseHash = (id, tenant) => hashOf(`/responses/${encodeURIComponent(id)}`, tenantParams(tenant));
   const threadHash = (id, tenant) => hashOf(`/threads/${encodeURIComponent(id)}`, tenantParams(tenant));
+  const sessionHash = (id, tenant) => hashOf(`/sessions/${encodeURIComponent(id)}`, tenantParams(tenant));
+  const navOf = (part) => (part === "evals" || part === "sessions" ? part : "responses");
 
   // -- who is looking ----------------------------------------------------------------------
 
@@ -147,7 +151,7 @@
     poller = null;
     const { parts, params } = parseHash();
     for (const a of document.querySelectorAll("[data-nav]")) {
-      a.classList.toggle("active", a.dataset.nav === (parts[0] === "evals" ? "evals" : "responses"));
+      a.classList.toggle("active", a.dataset.nav === navOf(parts[0]));
     }
     view.dataset.state = "loading";
     try {
@@ -156,13 +160,16 @@
       let node;
       if (parts[0] === "responses" && parts[1]) node = await responseView(parts[1], params);
       else if (parts[0] === "threads" && parts[1]) node = await threadView(parts[1], params);
+      else if (parts[0] === "sessions" && parts[1]) node = await sessionView(parts[1], params);
+      else if (parts[0] === "sessions") node = await sessionsView(params);
       else if (parts[0] === "evals" && parts[1] === "compare") node = await compareView(params);
       else if (parts[0] === "evals" && parts[1]) node = await evalView(parts[1]);
       else if (parts[0] === "evals") node = await evalsView();
       else node = await responsesView(params, mine);
       if (mine !== generation) return;
       view.replaceChildren(node);
-      view.dataset.view = parts[0] === "evals" ? "evals" : parts[1] ? parts[0].replace(/s$/, "") : "responses";
+      const nav = navOf(parts[0]);
+      view.dataset.view = nav === "evals" ? "evals" : parts[1] ? parts[0].replace(/s$/, "") : nav;
       view.dataset.state = "ready";
     } catch (error) {
       if (mine !== generation) return;
@@ -384,21 +391,27 @@
     return [1, 2, 5, 10].map((m) => m * base).find((step) => step >= raw) || base * 10;
   }
 
-  // The Gantt chart: one row per step (parallel tool calls are overlapping bars on their
-  // own rows), the critical path outlined. Each bar carries its times as data attributes.
-  function gantt(bars) {
-    if (!bars.length) return h("p", { class: "muted" }, "No step traces for this response.");
+  // An SVG chart of one row per bar (each with start_s and end_s) under a time axis; x(t) the
+  // position of t seconds.
+  function timeAxis(bars, { id, label, width, labels, rowH, top }) {
     const total = Math.max(...bars.map((b) => b.end_s), 1e-3);
-    const width = 1000, labels = 200, right = 70, rowH = 24, top = 24;
     const height = top + bars.length * rowH + 6;
-    const plot = width - labels - right;
-    const x = (t) => labels + (t / total) * plot;
-    const chart = s("svg", { class: "gantt", id: "timeline", viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "Step timeline" });
+    const x = (t) => labels + (t / total) * (width - labels - 70);
+    const chart = s("svg", { class: "gantt", id, viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": label });
     const step = niceStep(total);
     for (let t = 0; t <= total + step / 1000; t += step) {
       chart.append(s("line", { class: "axis", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
       chart.append(s("text", { class: "tick", x: x(t), y: top - 8, "text-anchor": "middle" }, secs(t)));
     }
+    return { chart, x };
+  }
+
+  // The Gantt chart: one row per step (parallel tool calls are overlapping bars on their
+  // own rows), the critical path outlined. Each bar carries its times as data attributes.
+  function gantt(bars) {
+    if (!bars.length) return h("p", { class: "muted" }, "No step traces for this response.");
+    const width = 1000, labels = 200, rowH = 24, top = 24;
+    const { chart, x } = timeAxis(bars, { id: "timeline", label: "Step timeline", width, labels, rowH, top });
     bars.forEach((b, row) => {
       const y = top + row * rowH;
       if (row % 2 === 0) chart.append(s("rect", { class: "band", x: 0, y, width, height: rowH }));
@@ -519,6 +532,113 @@
           h("div", { class: "cols" }, h("div", {}, turn.input_items.map(itemView)), h("div", {}, turn.output_items.map(itemView))),
         ),
       ),
+    );
+  }
+
+  // -- agent sessions: a session's turns, responses, steps and subagents on one timeline ------
+
+  async function sessionsView(params) {
+    const tenant = params.get("tenant");
+    const page = await api("/sessions", { tenant, limit: 50 });
+    const body = h("tbody");
+    const addRows = (rows) => {
+      for (const r of rows) {
+        body.append(
+          h(
+            "tr",
+            { class: "row", onclick: () => (location.hash = sessionHash(r.id, page.tenant)) },
+            h("td", {}, when(r.created_at)),
+            h("td", { class: "mono" }, link(sessionHash(r.id, page.tenant), r.id)),
+            h("td", {}, r.model || "–"),
+            h("td", {}, statusBadge(r.status)),
+            h("td", {}, r.multi_agent ? "yes" : ""),
+            h("td", {}, when(r.last_active_at)),
+          ),
+        );
+      }
+    };
+    addRows(page.data);
+    let last = page.last_id;
+    const more = h("button", { type: "button", hidden: !page.has_more }, "Older sessions");
+    more.addEventListener("click", async () => {
+      const next = await api("/sessions", { tenant, limit: 50, after: last });
+      addRows(next.data);
+      last = next.last_id;
+      more.hidden = !next.has_more;
+    });
+    const head = h("thead", {}, h("tr", {}, ["Created", "Session", "Model", "Status", "Subagents", "Last active"].map((c) => h("th", {}, c))));
+    return h(
+      "div",
+      {},
+      h("h1", {}, "Agent sessions", me.admin ? h("span", { class: "muted" }, ` · tenant ${page.tenant === "" ? '""' : page.tenant}`) : null),
+      page.data.length ? h("table", { id: "sessions" }, head, body) : h("p", { class: "muted" }, "No session."),
+      h("p", {}, more),
+    );
+  }
+
+  // The session's traces as one nested Gantt chart: a row per span (turn, response, model or
+  // tool call), indented by depth; a subagent's turn sits under the call that made it. Each
+  // bar carries its times and its place in the tree as data attributes.
+  function spanGantt(rows) {
+    if (!rows.length) return h("p", { class: "muted" }, "No trace yet: the session has no turn.");
+    const width = 1000, labels = 260, rowH = 22, top = 24;
+    const { chart, x } = timeAxis(rows, { id: "session-timeline", label: "Session timeline", width, labels, rowH, top });
+    rows.forEach((r, row) => {
+      const y = top + row * rowH;
+      if (r.kind === "turn") chart.append(s("rect", { class: "band", x: 0, y, width, height: rowH }));
+      const label = r.kind === "turn" && r.attributes["troupe.subagent.id"] ? `subagent ${r.attributes["troupe.subagent.id"]}` : r.kind === "turn" ? `turn ${r.attributes["troupe.turn.id"]}` : r.name;
+      chart.append(s("text", { x: 6 + r.depth * 12, y: y + rowH / 2 + 4 }, label.length > 34 ? label.slice(0, 33) + "…" : label));
+      const left = x(r.start_s);
+      const barWidth = Math.max(2, x(r.end_s) - left);
+      const details = [r.name, `start +${secs(r.start_s)}, ${secs(r.end_s - r.start_s)}`];
+      for (const [key, value] of Object.entries(r.attributes)) details.push(`${key}: ${value}`);
+      if (r.error) details.push(`error: ${r.error}`);
+      chart.append(
+        s(
+          "rect",
+          {
+            class: ["span", r.kind, r.error ? "failed" : ""].filter(Boolean).join(" "), x: left, y: y + 4, width: barWidth, height: rowH - 8, rx: 2,
+            "data-kind": r.kind, "data-name": r.name, "data-depth": r.depth, "data-span": r.span_id, "data-parent": r.parent_id || "",
+            "data-start": r.start_s, "data-end": r.end_s,
+          },
+          s("title", {}, details.join("\n")),
+        ),
+      );
+      chart.append(s("text", { class: "tick", x: left + barWidth + 4, y: y + rowH / 2 + 4 }, secs(r.end_s - r.start_s)));
+    });
+    const legend = h(
+      "div",
+      { class: "legend" },
+      h("span", {}, h("i", { style: "background:var(--turn)" }), "turn"),
+      h("span", {}, h("i", { style: "background:var(--response)" }), "response"),
+      h("span", {}, h("i", { style: "background:var(--model)" }), "model call"),
+      h("span", {}, h("i", { style: "background:var(--tool)" }), "tool call"),
+      h("span", {}, h("i", { style: "background:var(--error)" }), "failed"),
+    );
+    return h("div", {}, legend, chart);
+  }
+
+  async function sessionView(id, params) {
+    const data = await api(`/sessions/${encodeURIComponent(id)}`, { tenant: params.get("tenant") });
+    const sess = data.session;
+    const responses = data.rows.filter((r) => r.kind === "response");
+    const facts = [
+      ["status", statusBadge(sess.status)],
+      ["model", sess.agent.model],
+      me.admin ? ["tenant", data.tenant === "" ? '""' : data.tenant] : null,
+      ["created", when(sess.created_at)],
+      ["turns", `${data.turns.length}${data.more_turns ? "+ (the first shown)" : ""}`],
+      ["subagents", data.subagents.length ? data.subagents.map((a) => `${a.id} (${a.status})`).join(", ") : "none"],
+    ].filter(Boolean);
+    return h(
+      "div",
+      {},
+      h("h1", {}, "Session ", h("span", { class: "mono" }, sess.id)),
+      h("div", { class: "card" }, h("table", {}, h("tbody", {}, facts.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))))),
+      h("h2", {}, "Timeline ", h("span", { class: "muted" }, `${count(data.turns.length, "turn")}, ${count(responses.length, "response")}, ${count(data.subagents.length, "subagent")}, from the session's traces (GET /v1/agents/sessions/{id}/traces)`)),
+      h("div", { class: "card" }, spanGantt(data.rows)),
+      h("h2", {}, "Responses"),
+      h("ul", {}, responses.map((r) => h("li", {}, link(responseHash(r.attributes["gen_ai.response.id"], data.tenant), r.attributes["gen_ai.response.id"]), ` · ${r.attributes["troupe.status"]} · ${secs(r.end_s - r.start_s)}`))),
     );
   }
 

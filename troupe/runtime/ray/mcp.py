@@ -5,6 +5,7 @@ Both implement :class:`~troupe.agentloop.mcp.McpClient`:
 * :class:`RayMcpClient` routes every server to its connection actor, one per (URL or
   command, credentials), named ``troupe-mcp-<digest>`` in the runtime's namespace and
   shared by every host: each keeps one MCP session open for everyone using that server.
+  The actors are detached (a host that dies does not take them along) and end when idle.
 * :class:`LocalMcpClient` keeps the same :class:`~troupe.runtime.mcp_session.McpSession`
   objects in-process (``Runtime.local``, tests without Ray).
 
@@ -249,6 +250,10 @@ class RayMcpClient:
                 name=actor_name(server),
                 namespace=s.namespace,
                 max_concurrency=self.max_concurrency,
+                # Detached: it serves every host, so it must not die with the one that happened
+                # to start it (a host killed mid-turn took other hosts' calls down with it, and
+                # a resumed run waited for a new actor). It ends when idle (idle_timeout_s).
+                lifetime="detached",
             )
             self._handles[key] = handle
             while len(self._handles) > 10_000:

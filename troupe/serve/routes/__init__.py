@@ -10,6 +10,7 @@
 - :mod:`.automations` — ``/v1/agents/automations`` (the Agents API's scheduled agents; before :mod:`.agents`,
   whose ``/v1/agents/{agent_id}`` would take the path)
 - :mod:`.agents` — ``/v1/agents`` (the Agents API's saved agents)
+- :mod:`.artifacts` — ``/v1/agents/sessions/{id}/artifacts`` (the files completed session turns published)
 - :mod:`.vaults` — ``/v1/vaults`` and their credentials (the Agents API's vaults)
 
 Each module's routes are plain functions on its ``router``; what they share (the caller's
@@ -24,6 +25,7 @@ from fastapi import APIRouter
 
 from . import (
     agents,
+    artifacts,
     automations,
     containers,
     conversations,
@@ -49,6 +51,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     containers.router,
     automations.router,
     sessions.router,
+    artifacts.router,
     environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,
     vaults.router,

@@ -9,11 +9,12 @@ Routes (the paths ``client.beta.agents.sessions`` of the ``openai`` SDK calls)::
     GET              /v1/agents/sessions/{session_id}/turns/{turn_id} retrieve
     GET              /v1/agents/sessions/{session_id}/turns/{turn_id}/items, …/items
     GET              /v1/agents/sessions/{session_id}/subagents[/{subagent_id}[/turns[/{turn_id}[/items]]|/items]]
+    GET              /v1/agents/sessions/{session_id}/traces          list (OTLP JSON, one per root turn)
 
 Lists take ``after``, ``limit`` and ``order``; the sessions' list also ``agent_id`` and
 ``metadata[key]=value`` pairs. The bodies, objects and events: :mod:`troupe.protocol.sessions`;
-how turns run: :mod:`troupe.runtime.sessions`; subagents: :mod:`troupe.runtime.subagents`. The
-SDK's ``artifacts`` and ``traces`` resources are not served yet: 404, as an unknown route.
+how turns run: :mod:`troupe.runtime.sessions`; subagents: :mod:`troupe.runtime.subagents`;
+traces: :mod:`troupe.runtime.session_traces`; the ``artifacts`` resource: :mod:`.artifacts`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from troupe.protocol.ids import AGENT_SESSION, TURN
 from troupe.protocol.query_params import QueryBool
 from troupe.protocol.request import check_metadata
 from troupe.protocol.sessions import parse_session_create, parse_session_events, parse_session_update
+from troupe.runtime.session_traces import SessionTraces
 from troupe.runtime.sessions import SessionService
 
 from ..dependencies import Order, PageSize, Tenant, context, json_body, runtime
@@ -171,6 +173,15 @@ async def list_subagent_turn_items(
 ) -> dict[str, Any]:  # fmt: skip
     page = await _sessions(request).list_items(who, _subagent_id(subagent_id), after=after, limit=limit, order=order,
                                                turn_id=_turn_id(turn_id), subagent_of=_session_id(session_id))  # fmt: skip
+    return page.to_list_object()
+
+
+@router.get("/v1/agents/sessions/{session_id}/traces")
+async def list_traces(
+    request: Request, session_id: str, who: Tenant, after: str | None = None, limit: PageSize = 20, order: Order = "desc"
+) -> dict[str, Any]:
+    traces = SessionTraces(_sessions(request))
+    page = await traces.list_traces(who, _session_id(session_id), after=after, limit=limit, order=order)
     return page.to_list_object()
 
 

@@ -15,12 +15,14 @@ evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evalua
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
 containers          :class:`.containers.Containers`        ``duckdb_store.containers.ContainerTables``
+session artifacts   :class:`.artifacts.Artifacts`          ``duckdb_store.artifacts.ArtifactTables``
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
 first ten over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
-on the files' thread (a container's files are copied from the Files API's). Every caller reaches them through the async store client
+on the files' thread (a container's files are copied from the Files API's), and ``ArtifactTables``
+the session artifacts over a third, there too (they are copies of containers' files, kept with the Files API's bytes). Every caller reaches them through the async store client
 (:mod:`troupe.runtime.store_client`), which forwards any method named here, with its own
 arguments, to the thread that runs its area (and across Ray through the storage actor's one
 ``call``): a new store method is written in its protocol and in DuckDB, nowhere else.
@@ -40,6 +42,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .agents import Agents
+from .artifacts import Artifacts
 from .automations import Automations
 from .console import Console
 from .containers import Containers
@@ -54,6 +57,8 @@ from .vaults import Vaults
 
 __all__ = [
     "Agents",
+    "ARTIFACTS_METHODS",
+    "Artifacts",
     "Automations",
     "CONTAINERS_METHODS",
     "Console",
@@ -108,5 +113,8 @@ FILES_METHODS = methods_of(Files)
 CONTAINERS_METHODS = methods_of(Containers)
 """What the async store forwards to the containers, on the files and vector stores' thread, by name."""
 
-_AREAS = (STORE_METHODS, FILES_METHODS, CONTAINERS_METHODS)
+ARTIFACTS_METHODS = methods_of(Artifacts)
+"""What the async store forwards to the session artifacts, on the files and vector stores' thread, by name."""
+
+_AREAS = (STORE_METHODS, FILES_METHODS, CONTAINERS_METHODS, ARTIFACTS_METHODS)
 assert sum(map(len, _AREAS)) == len(frozenset().union(*_AREAS)), "two areas declare one method name"

@@ -6,11 +6,13 @@ session's own (:mod:`troupe.protocol.sessions`): ``{"id", "created_at", "last_ac
 container, a subagent's ``parent_id``, ``task``, ``closed_at``…). What changes as it runs
 (its status, required actions, usage) is not stored here: it follows from its turns.
 
-A turn is ``{"id", "session_id", "seq", "created_at", "responses", "results", "cancelled"}``:
+A turn is ``{"id", "session_id", "seq", "created_at", "responses", "results", "cancelled", "taken"}``:
 ``responses`` are the ids of the background responses that ran it, in order (more than one when
-the agent called the client's functions and the turn went on with their results), ``results``
-the function results the client has sent for the last response's calls and that no response
-has taken yet, ``cancelled`` whether the client cancelled it while it waited for them.
+the agent called the client's functions or subagents and the turn went on with their results),
+``results`` the function results sent (by the client, or by the server for subagent calls) for
+the last response's calls and that no response has taken yet, ``cancelled`` whether the client
+cancelled it while it waited for them, ``taken`` the results its last response took (what a
+follower shows of them: that response's input is stored only when it ends).
 
 Implemented by :class:`troupe.storage.duckdb_store.sessions.SessionTables`.
 """
@@ -85,11 +87,11 @@ class Sessions(Protocol):
         """The session's turns by ``seq`` (``after``: a turn id; an unknown one gives an empty page)."""
         ...
 
-    def record_tool_result(
-        self, tenant: str, session_id: str, turn_id: str, call_id: str, result: dict[str, Any]
+    def record_tool_results(
+        self, tenant: str, session_id: str, turn_id: str, results: dict[str, dict[str, Any]]
     ) -> dict[str, Any] | None:
-        """Keep the client's ``result`` for the function call ``call_id`` of the turn's last
-        response (the same call sent again replaces it); the turn. None if no such turn."""
+        """Keep ``results`` (call id → result) for function calls of the turn's last response,
+        in one transaction (a call sent again replaces its result); the turn. None if no such turn."""
         ...
 
     def continue_turn(
@@ -97,8 +99,9 @@ class Sessions(Protocol):
     ) -> dict[str, Any] | None:
         """Claim the turn's next response: if its last response is still ``after`` and a result
         is kept for each of ``call_ids``, append ``response_id`` and hand over the results (taken
-        from the row) in one transaction; those results. None otherwise: another caller claimed
-        it first, or a result is missing. Two callers never both claim one response's results.
+        from the row, and kept as the turn's ``taken`` until the next claim) in one transaction;
+        those results. None otherwise: another caller claimed it first, or a result is missing.
+        Two callers never both claim one response's results.
         """
         ...
 

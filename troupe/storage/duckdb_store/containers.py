@@ -20,10 +20,7 @@ import functools
 import io
 import json
 import secrets
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 import duckdb
@@ -38,11 +35,10 @@ from troupe.protocol.containers import (
     new_container_file_id,
 )
 
-from ..base import Order, Page, StorageError
-from ..container_files import ContainerDirs, check_relative
+from ..base import Order, Page
+from ..container_files import check_relative
 from ..contract import Containers
-from ..file_bytes import FileBytes
-from .connection import check_page_args, transaction
+from .side_connection import SideConnection
 
 __all__ = ["ContainerTables"]
 
@@ -52,7 +48,7 @@ _IDLE = "last_active_at + expires_minutes * 60 <= ?"
 _MAX_NAME_BYTES = 255
 
 
-class ContainerTables(Containers):
+class ContainerTables(SideConnection, Containers):
     """Containers in DuckDB and on disk; the methods are documented on
     :class:`~troupe.storage.contract.Containers`.
 
@@ -63,35 +59,11 @@ class ContainerTables(Containers):
         clock: the time, in Unix seconds (tests move it to expire containers).
     """
 
-    def __init__(
-        self, conn: duckdb.DuckDBPyConnection, files: FileBytes, dirs: ContainerDirs,
-        clock: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
-        self._conn = conn
-        self._lock = threading.RLock()
-        self.files = files
-        self.dirs = dirs
-        self.clock = clock
-
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        super().close()
         self.dirs.close()
 
     # -- plumbing ------------------------------------------------------------------
-
-    @contextmanager
-    def _tx(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The connection inside a transaction (errors roll back; DuckDB's become StorageError)."""
-        with self._lock, transaction(self._conn) as conn:
-            yield conn
-
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            try:
-                return self._conn.execute(sql, params).fetchall()
-            except duckdb.Error as exc:
-                raise StorageError(f"DuckDB: {exc}") from exc
 
     def _expire_due(self, tenant: str | None = None, container_id: str | None = None) -> list[tuple[str, str]]:
         """Expire the running containers idle past their time (of ``tenant``, or just
@@ -147,24 +119,6 @@ class ContainerTables(Containers):
             [tenant, container_id],
         )
         return {row[0]: row[1:] for row in rows}
-
-    def _page(
-        self, sql: str, params: list[Any], anchor_sql: str, anchor_params: list[Any], after: str | None, limit: int,
-        order: Order, build: Callable[[tuple[Any, ...]], dict[str, Any]],
-    ) -> Page:  # fmt: skip
-        """``sql`` (its first columns ``created_at, id``, ending in a WHERE clause) as a page after
-        the id ``after`` (an unknown one gives an empty page), ``order`` by creation."""
-        check_page_args(limit, order)
-        forward = order == "asc"
-        if after is not None:
-            anchor = self._rows(anchor_sql, [*anchor_params, after])
-            if not anchor:
-                return Page(data=[], has_more=False)
-            sql += f" AND (created_at, id) {'>' if forward else '<'} (?, ?)"
-            params = [*params, *anchor[0]]
-        direction = "ASC" if forward else "DESC"
-        rows = self._rows(f"{sql} ORDER BY created_at {direction}, id {direction} LIMIT ?", [*params, limit + 1])
-        return Page(data=[build(row) for row in rows[:limit]], has_more=len(rows) > limit)
 
     def _free_name(self, container_id: str, name: str, taken: set[str]) -> str:
         """``name`` if nothing in the container's top directory has it (no row, nothing on disk);

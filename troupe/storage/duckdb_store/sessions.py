@@ -14,7 +14,7 @@ from .connection import Connection, check_page_args
 
 __all__ = ["SessionTables"]
 
-_TURN_COLUMNS = "id, session_id, seq, created_at, responses, results, cancelled"
+_TURN_COLUMNS = "id, session_id, seq, created_at, responses, results, cancelled, taken"
 
 
 class SessionTables(Connection, Sessions):
@@ -126,11 +126,11 @@ class SessionTables(Connection, Sessions):
                                    [tenant, session_id]).fetchone() or (None,)  # fmt: skip
             seq = 0 if last is None else last + 1
             conn.execute(
-                f"INSERT INTO session_turns (tenant, {_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [tenant, turn_id, session_id, seq, created_at, json.dumps([response_id]), "{}", False],
+                f"INSERT INTO session_turns (tenant, {_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [tenant, turn_id, session_id, seq, created_at, json.dumps([response_id]), "{}", False, "{}"],
             )
         return {"id": turn_id, "session_id": session_id, "seq": seq, "created_at": created_at,
-                "responses": [response_id], "results": {}, "cancelled": False}  # fmt: skip
+                "responses": [response_id], "results": {}, "cancelled": False, "taken": {}}  # fmt: skip
 
     def get_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any] | None:
         """See :meth:`Sessions.get_turn`."""
@@ -157,15 +157,15 @@ class SessionTables(Connection, Sessions):
         )
         return Page(data=[_turn(r) for r in rows[:limit]], has_more=len(rows) > limit)
 
-    def record_tool_result(
-        self, tenant: str, session_id: str, turn_id: str, call_id: str, result: dict[str, Any]
+    def record_tool_results(
+        self, tenant: str, session_id: str, turn_id: str, results: dict[str, dict[str, Any]]
     ) -> dict[str, Any] | None:
-        """See :meth:`Sessions.record_tool_result`."""
+        """See :meth:`Sessions.record_tool_results`."""
         with self._transaction() as conn:
             turn = self._turn_in(conn, tenant, session_id, turn_id)
             if turn is None:
                 return None
-            turn["results"] = {**turn["results"], call_id: result}
+            turn["results"] = {**turn["results"], **results}
             conn.execute("UPDATE session_turns SET results = ? WHERE tenant = ? AND session_id = ? AND id = ?",
                          [json.dumps(turn["results"]), tenant, session_id, turn_id])  # fmt: skip
             return turn
@@ -181,11 +181,13 @@ class SessionTables(Connection, Sessions):
             results = turn["results"]
             if any(call_id not in results for call_id in call_ids):
                 return None
+            taken = {call_id: results[call_id] for call_id in call_ids}
             conn.execute(
-                "UPDATE session_turns SET responses = ?, results = '{}' WHERE tenant = ? AND session_id = ? AND id = ?",
-                [json.dumps([*turn["responses"], response_id]), tenant, session_id, turn_id],
+                "UPDATE session_turns SET responses = ?, results = '{}', taken = ? "
+                "WHERE tenant = ? AND session_id = ? AND id = ?",
+                [json.dumps([*turn["responses"], response_id]), json.dumps(taken), tenant, session_id, turn_id],
             )
-            return {call_id: results[call_id] for call_id in call_ids}
+            return taken
 
     def cancel_turn(self, tenant: str, session_id: str, turn_id: str) -> bool:
         """See :meth:`Sessions.cancel_turn`."""
@@ -204,6 +206,7 @@ class SessionTables(Connection, Sessions):
 
 
 def _turn(row: tuple[Any, ...]) -> dict[str, Any]:
-    turn_id, session_id, seq, created_at, responses, results, cancelled = row
+    turn_id, session_id, seq, created_at, responses, results, cancelled, taken = row
     return {"id": turn_id, "session_id": session_id, "seq": seq, "created_at": created_at,
-            "responses": json.loads(responses), "results": json.loads(results), "cancelled": cancelled}  # fmt: skip
+            "responses": json.loads(responses), "results": json.loads(results), "cancelled": cancelled,
+            "taken": json.loads(taken or "{}")}  # fmt: skip
