@@ -4,7 +4,7 @@ server that requires a bearer token (tests/mcp_servers.py).
 
 One test, one server: a session whose vault holds the token calls the tool; the token is then
 searched, as an attacker would, in every answer the API gave (vault, credential, session, turn,
-items, response, step traces) and in the bytes of every file under the storage path (the DuckDB
+items, response, step traces, the session's traces) and in the bytes of every file under the storage path (the DuckDB
 file and its WAL, the journal), and is nowhere; once the credential is deleted, the next turn's
 call gets the server's 401 (no stale token); another tenant can neither see nor use the vault.
 The many cases of the bodies, the refusals, the matching rule and the OAuth refresh:
@@ -101,6 +101,8 @@ def test_a_sessions_vault_authorizes_its_mcp_server_and_its_token_is_never_shown
 
             keep(alice.beta.agents.sessions.retrieve(session.id))
             keep(alice.beta.agents.sessions.turns.list(session.id))
+            traces = keep(alice.beta.agents.sessions.traces.list(session.id))
+            assert "calc" in traces.model_dump_json(), "the session's trace shows the MCP call"
             responses = alice.get("/responses", cast_to=object, options={"params": {"limit": 100}})
             keep(responses)
             mine = [r["id"] for r in responses["data"] if r["metadata"].get("agent_session_id") == session.id]
