@@ -140,7 +140,7 @@ def test_agents_list_in_pages(client: OpenAI) -> None:
          400, "tools[0].transport.type", "unsupported_value"),
         ({"model": "sim", "tools": [{"type": "mcp", "server_label": "m", "credential_id": "cred_1",
                                      "transport": {"type": "http", "server_url": "https://mcp.example.com/mcp"}}]},
-         400, "tools[0].credential_id", "unsupported_parameter"),
+         400, "tools[0].credential_id", "invalid_value"),
         # A cloud metadata address is refused even where an allowlist names it (the MCP policy).
         ({"model": "sim", "tools": [WEATHER, {"type": "mcp", "server_label": "m",
                                               "transport": {"type": "http", "server_url": "http://169.254.169.254/"}}]},

@@ -201,8 +201,8 @@ def test_sessions_list_filter_update_and_delete(client: OpenAI) -> None:
      "input[0].role", "invalid_value"),
     ({"environment": NONE, "agent": {"model": "sim"}, "input": "x", "review": "auto_review"}, "review",
      "unsupported_value"),
-    ({"environment": NONE, "agent": {"model": "sim"}, "input": "x", "vault_ids": ["vault_1"]}, "vault_ids",
-     "unsupported_parameter"),
+    ({"environment": NONE, "agent": {"model": "sim"}, "input": "x", "vault_ids": ["vlt_1"]}, "vault_ids[0]",
+     "invalid_value"),
     ({"environment": NONE, "agent": {"model": "sim", "multi_agent": {"enabled": True, "max_concurrent_subagents": 0}},
       "input": "x"}, "agent.multi_agent.max_concurrent_subagents", "invalid_value"),
 ])  # fmt: skip

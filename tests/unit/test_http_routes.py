@@ -84,6 +84,10 @@ OPENAPI_ROUTES = {
     *_each("/v1/vector_stores/{vector_store_id}/files/{file_id}", "delete", "get", "post"),
     *_each("/v1/vector_stores/{vector_store_id}/files/{file_id}/content", "get"),
     *_each("/v1/vector_stores/{vector_store_id}/search", "post"),
+    *_each("/v1/vaults", "get", "post"),
+    *_each("/v1/vaults/{vault_id}", "delete", "get", "post"),
+    *_each("/v1/vaults/{vault_id}/credentials", "get", "post"),
+    *_each("/v1/vaults/{vault_id}/credentials/{credential_id}", "delete", "get", "post"),
 }
 
 UNDOCUMENTED_ROUTES = {

@@ -145,7 +145,7 @@ def test_every_served_field_is_taken_and_resolved() -> None:
         ({"model": "sim", "tools": [{**MCP, "connection_origin": "environment"}]}, "tools[0].connection_origin",
          "unsupported_value"),
         ({"model": "sim", "tools": [{**MCP, "credential_id": "cred_1"}]}, "tools[0].credential_id",
-         "unsupported_parameter"),
+         "invalid_value"),
         ({"model": "sim", "tools": [{**MCP, "request_metadata": {"team": "core"}}]}, "tools[0].request_metadata",
          "unsupported_parameter"),
         ({"model": "sim", "tools": [{**MCP, "require_approval": "never"}]}, "tools[0].require_approval",

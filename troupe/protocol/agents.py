@@ -29,8 +29,10 @@ What Troupe cannot provide is refused, naming it, never stored and ignored: a va
 ``compaction.async: true``, ``experimental.time_awareness: true``, a function's
 ``defer_loading`` or ``async``, an MCP server's ``stdio`` transport or ``environment`` origin),
 a field that has nothing to do here is ``unsupported_parameter`` (an MCP server's
-``credential_id``, its ``request_metadata``). Whether the model is served and an MCP server
-may be reached depend on the deployment: :mod:`troupe.runtime.agents` checks them.
+``request_metadata``). An MCP server's ``credential_id`` names a vault credential
+(:mod:`troupe.protocol.vaults`), which a session's vaults must hold. Whether the model is
+served and an MCP server may be reached depend on the deployment: :mod:`troupe.runtime.agents`
+checks them.
 
 Example::
 
@@ -50,6 +52,7 @@ from .errors import InvalidRequest, NotFound, object_body, show_value, wrong_typ
 from .ids import AGENT, new_id
 from .request import check_metadata
 from .schema_refs import dangling_refs
+from .vaults import CREDENTIAL
 
 __all__ = [
     "AGENT_FIELDS",
@@ -399,10 +402,11 @@ def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
                              code="unsupported_value")  # fmt: skip
     if origin not in (None, "service"):
         raise _one_of(f"{at}.connection_origin", origin, ("service", "environment"))
-    if tool.get("credential_id") is not None:
-        raise InvalidRequest(f"Unsupported parameter: '{at}.credential_id'. Vaults and their credentials are not "
-                             "available on this server.", param=f"{at}.credential_id",
-                             code="unsupported_parameter")  # fmt: skip
+    credential_id = tool.get("credential_id")
+    if credential_id is not None and not (isinstance(credential_id, str) and credential_id.startswith(f"{CREDENTIAL}_")):
+        # A session's vaults hold it (troupe.runtime.vaults): checked there, when a session uses the agent.
+        raise InvalidRequest(f"Invalid '{at}.credential_id': {show_value(credential_id)}. Expected an ID that begins "
+                             f"with '{CREDENTIAL}_'.", param=f"{at}.credential_id", code="invalid_value")  # fmt: skip
     metadata = tool.get("request_metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise wrong_type(f"{at}.request_metadata", "an object", metadata)
@@ -414,7 +418,7 @@ def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
         raise wrong_type(f"{at}.required", "a boolean", required)
     return {
         "type": "mcp", "server_label": label, "transport": _transport(tool["transport"], f"{at}.transport"),
-        "allowed_tools": allowed, "connection_origin": "service", "credential_id": None, "request_metadata": {},
+        "allowed_tools": allowed, "connection_origin": "service", "credential_id": credential_id, "request_metadata": {},
         "required": required,
     }  # fmt: skip
 

@@ -64,6 +64,7 @@ from .agents import parse_agent_create
 from .errors import InvalidRequest, NotFound, object_body, show_value, wrong_type
 from .ids import AGENT, new_id
 from .request import check_metadata
+from .vaults import parse_vault_ids
 
 __all__ = [
     "AUTOMATION",
@@ -356,11 +357,7 @@ def _message(value: Any, at: str) -> dict[str, Any]:
 
 
 def _vault_ids(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise wrong_type("target.vault_ids", "an array of strings", value)
-    return list(value)
+    return parse_vault_ids(value, "target.vault_ids")
 
 
 _PARSERS = {"name": _name, "target": _target, "expression": _expression, "timezone": _timezone}

@@ -208,8 +208,12 @@ def parse_environment_create(body: Any, **limits: Any) -> dict[str, Any]:
     """
     body = object_body(body, "", ("environment", "vault_ids"))
     if body.get("vault_ids"):
-        raise InvalidRequest("Unsupported 'vault_ids': vaults are not served here.", param="vault_ids",
-                             code="unsupported_value")  # fmt: skip
+        # An environment's vaults serve its sandbox environment_variable credentials, which this
+        # server refuses (troupe.protocol.vaults): its egress proxy does not read inside TLS.
+        raise InvalidRequest("Unsupported 'vault_ids' on an environment: an environment's vaults give its sandbox "
+                             "environment_variable credentials, which this server cannot substitute (its egress proxy "
+                             "does not intercept TLS). Give vault_ids to the session instead: its MCP servers get "
+                             "their tokens from them.", param="vault_ids", code="unsupported_value")  # fmt: skip
     if body.get("environment") is None:
         raise InvalidRequest("Missing required parameter: 'environment'.", param="environment",
                              code="missing_required_parameter")  # fmt: skip

@@ -21,7 +21,9 @@ views are those of any response.
                                                          required, but with an openai_hosted
                                                          environment and no stream
      "metadata": {str: str} | null, "stream": bool, "stream_options": {"include_obfuscation": bool},
-     "review": "none", "prompt_cache_options": null, "vault_ids": [] | null}
+     "review": "none", "prompt_cache_options": null,
+     "vault_ids": ["vault_…"] | null}                    vaults whose credentials authorize the agent's
+                                                         MCP servers (troupe.protocol.vaults)
 
 ``POST /v1/agents/sessions/{id}/events`` takes ``{"events": [...]}`` (:func:`parse_session_events`):
 ``agent.session.input.message`` (starts a turn), ``agent.session.input.tool_result`` (a result
@@ -36,7 +38,7 @@ turn whose response ended at their calls is ``in_progress`` (:func:`turn_status`
 Refused, naming the field: a ``self_hosted`` environment (the client would run the commands),
 what an environment cannot have here (:mod:`troupe.protocol.environments`),
 ``review: "auto_review"`` (no reviewer), ``prompt_cache_options``
-(the model server's cache is its own), ``vault_ids`` (no vaults), MCP and computer-use
+(the model server's cache is its own), MCP and computer-use
 approval results (nothing here asks for approval: an agent's MCP calls run without it).
 
 Events (:class:`TurnEvents`): a turn's Responses events become the SDK's session events, with
@@ -62,12 +64,15 @@ from .errors import InvalidRequest, NotFound, ProtocolError, object_body, show_v
 from .ids import AGENT, AGENT_SESSION, TURN, new_id
 from .request import check_metadata
 from .subagents import SUBAGENT_TOOL_NAMES, SUBAGENT_TOOLS, subagent_item
+from .vaults import parse_vault_ids
 
 __all__ = [
     "CREATE_FIELDS",
     "SESSION_AGENT_FIELDS",
     "UPDATE_FIELDS",
     "TurnEvents",
+    "agent_response_tools",
+    "chosen_credentials",
     "command_done",
     "describe_result",
     "hosted_environment",
@@ -160,17 +165,11 @@ def parse_session_create(body: Any) -> dict[str, Any]:
                              "when streaming).", param="input", code="missing_required_parameter")  # fmt: skip
     _check_review(body.get("review"))
     _check_prompt_cache(body.get("prompt_cache_options"))
-    vaults = body.get("vault_ids")
-    if vaults is not None and not isinstance(vaults, list):
-        raise wrong_type("vault_ids", "an array of vault IDs", vaults)
-    if vaults:
-        raise InvalidRequest("Unsupported parameter: 'vault_ids'. Vaults are not available on this server.",
-                             param="vault_ids", code="unsupported_parameter")  # fmt: skip
     return {
         "agent_id": agent_id, "agent": agent or {}, "environment": environment,
         "input": None if body.get("input") is None else parse_session_input(body["input"], "input"),
         "metadata": check_metadata(body.get("metadata")) or {},
-        "stream": stream,
+        "stream": stream, "vault_ids": parse_vault_ids(body.get("vault_ids")),
     }  # fmt: skip
 
 
@@ -375,7 +374,7 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
     agent = session["agent"]
     body: dict[str, Any] = {
         "model": agent["model"], "input": input_items, "conversation": session["conversation_id"],
-        "background": True, "store": True, "tools": [_response_tool(tool) for tool in agent["tools"] or ()]
+        "background": True, "store": True, "tools": agent_response_tools(agent)
         + ([{"type": "shell", "environment": {"type": "container_reference", "container_id": session["container_id"]}}]
            if session.get("container_id") else [])
         + (list(SUBAGENT_TOOLS) if agent["multi_agent"]["enabled"] else []),
@@ -393,6 +392,18 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
     if reasoning.get("effort") or reasoning.get("summary"):
         body["reasoning"] = {k: v for k, v in reasoning.items() if v is not None}
     return body
+
+
+def agent_response_tools(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The agent's tools as a response's (the first tools of :func:`response_body`'s, in order)."""
+    return [_response_tool(tool) for tool in agent["tools"] or ()]
+
+
+def chosen_credentials(agent: dict[str, Any]) -> dict[int, str]:
+    """The vault credential each of the agent's MCP tools names (``credential_id``), by its index
+    in :func:`agent_response_tools`."""
+    return {index: tool["credential_id"] for index, tool in enumerate(agent["tools"] or ())
+            if tool["type"] == "mcp" and tool.get("credential_id")}  # fmt: skip
 
 
 def _response_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -419,7 +430,7 @@ def session_object(
         "id": session["id"], "object": "agent.session", "agent": session["agent"],
         "created_at": int(session["created_at"]), "last_active_at": int(session["last_active_at"]),
         "environment": session["environment"], "error": error, "metadata": session["metadata"],
-        "required_actions": actions, "status": status, "usage": None, "vault_ids": [],
+        "required_actions": actions, "status": status, "usage": None, "vault_ids": session.get("vault_ids", []),
         "prompt_cache_options": None, "review": None,
     }  # fmt: skip
 

@@ -73,6 +73,7 @@ from troupe.protocol.sessions import parse_session_create, parse_session_events
 from troupe.runtime.agents import AgentService
 from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.store_client import StoreClient
+from troupe.runtime.vaults import VaultService
 from troupe.storage import Order, Page
 from troupe.storage.credentials import IN_MEMORY, CredentialKeys, CredentialsUnavailable
 
@@ -117,14 +118,17 @@ class AutomationService:
         environments: the runtime's environments, whose parser checks a ``new_session`` target's
             ``openai_hosted`` environment against this server's limits (none: not checked).
         replan_s: the longest the scheduler sleeps without reading the store.
+        vaults: the runtime's vaults, which a ``new_session`` target's ``vault_ids`` must name
+            (the tenant's, active; none: not checked).
     """
 
     def __init__(
         self, store: StoreClient, keys: CredentialKeys, *, sessions: Callable[[], Sessions | None],
         agents: AgentService | None = None, environments: EnvironmentService | None = None,
-        replan_s: float = REPLAN_S,
+        replan_s: float = REPLAN_S, vaults: VaultService | None = None,
     ) -> None:  # fmt: skip
         self.store = store
+        self.vaults = vaults
         self.agents = agents
         self.environments = environments
         self.keys = keys
@@ -289,6 +293,9 @@ class AutomationService:
             parsed = parse_session_create(session_body(target))
             if self.environments is not None and parsed["environment"]["type"] != "none":
                 self.environments.parse(target["environment"])
+        if self.vaults is not None:
+            with named_under("target"):
+                await self.vaults.check_vault_ids(tenant, parsed["vault_ids"])
         if self.agents is None:
             return
         if target["agent_id"] is not None:

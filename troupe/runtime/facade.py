@@ -75,6 +75,7 @@ from troupe.runtime.runs import (
 from troupe.runtime.sessions import SessionService
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
+from troupe.runtime.vaults import VaultService
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
 from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, CredentialsUnavailable, restore
 
@@ -192,6 +193,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Containers and their files (the Containers API), and what container actors ask of them."""
         self.agents = AgentService(settings, store)
         """Saved agent definitions (the Agents API's agents)."""
+        self.vaults = VaultService(settings, store, self.credential_keys)
+        """Vaults and their credentials (the Agents API's vaults): what sessions' MCP tools are authorized with."""
         self.sessions = SessionService(self)
         """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
         self.artifacts = ArtifactService(store, settings.containers)
@@ -199,7 +202,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self.environments = EnvironmentService(settings, store, self.containers, placement.fleet, self.credential_keys)
         """The Agents API's execution environments (on containers) and their templates."""
         self.automations = AutomationService(store, self.credential_keys, agents=self.agents,
-                                             environments=self.environments, sessions=lambda: self.sessions)  # fmt: skip
+                                             environments=self.environments, sessions=lambda: self.sessions,
+                                             vaults=self.vaults)  # fmt: skip
         """Scheduled agents (the Agents API's automations) and their scheduler: started here on Ray,
         in process by the first automations call (:meth:`AutomationService.start`)."""
 

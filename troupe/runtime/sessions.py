@@ -49,6 +49,8 @@ from troupe.protocol.request import CreateResponseRequest
 from troupe.protocol.sessions import (
     SESSION_AGENT_FIELDS,
     TurnEvents,
+    agent_response_tools,
+    chosen_credentials,
     describe_result,
     hosted_environment,
     new_session_id,
@@ -80,6 +82,7 @@ from troupe.runtime.containers import ContainerService
 from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.store_client import StoreClient
 from troupe.runtime.subagents import SubagentCalls
+from troupe.runtime.vaults import VaultService
 from troupe.storage import Order, Page
 
 __all__ = ["POLL_S", "SessionService"]
@@ -101,6 +104,7 @@ class Responses(Protocol):
     agents: AgentService
     containers: ContainerService
     environments: EnvironmentService
+    vaults: VaultService
 
     async def create_conversation(self, tenant: str, *, items: list[dict[str, Any]] | None = None,
                                   metadata: dict[str, Any] | None = None) -> dict[str, Any]: ...  # fmt: skip
@@ -164,9 +168,13 @@ class SessionService:
 
     async def _new_session(self, tenant: str, parsed: dict[str, Any]) -> dict[str, Any]:
         agent = await self._session_agent(tenant, parsed["agent_id"], parsed["agent"])
+        vault_ids = parsed.get("vault_ids") or []
+        await self.runtime.vaults.check_vault_ids(tenant, vault_ids)
+        await self.runtime.vaults.check_tools(tenant, vault_ids, agent_response_tools(agent), chosen_credentials(agent))
         environment, container_id, owned = await self._environment(tenant, parsed["environment"])
         return await self._store_session(tenant, new_session_id(), agent, environment, metadata=parsed["metadata"],
-                                         container_id=container_id, owns_environment=owned)  # fmt: skip
+                                         container_id=container_id, owns_environment=owned,
+                                         vault_ids=vault_ids)  # fmt: skip
 
     async def _store_session(
         self, tenant: str, session_id: str, agent: dict[str, Any], environment: dict[str, Any], **fields: Any
@@ -221,7 +229,8 @@ class SessionService:
                  "tools": [t for t in parent["agent"]["tools"] or () if t["type"] != "function"]}  # fmt: skip
         return await self._store_session(tenant, child_id, agent, parent["environment"], metadata={},
                                          container_id=parent.get("container_id"), owns_environment=False,
-                                         parent_id=parent["id"], task=task, subagent_name=name, closed_at=None)  # fmt: skip
+                                         parent_id=parent["id"], task=task, subagent_name=name, closed_at=None,
+                                         vault_ids=parent.get("vault_ids", []))  # fmt: skip
 
     async def list_subagents(
         self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
@@ -396,12 +405,27 @@ class SessionService:
     async def start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
         turn_id = new_turn_id()
         response_id = new_response_id(session["conversation_id"])
-        request = parse_create_request(response_body(session, items, turn_id))
-        await self.runtime.background(tenant, request, response_id=response_id)
+        previous = (await self.last_turn(tenant, session["id"]))[1] if session.get("vault_ids") else None
+        await self._start(tenant, session, items, turn_id, response_id, previous)
         turn = await self.store.add_turn(tenant, session["id"], turn_id, response_id, time.time())
         self._notify(session["id"])
         self._after_start(tenant, session, turn_id, response_id)
         return turn
+
+    async def _start(
+        self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]], turn_id: str, response_id: str,
+        previous: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        """Start one of the turn's responses (``previous``: the session's response before it):
+        the session's agent, its MCP tools authorized from the session's vaults
+        (:meth:`~troupe.runtime.vaults.VaultService.start`: as a client's own ``authorization``,
+        so the run keeps it as it keeps those)."""
+
+        async def start(body: dict[str, Any]) -> None:
+            await self.runtime.background(tenant, parse_create_request(body), response_id=response_id)
+
+        await self.runtime.vaults.start(tenant, session.get("vault_ids", []), chosen_credentials(session["agent"]),
+                                        response_body(session, items, turn_id), start, previous=previous)  # fmt: skip
 
     def _after_start(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
         """With subagents, run the calls of the response ``response_id`` when it ends (:meth:`_drive`)."""
@@ -509,9 +533,8 @@ class SessionService:
             return
         items = [{"type": "function_call_output", "call_id": call_id, "output": describe_result(result)}
                  for call_id, result in results.items()]  # fmt: skip
-        request = parse_create_request(response_body(session, items, turn_id))
         try:
-            await self.runtime.background(tenant, request, response_id=response_id)
+            await self._start(tenant, session, items, turn_id, response_id, last)
         finally:
             self._notify(session["id"])  # a response that failed to start fails the turn: it is gone
         self._after_start(tenant, session, turn_id, response_id)

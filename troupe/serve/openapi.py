@@ -16,7 +16,9 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
 - the Agents API's two: an agent's create and update, with what this server serves of them
   (the tool types, service tiers and settings it refuses are left out);
 - the Agents API's automations: create (one-time or periodic) and update, with a target's
-  inline agent as an agent's create body without ``name`` and ``metadata``.
+  inline agent as an agent's create body without ``name`` and ``metadata``;
+- the vaults' four: a vault's create and update, a credential's create and rotation (the
+  credential types served; secrets write-only).
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
 code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; 424/500 for a
@@ -56,6 +58,7 @@ from troupe.protocol.automations import MAX_AUTOMATION_NAME, MAX_RUN_AT
 from troupe.protocol.containers import MAX_EXPIRES_MINUTES, MEMORY_LIMITS
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
+from troupe.protocol.vaults import MAX_SECRET_CHARS
 
 from .bounds import MAX_ITEMS
 
@@ -90,6 +93,8 @@ _AGENT = {"agent_id": "$response.body#/id"}
 _ENVIRONMENT = {"environment_id": "$response.body#/id"}
 _TEMPLATE = {"template_id": "$response.body#/id"}
 _AUTOMATION = {"automation_id": "$response.body#/id"}
+_VAULT = {"vault_id": "$response.body#/id"}
+_CREDENTIAL = {"vault_id": "$request.path.vault_id", "credential_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/responses"): {
@@ -145,6 +150,18 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "DeleteAutomation": ("delete", "/v1/agents/automations/{automation_id}", _AUTOMATION),
         "PauseAutomation": ("post", "/v1/agents/automations/{automation_id}/pause", _AUTOMATION),
         "ListAutomationInvocations": ("get", "/v1/agents/automations/{automation_id}/invocations", _AUTOMATION),
+    },
+    ("post", "/v1/vaults"): {
+        "GetVault": ("get", "/v1/vaults/{vault_id}", _VAULT),
+        "UpdateVault": ("post", "/v1/vaults/{vault_id}", _VAULT),
+        "DeleteVault": ("delete", "/v1/vaults/{vault_id}", _VAULT),
+        "CreateCredential": ("post", "/v1/vaults/{vault_id}/credentials", _VAULT),
+        "ListCredentials": ("get", "/v1/vaults/{vault_id}/credentials", _VAULT),
+    },
+    ("post", "/v1/vaults/{vault_id}/credentials"): {
+        "GetCredential": ("get", "/v1/vaults/{vault_id}/credentials/{credential_id}", _CREDENTIAL),
+        "UpdateCredential": ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}", _CREDENTIAL),
+        "DeleteCredential": ("delete", "/v1/vaults/{vault_id}/credentials/{credential_id}", _CREDENTIAL),
     },
     ("post", "/v1/conversations/{conversation_id}/items"): {
         "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
@@ -322,6 +339,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     schemas.update(_agent_schemas(ref, nullable))
     schemas.update(_environment_schemas(ref, nullable))
     schemas.update(_automation_schemas(ref, nullable, schemas["AgentCreateRequest"]["properties"]))
+    schemas.update(_vault_schemas(ref, nullable))
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
     def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -352,7 +370,61 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
                                                                           required=False),  # fmt: skip
         ("post", "/v1/agents/automations"): body("AutomationCreateRequest"),
         ("post", "/v1/agents/automations/{automation_id}"): body("AutomationUpdateRequest", required=False),
+        ("post", "/v1/vaults"): body("VaultCreateRequest", required=False),
+        ("post", "/v1/vaults/{vault_id}"): body("VaultUpdateRequest", required=False),
+        ("post", "/v1/vaults/{vault_id}/credentials"): body("CredentialCreateRequest"),
+        ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}"): body("CredentialUpdateRequest", required=False),
     }
+
+
+def _vault_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
+    """The vaults' bodies (:mod:`troupe.protocol.vaults` checks them); what is refused
+    (``environment_variable``) is left out."""
+    name = {"type": "string", "minLength": 1, "description": "Trimmed; 1 to 256 UTF-8 bytes."}
+    secret = {"type": "string", "minLength": 1, "maxLength": MAX_SECRET_CHARS, "pattern": "^[^\\r\\n\\x00]*$",
+              "description": "Write-only: never returned."}  # fmt: skip
+    url = {"type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://", "description": "An http(s) URL."}
+    endpoint_auth = {"oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["type"],
+         "properties": {"type": {"const": "none"}}},
+        {"type": "object", "additionalProperties": False, "required": ["type", "client_secret"],
+         "properties": {"type": {"enum": ["client_secret_basic", "client_secret_post"]}, "client_secret": secret}},
+    ]}  # fmt: skip
+    refresh = {
+        "type": "object", "additionalProperties": False,
+        "required": ["client_id", "refresh_token", "token_endpoint", "token_endpoint_auth"],
+        "properties": {"client_id": {"type": "string", "minLength": 1}, "refresh_token": secret, "token_endpoint": url,
+                       "token_endpoint_auth": endpoint_auth, "resource": nullable({"type": "string"}),
+                       "scope": nullable({"type": "string"})},
+    }  # fmt: skip
+    expires_at = nullable({"type": "string", "format": "date-time"})
+    auth = {"oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["type", "mcp_server_url", "token"],
+         "properties": {"type": {"const": "static_bearer"}, "mcp_server_url": url, "token": secret}},
+        {"type": "object", "additionalProperties": False, "required": ["type", "mcp_server_url", "access_token"],
+         "properties": {"type": {"const": "mcp_oauth"}, "mcp_server_url": url, "access_token": secret,
+                        "expires_at": expires_at, "refresh": nullable(refresh)}},
+    ], "description": "The MCP server's credential (environment_variable is refused: docs/vaults.md)."}  # fmt: skip
+    rotation = {"oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["type", "token"],
+         "properties": {"type": {"const": "static_bearer"}, "token": secret}},
+        {"type": "object", "additionalProperties": False, "required": ["type"],
+         "properties": {"type": {"const": "mcp_oauth"}, "access_token": nullable(secret), "expires_at": expires_at,
+                        "refresh": nullable({"type": "object", "additionalProperties": False, "properties": {
+                            "refresh_token": nullable(secret), "scope": nullable({"type": "string"}),
+                            "token_endpoint_auth": nullable({"type": "object"})}})}},
+    ], "description": "The credential's own type only."}  # fmt: skip
+    return {
+        "VaultCreateRequest": {"type": "object", "title": "VaultCreateRequest", "additionalProperties": False,
+                               "properties": {"name": name, "metadata": nullable(ref("Metadata"))}},
+        "VaultUpdateRequest": {"type": "object", "title": "VaultUpdateRequest", "additionalProperties": False,
+                               "properties": {"name": nullable(name), "metadata": ref("Metadata")}},
+        "CredentialCreateRequest": {"type": "object", "title": "CredentialCreateRequest", "additionalProperties": False,
+                                    "required": ["name", "auth"],
+                                    "properties": {"name": name, "metadata": ref("Metadata"), "auth": auth}},
+        "CredentialUpdateRequest": {"type": "object", "title": "CredentialUpdateRequest", "additionalProperties": False,
+                                    "properties": {"metadata": ref("Metadata"), "auth": rotation}},
+    }  # fmt: skip
 
 
 def _prompt_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
@@ -462,7 +534,8 @@ def _agent_schemas(ref: Any, nullable: Any) -> dict[str, Any]:
             },
             "allowed_tools": nullable({"type": "array", "items": {"type": "string"}}),
             "connection_origin": nullable({"type": "string", "enum": ["service"]}),
-            "credential_id": {"type": "null", "description": "No vaults here."},
+            "credential_id": nullable({"type": "string", "pattern": "^vcred_",
+                                       "description": "A credential of the session's vaults."}),
             "request_metadata": nullable({"type": "object", "maxProperties": 0}),
             "required": {"type": "boolean"},
         },

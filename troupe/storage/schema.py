@@ -606,8 +606,37 @@ _V18 = [
     """,
 ]
 
+_VAULTS = [
+    # Vaults and their credentials (troupe.storage.contract.vaults): a credential's secrets are
+    # sealed (fernet:…) by the runtime before they reach here, never plain.
+    """
+    CREATE TABLE vaults (
+        tenant     VARCHAR NOT NULL,
+        id         VARCHAR NOT NULL,
+        created_at DOUBLE  NOT NULL,
+        status     VARCHAR NOT NULL,
+        metadata   JSON    NOT NULL,
+        vault      JSON    NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    """
+    CREATE TABLE vault_credentials (
+        tenant     VARCHAR NOT NULL,
+        id         VARCHAR NOT NULL,
+        vault_id   VARCHAR NOT NULL,
+        created_at DOUBLE  NOT NULL,
+        status     VARCHAR NOT NULL,
+        metadata   JSON    NOT NULL,
+        credential JSON    NOT NULL,
+        secrets    VARCHAR NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-                               _V16, _V17, _V18]
+                               _V16, _V17, _V18, _VAULTS]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

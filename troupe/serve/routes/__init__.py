@@ -11,6 +11,7 @@
   whose ``/v1/agents/{agent_id}`` would take the path)
 - :mod:`.agents` — ``/v1/agents`` (the Agents API's saved agents)
 - :mod:`.artifacts` — ``/v1/agents/sessions/{id}/artifacts`` (the files completed session turns published)
+- :mod:`.vaults` — ``/v1/vaults`` and their credentials (the Agents API's vaults)
 
 Each module's routes are plain functions on its ``router``; what they share (the caller's
 tenant, the JSON body, the runtime) comes from :mod:`troupe.serve.dependencies`. A new
@@ -35,6 +36,7 @@ from . import (
     prompts,
     responses,
     sessions,
+    vaults,
 )
 
 __all__ = ["ROUTERS"]
@@ -52,5 +54,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     artifacts.router,
     environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,
+    vaults.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""

@@ -10,6 +10,7 @@ agents              :class:`.agents.Agents`                ``duckdb_store.agents
 agent sessions      :class:`.sessions.Sessions`            ``duckdb_store.sessions.SessionTables``
 environments        :class:`.environments.Environments`    ``duckdb_store.environments.EnvironmentTables``
 automations         :class:`.automations.Automations`      ``duckdb_store.automations.AutomationTables``
+vaults              :class:`.vaults.Vaults`                ``duckdb_store.vaults.VaultTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -18,7 +19,7 @@ session artifacts   :class:`.artifacts.Artifacts`          ``duckdb_store.artifa
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first nine over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first ten over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's), and ``ArtifactTables``
 the session artifacts over a third, there too (they are copies of containers' files, kept with the Files API's bytes). Every caller reaches them through the async store client
@@ -52,6 +53,7 @@ from .files import Files
 from .prompts import Prompts
 from .responses import Responses
 from .sessions import Sessions
+from .vaults import Vaults
 
 __all__ = [
     "Agents",
@@ -71,12 +73,14 @@ __all__ = [
     "STORE_METHODS",
     "Sessions",
     "Store",
+    "Vaults",
     "WRITTEN_THROUGH_WRITERS",
     "methods_of",
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console, Protocol):
+class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation, Console,
+            Protocol):  # fmt: skip
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -97,7 +101,8 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
 STORE_METHODS = (
-    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Evaluation, Console)
+    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation,
+               Console)  # fmt: skip
     - WRITTEN_THROUGH_WRITERS
 )
 """What the async store forwards to the store's thread, by name."""

@@ -87,12 +87,13 @@ from .evaluation import EvalTables
 from .prompts import PromptTables
 from .responses import ResponseTables
 from .sessions import SessionTables
+from .vaults import VaultTables
 
 __all__ = ["DuckDBStore", "ROW_GROUP_ROWS", "Connection", "transaction", "_PARTS_PER_READ"]
 
 
 class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, SessionTables, EnvironmentTables,
-                  AutomationTables, EvalTables, ConsoleReads):
+                  AutomationTables, VaultTables, EvalTables, ConsoleReads):
     """Responses, conversations, prompts, agents, agent sessions, environments, automations, evaluation runs and traces in DuckDB: every area of
     :class:`~troupe.storage.contract.Store` over one :class:`~.connection.Connection`.
 
