@@ -181,16 +181,6 @@ def test_a_bad_update_or_id_names_its_field_and_changes_nothing(client: OpenAI) 
 
 
 @LOCAL_ONLY
-def test_the_agents_api_parts_not_served_yet_are_unknown_routes(client: OpenAI) -> None:
-    for call in (
-        lambda: client.get("/agents/sessions/sess_1/artifacts", cast_to=object),
-        lambda: client.get("/agents/sessions/sess_1/traces", cast_to=object),
-    ):
-        with pytest.raises(openai.NotFoundError) as refused:
-            call()
-        assert refused.value.body["message"] == "Unknown request URL or method."
-
-
 def test_the_beta_header_is_accepted_not_required(root: str) -> None:
     made = httpx.post(f"{root}/v1/agents", json={"model": "sim"}, timeout=30)  # no OpenAI-Beta header
     assert made.status_code == 200 and made.json()["object"] == "agent"

@@ -606,7 +606,7 @@ _V18 = [
     """,
 ]
 
-_VAULTS = [
+_V19 = [
     # Vaults and their credentials (troupe.storage.contract.vaults): a credential's secrets are
     # sealed (fernet:…) by the runtime before they reach here, never plain.
     """
@@ -636,7 +636,7 @@ _VAULTS = [
 ]
 
 MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-                               _V16, _V17, _V18, _VAULTS]
+                               _V16, _V17, _V18, _V19]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema
