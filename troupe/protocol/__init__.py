@@ -162,6 +162,8 @@ from .response import (
 from .schema_refs import dangling_refs, resolve_ref
 from .sessions import (
     TurnEvents,
+    agent_response_tools,
+    chosen_credentials,
     command_done,
     describe_result,
     hosted_environment,
@@ -187,8 +189,46 @@ from .sessions import (
 )
 from .sse import SSE_DONE, SSE_KEEPALIVE, SSE_MEDIA_TYPE, encode_sse
 from .subagents import subagent_event_kind, subagent_id_of, subagent_item, subagent_object, subagent_of_call
+from .vaults import (
+    credential_deleted,
+    credential_not_found,
+    credential_object,
+    expiry_of,
+    new_credential_id,
+    new_vault_id,
+    parse_credential_create,
+    parse_credential_update,
+    parse_status_filter,
+    parse_vault_create,
+    parse_vault_ids,
+    parse_vault_update,
+    refused_servers,
+    server_key,
+    vault_deleted,
+    vault_not_found,
+    vault_object,
+)
 
 __all__ = [
+    "credential_deleted",
+    "credential_not_found",
+    "credential_object",
+    "expiry_of",
+    "new_credential_id",
+    "new_vault_id",
+    "parse_credential_create",
+    "parse_credential_update",
+    "parse_status_filter",
+    "parse_vault_create",
+    "parse_vault_ids",
+    "parse_vault_update",
+    "refused_servers",
+    "server_key",
+    "vault_deleted",
+    "vault_not_found",
+    "vault_object",
+    "agent_response_tools",
+    "chosen_credentials",
     "artifact_deleted",
     "artifact_not_found",
     "artifact_object",
