@@ -41,12 +41,11 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from troupe.protocol.subagents import CREATE, SEND, SUBAGENT_TOOL_NAMES, subagent_id_of
+from troupe.protocol.subagents import CREATE, SEND, SUBAGENT_TOOL_NAMES, subagent_of_call
 from troupe.storage import StepTrace
 
 from .spans import SpanSpec, response_attributes, step_span
@@ -150,7 +149,7 @@ def turn_spans(turn: TurnRun, parent_id: str | None = None) -> list[TraceSpan]:
         for call in made:
             until = responses[i + 1].started_at if i + 1 < len(responses) else None
             if until is None or call["name"] == CREATE:
-                started = [_start(c) for c in turn.children if c.subagent_id == _subagent_named(call)]
+                started = [_start(c) for c in turn.children if c.subagent_id == subagent_of_call(call)]
                 until = min(started) if started and call["name"] == CREATE else until
             spec = step_span(kind="tool", name=call["name"], started_at=end, ended_at=max(end, until or end),
                              call_id=call.get("call_id"))  # fmt: skip
@@ -197,20 +196,10 @@ def _starter(child: TurnRun, calls: list[tuple[str, dict[str, Any], SpanSpec]]) 
     """The span of the call that started the subagent turn ``child``: the last create or send
     naming its subagent that started before it did (a moment's slack), else the first."""
     naming = [(span, spec) for span, call, spec in calls
-              if call["name"] in (CREATE, SEND) and _subagent_named(call) == child.subagent_id]  # fmt: skip
+              if call["name"] in (CREATE, SEND) and subagent_of_call(call) == child.subagent_id]  # fmt: skip
     before = [span for span, spec in naming if spec.start <= _start(child) + 0.5]
     return before[-1] if before else naming[0][0] if naming else None
 
-
-def _subagent_named(call: dict[str, Any]) -> str | None:
-    """The subagent a create (the one it makes) or a send (the one it names) is about."""
-    if call["name"] == CREATE:
-        return subagent_id_of(call.get("call_id") or "")
-    try:
-        named = json.loads(call.get("arguments") or "{}").get("subagent_id")
-    except (ValueError, AttributeError):
-        return None
-    return named if isinstance(named, str) else None
 
 
 def otlp_request(trace_id: str, spans: Sequence[TraceSpan]) -> dict[str, Any]:
