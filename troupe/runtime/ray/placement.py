@@ -294,7 +294,7 @@ class PooledPlacement:
 
 
 class DedicatedPlacement:
-    """One named actor per conversation, exiting when idle."""
+    """One named, detached actor per conversation, exiting when idle."""
 
     def __init__(self, settings: RuntimeSettings, *, max_cached_handles: int = 10_000) -> None:
         from troupe.runtime.ray.containers import RayFleet
@@ -318,6 +318,11 @@ class DedicatedPlacement:
                 # that died unexpectedly bound to the dead actor (measured: still after 30 s), so a
                 # fresh one could not take it. Its idle exit is final (no_restart).
                 max_restarts=-1,
+                # Detached: Ray ends an actor that is not when its owner drops its last handle, so
+                # forget() (or this cache's eviction) killed a live host, and a resume that had
+                # reached it ran again on the next (a tool ran three times where it should twice),
+                # and the ingress replica that started it took it down when it died.
+                lifetime="detached",
             )
             self._handles[thread_id] = handle
             if len(self._handles) > self._max:
