@@ -48,6 +48,7 @@ class Sessions(Protocol):
     def runtime(self) -> _Runtime: ...
     @property
     def subagents(self) -> _Subagents: ...
+    async def all_turns(self, tenant: str, session_id: str) -> list[dict[str, Any]]: ...
 
 
 def trace_object(session_id: str, turn: dict[str, Any], otlp: dict[str, Any]) -> dict[str, Any]:
@@ -99,18 +100,8 @@ class SessionTraces:
     async def _children(self, tenant: str, session: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
         """The session's subagents and their turns, oldest first."""
         children = await self.sessions.subagents.children(tenant, session)
-        turns = await asyncio.gather(*(self._turns(tenant, child["id"]) for child in children))
+        turns = await asyncio.gather(*(self.sessions.all_turns(tenant, child["id"]) for child in children))
         return list(zip(children, turns, strict=True))
-
-    async def _turns(self, tenant: str, session_id: str) -> list[dict[str, Any]]:
-        turns: list[dict[str, Any]] = []
-        after = None
-        while True:
-            page = await self.store.list_turns(tenant, session_id, after=after, limit=100, order="asc")
-            turns += page.data
-            if not page.has_more:
-                return turns
-            after = turns[-1]["id"]
 
     async def _turn_run(
         self, tenant: str, session: dict[str, Any], turn: dict[str, Any], until: float | None,

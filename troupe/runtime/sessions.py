@@ -579,7 +579,7 @@ class SessionService:
         if subagent_of is not None:
             await self._session(tenant, subagent_of)
         session = await self._session(tenant, session_id, subagent_of=subagent_of)
-        turns = [await self.store.get_turn(tenant, session_id, turn_id)] if turn_id else await self._all_turns(tenant, session_id)
+        turns = [await self.store.get_turn(tenant, session_id, turn_id)] if turn_id else await self.all_turns(tenant, session_id)
         if turns == [None]:
             raise turn_not_found(turn_id or "")
         items: list[dict[str, Any]] = []
@@ -596,7 +596,8 @@ class SessionService:
             items = items[ids.index(after) + 1:] if after in ids else []
         return Page(data=items[:limit], has_more=len(items) > limit)
 
-    async def _all_turns(self, tenant: str, session_id: str) -> list[dict[str, Any]]:
+    async def all_turns(self, tenant: str, session_id: str) -> list[dict[str, Any]]:
+        """The session's turns, oldest first (every page of them)."""
         turns: list[dict[str, Any]] = []
         after = None
         while True:
@@ -799,7 +800,7 @@ class SessionService:
             return False
         if last["seq"] == seq:
             return last
-        turns = await self._all_turns(tenant, session_id)
+        turns = await self.all_turns(tenant, session_id)
         return next((t for t in turns if t["seq"] == seq), False)
 
     async def _moved_on(self, tenant: str, session_id: str, turn_id: str, index: int) -> dict[str, Any] | None | bool:
