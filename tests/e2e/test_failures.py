@@ -36,8 +36,13 @@ def named_actors(prefix: str, *, excluding: tuple[str, ...] = ()) -> list:
 
 
 @pytest.fixture(params=PLACEMENTS)
-def root(request, troupe_apps) -> str:
-    return troupe_apps[request.param]
+def placement(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def root(placement, troupe_apps) -> str:
+    return troupe_apps[placement]
 
 
 @pytest.fixture(params=HOST_ACTOR_PLACEMENTS)
@@ -76,11 +81,12 @@ def _running_hosts() -> list:
     return [h for h, running in zip(hosts, ray.get([h.ping.remote() for h in hosts]), strict=True) if running]
 
 
-def test_storage_actor_restart_keeps_every_response(root):
+def test_storage_actor_restart_keeps_every_response(root, placement, troupe_app_settings):
+    """Only this app's storage actor is killed: the other apps' next tests must not meet theirs restarting."""
     client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
     old = client.responses.create(model="sim", input="[[say before the restart]]")
-    for storage in named_actors(STORAGE_ACTOR_NAME):
-        ray.kill(storage, no_restart=False)  # restarts and reopens the same DuckDB file
+    storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=troupe_app_settings[placement].namespace)
+    ray.kill(storage, no_restart=False)  # restarts and reopens the same DuckDB file
 
     def served() -> bool:
         try:
@@ -90,6 +96,23 @@ def test_storage_actor_restart_keeps_every_response(root):
 
     wait_for(served, timeout_s=60, what="the old response served again")
     assert client.responses.retrieve(old.id).output_text == "before the restart"
+    # The next turn runs on the host (an actor of its own but with "replica"), which had not
+    # called the storage actor since it restarted.
+    follow = client.responses.create(model="sim", input="[[history]]", previous_response_id=old.id)
+    assert follow.output_text == "[[say before the restart]] | [[history]]"
+
+
+def test_a_turn_that_ends_while_the_storage_actor_restarts_is_stored(root, placement, troupe_app_settings):
+    """The storage actor is killed just before a turn: the host's first call after it may reach
+    the old process (Ray says "the actor was restarted"). The turn waits for the new one and
+    is stored once, not failed as if its host had died."""
+    client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+    old = client.responses.create(model="sim", input="[[say before the restart]]")
+    storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=troupe_app_settings[placement].namespace)
+    ray.kill(storage, no_restart=False)
+    follow = client.responses.create(model="sim", input="[[history]]", previous_response_id=old.id)
+    assert follow.output_text == "[[say before the restart]] | [[history]]"
+    assert client.responses.retrieve(follow.id).output_text == follow.output_text
 
 
 def _kill_9(actor) -> None:

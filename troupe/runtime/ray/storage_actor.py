@@ -24,6 +24,7 @@ it holds the file (:mod:`troupe.runtime.ray.live_sql`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -33,7 +34,7 @@ from typing import Any
 
 import psutil
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError
 
 from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
 from troupe.runtime.ray.calls import ray_result, ray_result_sync
@@ -49,6 +50,10 @@ __all__ = ["StorageService", "RayStoreClient", "JournalingStoreClient", "storage
 
 
 logger = logging.getLogger(__name__)
+
+RESTART_WAIT_S = 60.0
+"""How long a finished response waits for a restarting storage actor (it reopens the DuckDB
+file and adopts the journals) before the turn fails."""
 
 
 class StorageService(AsyncStore):
@@ -202,7 +207,28 @@ class RayStoreClient(Forwarding):
         return await self._call(self.handle.call, method, args, kwargs)
 
     async def write_response(self, record: ResponseRecord) -> None:
-        await self._call(self.handle.write_response, record)
+        """Store a finished response. When the actor was restarting (a call that reached its old
+        process fails with ``ActorUnavailableError``), wait until it answers again, and send the
+        record again unless the first send was stored before the old process ended."""
+        try:
+            await self._call(self.handle.write_response, record)
+        except ActorUnavailableError:
+            await self._until_back(RESTART_WAIT_S)
+            if await self.call("get_response", (record.tenant, record.response["id"])) is None:
+                await self._call(self.handle.write_response, record)
+
+    async def _until_back(self, timeout_s: float) -> None:
+        """Wait until the storage actor answers a ping; give up (raise) after ``timeout_s``."""
+        deadline, delay = time.monotonic() + timeout_s, 0.05
+        while True:
+            try:
+                await ray_result(self.handle.ping.remote())
+                return
+            except ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     async def start_run(self, run: RunRecord) -> None:
         await self._call(self.handle.start_run, run)
