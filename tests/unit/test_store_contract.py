@@ -986,6 +986,21 @@ def test_a_session_is_created_listed_updated_and_deleted_with_its_turns(store: S
     assert [s["id"] for s in store.list_sessions("acme").data] == ["sess_2"]
 
 
+def test_a_session_and_its_conversation_are_stored_together_or_not_at_all(store: Store) -> None:
+    conversation = {"id": "conv_1", "object": "conversation", "created_at": 1, "metadata": {"agent_session_id": "s"}}
+    store.create_session("acme", agent_session("sess_1"), conversation)
+    assert store.get_conversation("acme", "conv_1") == conversation
+    assert store.conversation_items("acme", "conv_1") == []
+    # The session's id is taken: the new conversation is not stored either.
+    with pytest.raises(StorageError):
+        store.create_session("acme", agent_session("sess_1"), {**conversation, "id": "conv_2"})
+    assert store.get_conversation("acme", "conv_2") is None
+    # The conversation's id is taken: the session is not stored.
+    with pytest.raises(StorageError):
+        store.create_session("acme", agent_session("sess_2"), conversation)
+    assert store.get_session("acme", "sess_2") is None
+
+
 def test_a_turn_goes_on_once_every_call_has_its_result(store: Store) -> None:
     store.create_session("acme", agent_session("sess_1"))
     store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)

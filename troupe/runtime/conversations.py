@@ -15,11 +15,16 @@ from troupe.runtime.hosting import Placement
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page
 
-__all__ = ["ConversationCalls", "not_found"]
+__all__ = ["ConversationCalls", "new_conversation", "not_found"]
 
 
 def not_found(kind: str, object_id: str, param: str) -> NotFound:
     return NotFound(f"{kind} with id '{object_id}' not found.", param=param)
+
+
+def new_conversation(metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A new Conversation object (a new id, created now), to be stored."""
+    return {"id": new_id("conv"), "object": "conversation", "created_at": int(time.time()), "metadata": metadata or {}}
 
 
 class ConversationCalls:
@@ -31,12 +36,7 @@ class ConversationCalls:
     async def create_conversation(
         self, tenant: str, *, items: list[dict[str, Any]] | None = None, metadata: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        conversation = {
-            "id": new_id("conv"),
-            "object": "conversation",
-            "created_at": int(time.time()),
-            "metadata": metadata or {},
-        }
+        conversation = new_conversation(metadata)
         await self.store.create_conversation(tenant, conversation, normalize_input(items or []))
         return conversation
 

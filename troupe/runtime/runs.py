@@ -11,7 +11,10 @@ another connection
   boundary, a tool call in flight is cancelled, and the response is stored ``cancelled``
   with the output it had;
 * follow its events (a background stream: the events are kept while it runs, so a client
-  that dropped may come back with ``starting_after``).
+  that dropped may come back with ``starting_after``), and for :data:`ENDED_KEPT_S` after
+  it is stored: a follower that comes just after the end (a session driving on its turn's
+  response) reads them here, not from the store, where the response may still be on its way
+  to DuckDB (a read would wait for it).
 
 A background run is driven by a task of the host itself (:meth:`LiveRuns.drive`), not by
 the request that started it: the HTTP answer returns at once and the run goes on.
@@ -148,12 +151,18 @@ class LiveRun:
         return response
 
 
+ENDED_KEPT_S = 2.0
+"""How long a stored background run's events stay followable after it ended (module docstring)."""
+
+
 class LiveRuns:
     """A host's live runs by response id, and the tasks that drive its background runs."""
 
     def __init__(self) -> None:
         self._runs: dict[str, LiveRun] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ended: dict[str, tuple[float, LiveRun]] = {}
+        """Runs stored in the last :data:`ENDED_KEPT_S`, by response id, oldest first, with when they go."""
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -169,11 +178,23 @@ class LiveRuns:
             del self._runs[run.job.response_id]
         run.ended.set()
         run.wake()
+        now = time.monotonic()
+        while self._ended and next(iter(self._ended.values()))[0] <= now:
+            del self._ended[next(iter(self._ended))]
+        if run.stored and run.durable and run.events is not None:
+            self._ended[run.job.response_id] = (now + ENDED_KEPT_S, run)
 
     def get(self, tenant: str, response_id: str) -> LiveRun | None:
         """The live run of this id, if it is the caller's (another tenant's is not there)."""
         run = self._runs.get(response_id)
         return run if run is not None and run.job.tenant == tenant else None
+
+    def _just_ended(self, tenant: str, response_id: str) -> LiveRun | None:
+        """The run of this id stored in the last :data:`ENDED_KEPT_S`, if it is the caller's."""
+        kept = self._ended.get(response_id)
+        if kept is None or kept[0] <= time.monotonic() or kept[1].job.tenant != tenant:
+            return None
+        return kept[1]
 
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """Stop a live run; its Response once stored (or, after :data:`CANCEL_WAIT_S`, as it
@@ -207,12 +228,13 @@ class LiveRuns:
 
     async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]:
         """A background run's events after sequence number ``starting_after``, as they come,
-        until it ends. The first batch is empty: it says the run is live.
+        until it ends (one stored in the last :data:`ENDED_KEPT_S`: those it had). The first
+        batch is empty: it says the run is live, or just ended.
 
         Raises (before the first batch): NoLiveRun; InvalidRequest for a run that keeps no
         events (not a background one).
         """
-        run = self.get(tenant, response_id)
+        run = self.get(tenant, response_id) or self._just_ended(tenant, response_id)
         if run is None:
             raise NoLiveRun(f"No running response with id '{response_id}'.", param="response_id")
         if run.events is None:

@@ -79,6 +79,7 @@ from troupe.protocol.subagents import (
 )
 from troupe.runtime.agents import AgentService
 from troupe.runtime.containers import ContainerService
+from troupe.runtime.conversations import new_conversation
 from troupe.runtime.environments import EnvironmentService
 from troupe.runtime.store_client import StoreClient
 from troupe.runtime.subagents import SubagentCalls
@@ -106,8 +107,6 @@ class Responses(Protocol):
     environments: EnvironmentService
     vaults: VaultService
 
-    async def create_conversation(self, tenant: str, *, items: list[dict[str, Any]] | None = None,
-                                  metadata: dict[str, Any] | None = None) -> dict[str, Any]: ...  # fmt: skip
     async def delete_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]: ...
     async def background(self, tenant: str, request: CreateResponseRequest, *, trace: Any = None,
                          response_id: str | None = None) -> dict[str, Any]: ...  # fmt: skip
@@ -179,13 +178,17 @@ class SessionService:
     async def _store_session(
         self, tenant: str, session_id: str, agent: dict[str, Any], environment: dict[str, Any], **fields: Any
     ) -> dict[str, Any]:
-        """A new session's conversation and row (``fields``: the rest of its stored object)."""
-        conversation = await self.runtime.create_conversation(tenant, metadata={"agent_session_id": session_id})
+        """A new session's conversation and row, stored together (``fields``: the rest of its stored object).
+
+        Raises:
+            StorageError: the session's id is taken (nothing was stored).
+        """
+        conversation = new_conversation({"agent_session_id": session_id})
         now = time.time()
         return await self.store.create_session(tenant, {
             "id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
             "agent": agent, "environment": environment, **fields,
-        })  # fmt: skip
+        }, conversation)  # fmt: skip
 
     async def _environment(self, tenant: str, given: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
         """The session's environment as the session shows it, the container its commands run
@@ -342,6 +345,16 @@ class SessionService:
         except NotFound:
             return None
 
+    async def ended_response(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """The response once it has ended, as its terminal event has it (no store read, which
+        would wait for the response's own write to reach DuckDB); None if it is gone."""
+        ended = None
+        async for batch in await self.runtime.follow_response(tenant, response_id):
+            ended = next((e["response"] for e in reversed(batch) if "response" in e), ended)
+        if ended is None or ended["status"] in ("queued", "in_progress"):
+            return await self._response(tenant, response_id)  # a follow that ended early (a host that failed)
+        return ended
+
     # -- input ----------------------------------------------------------------------------
 
     async def submit_events(self, tenant: str, session_id: str, events: list[dict[str, Any]]) -> None:
@@ -454,9 +467,7 @@ class SessionService:
             self._driving.discard(response_id)
 
     async def _drive_once(self, tenant: str, session: dict[str, Any], turn_id: str, response_id: str) -> None:
-        async for _ in await self.runtime.follow_response(tenant, response_id):
-            pass  # to its end
-        last = await self._response(tenant, response_id)
+        last = await self.ended_response(tenant, response_id)
         calls = [c for c in open_calls(last or {}) if c.get("name") in SUBAGENT_TOOL_NAMES]
         if not calls:
             return
@@ -465,7 +476,8 @@ class SessionService:
         # Each batch's outputs are kept as soon as it is done: the parent's followers show the
         # subagents made before a wait beside them ends.
         creates = [c for c in calls if c["name"] == CREATE]
-        await self._keep(tenant, session, turn_id, creates, await self.subagents.create_all(tenant, session, creates))
+        if creates:
+            await self._keep(tenant, session, turn_id, creates, await self.subagents.create_all(tenant, session, creates))
         others = [c for c in calls if c["name"] != CREATE]
         outputs = await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
         await self._keep(tenant, session, turn_id, others, outputs)
@@ -517,11 +529,7 @@ class SessionService:
         """Start the turn's next response once ``after`` (its last) has ended and every call it
         left has a result; nothing if another caller started it, or a result is missing still.
         ``ended``: ``after`` as it ended, when the caller has it."""
-        last = ended
-        if last is None:
-            async for _ in await self.runtime.follow_response(tenant, after):
-                pass  # to its end
-            last = await self._response(tenant, after)
+        last = ended if ended is not None else await self.ended_response(tenant, after)
         if last is None:
             return
         calls = open_calls(last)

@@ -47,7 +47,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from troupe.storage import ResponseRecord, RunRecord, RunStep
-from troupe.storage.contract import ARTIFACTS_METHODS, CONTAINERS_METHODS, FILES_METHODS, STORE_METHODS, Store
+from troupe.storage.contract import (
+    APART_FROM_RESPONSES,
+    ARTIFACTS_METHODS,
+    CONTAINERS_METHODS,
+    FILES_METHODS,
+    STORE_METHODS,
+    Store,
+)
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, JournalStore, journal_dir
 from troupe.storage.rag_executor import RagExecutor
@@ -173,8 +180,10 @@ class AsyncStore(Forwarding):
     Every other call runs on the store's thread once what was written before it is stored,
     so a read sees every write that returned before it (a read-only SQL query too: between
     two write batches, never beside one, so it never competes with a write or a checkpoint
-    for the store's ``memory_limit``). The files and vector stores' calls run on a thread and
-    connection of their own, in order. :meth:`close` stores what is pending, then closes the store.
+    for the store's ``memory_limit``). The calls of the areas that the responses do not touch
+    (:data:`~troupe.storage.contract.APART_FROM_RESPONSES`: sessions, agents…) do not wait for
+    the journal. The files and vector stores' calls run on a thread and connection of their
+    own, in order. :meth:`close` stores what is pending, then closes the store.
     """
 
     def __init__(
@@ -237,8 +246,12 @@ class AsyncStore(Forwarding):
         return await self._run(getattr(self.store, method), *args, **(kwargs or {}))
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on the store's thread, once what was written before is stored."""
-        return await self.writer.run_sync(functools.partial(fn, *args, **kwargs))
+        """``fn(*args, **kwargs)`` on the store's thread, once what was written before is stored
+        (at once for a method of :data:`~troupe.storage.contract.APART_FROM_RESPONSES`)."""
+        bound = functools.partial(fn, *args, **kwargs)
+        if fn.__name__ in APART_FROM_RESPONSES and isinstance(self.writer, JournaledWriter):
+            return await self.writer.run_apart(bound)  # it reads nothing the journal holds
+        return await self.writer.run_sync(bound)
 
     async def write_response(self, record: ResponseRecord) -> None:
         await self.writer.submit(record)

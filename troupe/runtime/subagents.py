@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from troupe.protocol import InvalidRequest
@@ -33,25 +32,19 @@ from troupe.storage import StorageError
 __all__ = ["SubagentCalls", "Sessions"]
 
 
-class _Follow(Protocol):
-    async def follow_response(
-        self, tenant: str, response_id: str, starting_after: int | None = None
-    ) -> AsyncGenerator[list[dict[str, Any]], None]: ...
-
-
 class Sessions(Protocol):
     """What subagent calls use of the sessions (:class:`~troupe.runtime.sessions.SessionService` is it)."""
 
     store: StoreClient
 
-    @property
-    def runtime(self) -> _Follow: ...
+    async def ended_response(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
     async def last_turn(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]: ...
     async def new_subagent(self, tenant: str, parent: dict[str, Any], child_id: str, task: str,
                            name: str | None) -> dict[str, Any]: ...  # fmt: skip
     async def start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]: ...
     async def send_message(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> None: ...
     async def stop(self, tenant: str, session: dict[str, Any]) -> None: ...
+
 
 _ACTIVE = ("queued", "in_progress", "waiting")
 
@@ -99,16 +92,18 @@ class SubagentCalls:
     async def _create(self, tenant: str, parent: dict[str, Any], call_id: str, args: dict[str, Any]) -> dict[str, Any]:
         """One create (the limit is :meth:`create_all`'s to keep)."""
         child_id = subagent_id_of(call_id)
-        if await self.store.get_session(tenant, child_id) is None:  # else: this call ran before (a resumed turn)
-            task, name = args.get("task"), args.get("name")
-            if not isinstance(task, str) or not task.strip():
-                raise CallFailed("'task' must be a non-empty string: what the subagent is to do")
-            try:
-                child = await self.sessions.new_subagent(tenant, parent, child_id, task,
-                                                         name if isinstance(name, str) else None)  # fmt: skip
-            except StorageError:  # made meanwhile by another run of this call (another replica's)
-                return {"subagent_id": child_id, "status": "running"}
-            await self.sessions.start_turn(tenant, child, parse_session_input(task, "task"))
+        task, name = args.get("task"), args.get("name")
+        if not isinstance(task, str) or not task.strip():
+            raise CallFailed("'task' must be a non-empty string: what the subagent is to do")
+        try:
+            child = await self.sessions.new_subagent(tenant, parent, child_id, task,
+                                                     name if isinstance(name, str) else None)  # fmt: skip
+        except StorageError:
+            if await self.store.get_session(tenant, child_id) is None:
+                raise
+            # This call ran before (a resumed turn), or meanwhile (another replica's run of it).
+            return {"subagent_id": child_id, "status": "running"}
+        await self.sessions.start_turn(tenant, child, parse_session_input(task, "task"))
         return {"subagent_id": child_id, "status": "running"}
 
     async def _wait(self, tenant: str, parent: dict[str, Any], ids: Any) -> dict[str, Any]:
@@ -125,13 +120,10 @@ class SubagentCalls:
         """The subagent once its last turn has ended: its status and last answer."""
         turn, last = await self.sessions.last_turn(tenant, child["id"])
         if turn is not None and turn_status(turn, last) in _ACTIVE:
-            ended = None
-            async for batch in await self.sessions.runtime.follow_response(tenant, turn["responses"][-1]):
-                ended = next((e["response"] for e in reversed(batch) if "response" in e), ended)
-            if ended is None or ended["status"] in ("queued", "in_progress"):
+            # The turn's one response (a subagent calls no client function), as it ended.
+            last = await self.sessions.ended_response(tenant, turn["responses"][-1])
+            if last is None or last["status"] in ("queued", "in_progress"):
                 turn, last = await self.sessions.last_turn(tenant, child["id"])
-            else:  # its terminal event: the turn's one response (a subagent calls no client function)
-                last = ended
         status = "idle" if turn is None else turn_status(turn, last)
         return {"subagent_id": child["id"], "status": status, "output": _answer(last)}
 

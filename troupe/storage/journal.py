@@ -433,6 +433,11 @@ class JournaledWriter(FlusherTask):
         await self.drain()
         return await self._applier.run_sync(fn, *args)
 
+    async def run_apart(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the store's thread without waiting for the journaled records: for
+        calls that neither read nor change what they write (``APART_FROM_RESPONSES``)."""
+        return await self._applier.run_sync(fn, *args)
+
     async def drain(self) -> None:
         """Return once every record whose ``submit`` returned before this call is in the store
         (or rejected). Records submitted meanwhile are not waited for: under load, a read

@@ -13,7 +13,9 @@ point, for a process on the actor's own node that is the only one to read what i
 (the ingress replica, which hosts the conversations under ``placement = "replica"``): it
 journals each finished response in a writer journal of its own, on the same disk, and ships
 the records to the actor in batches behind. Its other calls first wait until what it
-journaled is shipped, so it reads its own writes. A writer that dies leaves its journal to
+journaled is shipped, so it reads its own writes; those of the areas apart from the responses
+(:data:`~troupe.storage.contract.APART_FROM_RESPONSES`: sessions, agents, files…) do not wait.
+A writer that dies leaves its journal to
 :func:`troupe.storage.journal.adopt_orphans`, which the actor runs when it opens the file and
 whenever a new writer connects.
 
@@ -42,6 +44,7 @@ from troupe.runtime.ray.live_sql import Owner, owner_path, write_owner
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 from troupe.storage import ResponseRecord, RunRecord, RunStep, StorageError
+from troupe.storage.contract import APART_FROM_RESPONSES
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
@@ -327,6 +330,11 @@ class JournalingStoreClient(RayStoreClient):
     async def _call(self, method: Any, *args: Any) -> Any:
         await self._writer.drain()
         return await super()._call(method, *args)
+
+    async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        if method in APART_FROM_RESPONSES:  # it reads nothing this client journals: no wait for the journal
+            return await RayStoreClient._call(self, self.handle.call, method, args, kwargs)
+        return await super().call(method, args, kwargs)
 
     async def write_response(self, record: ResponseRecord) -> None:
         await self._writer.submit(record)

@@ -57,6 +57,7 @@ from .vaults import Vaults
 
 __all__ = [
     "Agents",
+    "APART_FROM_RESPONSES",
     "ARTIFACTS_METHODS",
     "Artifacts",
     "Automations",
@@ -115,6 +116,16 @@ CONTAINERS_METHODS = methods_of(Containers)
 
 ARTIFACTS_METHODS = methods_of(Artifacts)
 """What the async store forwards to the session artifacts, on the files and vector stores' thread, by name."""
+
+APART_FROM_RESPONSES = (
+    methods_of(Prompts, Agents, Sessions, Environments, Automations, Vaults)
+    | FILES_METHODS | CONTAINERS_METHODS | ARTIFACTS_METHODS
+)
+"""Methods of the areas that neither read nor change what ``write_responses`` writes (responses,
+their items, events and traces, conversations' items, runs): a call of one need not wait until
+the responses written before it are in DuckDB (a response journal's records, on their way).
+``create_session`` may store the session's conversation: a new one, which no response written
+before can touch."""
 
 _AREAS = (STORE_METHODS, FILES_METHODS, CONTAINERS_METHODS, ARTIFACTS_METHODS)
 assert sum(map(len, _AREAS)) == len(frozenset().union(*_AREAS)), "two areas declare one method name"

@@ -29,11 +29,17 @@ __all__ = ["Sessions"]
 class Sessions(Protocol):
     """Agent sessions and their turns, per tenant."""
 
-    def create_session(self, tenant: str, session: dict[str, Any]) -> dict[str, Any]:
-        """Store a new session (its whole object, with ``id`` and times); that object.
+    def create_session(
+        self, tenant: str, session: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Store a new session (its whole object, with ``id`` and times); that object. With
+        ``conversation``, a new Conversation object (no items), store it too, in the same
+        transaction: the session's conversation (one store call, and nothing is left of
+        either when the other cannot be stored).
 
         Raises:
-            StorageError: the id is taken (for this tenant), or the object is not JSON.
+            StorageError: the id (the session's or the conversation's) is taken (for this
+                tenant), or an object is not JSON; nothing was stored.
         """
         ...
 

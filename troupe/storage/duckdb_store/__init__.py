@@ -92,8 +92,8 @@ from .vaults import VaultTables
 __all__ = ["DuckDBStore", "ROW_GROUP_ROWS", "Connection", "transaction", "_PARTS_PER_READ"]
 
 
-class DuckDBStore(ResponseTables, ConversationTables, PromptTables, AgentTables, SessionTables, EnvironmentTables,
-                  AutomationTables, VaultTables, EvalTables, ConsoleReads):
+class DuckDBStore(ResponseTables, SessionTables, ConversationTables, PromptTables, AgentTables, EnvironmentTables,
+                  AutomationTables, VaultTables, EvalTables, ConsoleReads):  # sessions build on conversations: first
     """Responses, conversations, prompts, agents, agent sessions, environments, automations, evaluation runs and traces in DuckDB: every area of
     :class:`~troupe.storage.contract.Store` over one :class:`~.connection.Connection`.
 

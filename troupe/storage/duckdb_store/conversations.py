@@ -25,6 +25,13 @@ class ConversationTables(Connection, Conversations):
         Raises:
             StorageError: the id is taken (for this tenant) or a value is not JSON.
         """
+        with self._transaction() as conn:
+            self._insert_conversation(conn, tenant, conversation, items)
+
+    def _insert_conversation(
+        self, conn: duckdb.DuckDBPyConnection, tenant: str, conversation: dict[str, Any], items: Sequence[dict[str, Any]]
+    ) -> None:
+        """:meth:`create_conversation`'s rows, in the caller's transaction."""
         conversation_id: str = conversation["id"]  # the contract's Conversation object has its id
         row = (
             tenant,
@@ -33,12 +40,11 @@ class ConversationTables(Connection, Conversations):
             schema.dump_json(conversation.get("metadata") or {}),
         )
         encoded = [(item.get("id"), schema.dump_json(item)) for item in items]
-        with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO conversations (tenant, id, created_at, metadata, conversation) VALUES (?, ?, ?, ?, ?)",
-                [*row, schema.dump_json(conversation)],
-            )
-            self._append_conversation_items(conn, tenant, conversation_id, 0, encoded)
+        conn.execute(
+            "INSERT INTO conversations (tenant, id, created_at, metadata, conversation) VALUES (?, ?, ?, ?, ?)",
+            [*row, schema.dump_json(conversation)],
+        )
+        self._append_conversation_items(conn, tenant, conversation_id, 0, encoded)
 
     def get_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any] | None:
         """See :meth:`Conversations.get_conversation`."""

@@ -10,20 +10,26 @@ import duckdb
 from .. import schema
 from ..base import Order, Page, StorageError
 from ..contract import Sessions
-from .connection import Connection, check_page_args
+from .connection import check_page_args
+from .conversations import ConversationTables
 
 __all__ = ["SessionTables"]
 
 _TURN_COLUMNS = "id, session_id, seq, created_at, responses, results, cancelled, taken"
 
 
-class SessionTables(Connection, Sessions):
+class SessionTables(ConversationTables, Sessions):
     """Sessions (one row each, the object as one JSON value, in ``value_parts`` when long: an
-    agent's instructions and tools may take MBs) and their turns (one row each)."""
+    agent's instructions and tools may take MBs) and their turns (one row each). A session's
+    conversation may be made with it, in one transaction (hence the conversations' tables)."""
 
-    def create_session(self, tenant: str, session: dict[str, Any]) -> dict[str, Any]:
+    def create_session(
+        self, tenant: str, session: dict[str, Any], conversation: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """See :meth:`Sessions.create_session`."""
         with self._transaction() as conn:
+            if conversation is not None:
+                self._insert_conversation(conn, tenant, conversation, ())
             return self._write_session(conn, tenant, session, new=True)
 
     def _write_session(
