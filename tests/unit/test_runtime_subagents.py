@@ -102,3 +102,31 @@ async def until_async(check, timeout_s: float = 10.0) -> None:
             raise TimeoutError("the condition did not hold")
         await asyncio.sleep(0.05)
 
+
+
+async def test_creates_run_again_make_only_the_subagents_not_made_yet(tmp_path) -> None:
+    """A resumed turn runs its create calls again: the subagents made before are answered as
+    running, not made or started twice; one not made yet is made beside them."""
+    runtime = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb")))
+    try:
+        body = {"environment": {"type": "none"}, "agent": {"model": "sim", "multi_agent": {"enabled": True}},
+                "input": "[[say hi]]"}  # fmt: skip
+        made = await runtime.sessions.create_session("", parse_session_create(body))
+        parent = await runtime.store.get_session("", made["id"])
+
+        def create(call_id: str, task: str = "[[say done]]") -> dict:
+            return {"type": "function_call", "name": "create_subagent", "call_id": call_id,
+                    "arguments": json.dumps({"task": task})}  # fmt: skip
+
+        calls = runtime.sessions.subagents
+        first = await calls.create_all("", parent, [create("call_a"), create("call_b")])
+        again = await calls.create_all("", parent, [create("call_a"), create("call_c"), create("call_b", task=" ")])
+        assert [json.loads(o)["status"] for o in first + again[:2]] == ["running"] * 4
+        assert again[2] == "Error: 'task' must be a non-empty string: what the subagent is to do"
+        children = (await runtime.sessions.list_subagents("", parent["id"], order="asc")).data
+        assert len(children) == 3 and [json.loads(o)["subagent_id"] for o in first + again[1:2]] == [
+            c["id"] for c in children]  # fmt: skip
+        turns = [(await runtime.store.list_turns("", c["id"])).data for c in children]
+        assert [len(t) for t in turns] == [1, 1, 1], "each subagent's first turn started once"
+    finally:
+        await runtime.close()

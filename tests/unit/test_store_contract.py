@@ -31,6 +31,7 @@ from troupe.storage import (
     Store,
     event_log,
 )
+from troupe.storage.contract import NewTurn
 
 T0 = 1_760_000_000
 
@@ -955,8 +956,8 @@ def agent_session(session_id: str, created_at: float = T0, *, agent_id: str = "a
 
 def test_a_session_is_created_listed_updated_and_deleted_with_its_turns(store: Store) -> None:
     long = "Think. " * 3000  # its agent's instructions go to value_parts
-    store.create_session("acme", agent_session("sess_1", metadata={"team": "a"}, instructions=long))
-    store.create_session("acme", agent_session("sess_2", T0 + 1, agent_id="agent_2", metadata={"team": "b"}))
+    store.create_sessions("acme", [agent_session("sess_1", metadata={"team": "a"}, instructions=long)])
+    store.create_sessions("acme", [agent_session("sess_2", T0 + 1, agent_id="agent_2", metadata={"team": "b"})])
     assert store.get_session("acme", "sess_1")["agent"]["instructions"] == long
     assert store.get_session("other", "sess_1") is None
     assert [s["id"] for s in store.list_sessions("acme").data] == ["sess_2", "sess_1"]
@@ -970,12 +971,12 @@ def test_a_session_is_created_listed_updated_and_deleted_with_its_turns(store: S
     updated = store.update_session("acme", "sess_1", {"metadata": {"team": "c"}})
     assert updated["metadata"] == {"team": "c"} and updated["agent"]["instructions"] == long
     assert store.update_session("acme", "sess_9", {"metadata": {}}) is None
-    first = store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0 + 5)
-    second = store.add_turn("acme", "sess_1", "turn_2", "resp_2", T0 + 6)
+    first = store.add_turns("acme", [NewTurn("sess_1", "turn_1", "resp_1", T0 + 5)])[0]
+    second = store.add_turns("acme", [NewTurn("sess_1", "turn_2", "resp_2", T0 + 6)])[0]
     assert (first["seq"], second["seq"]) == (0, 1)
     assert store.query("SELECT last_active_at FROM agent_sessions WHERE id = 'sess_1'")[1] == [(T0 + 6,)]
     with pytest.raises(StorageError):
-        store.add_turn("acme", "sess_9", "turn_3", "resp_3", T0)
+        store.add_turns("acme", [NewTurn("sess_9", "turn_3", "resp_3", T0)])
     assert [t["id"] for t in store.list_turns("acme", "sess_1").data] == ["turn_2", "turn_1"]
     assert [t["id"] for t in store.list_turns("acme", "sess_1", after="turn_1", order="asc").data] == ["turn_2"]
     assert store.list_turns("acme", "sess_2").data == []
@@ -986,24 +987,43 @@ def test_a_session_is_created_listed_updated_and_deleted_with_its_turns(store: S
     assert [s["id"] for s in store.list_sessions("acme").data] == ["sess_2"]
 
 
-def test_a_session_and_its_conversation_are_stored_together_or_not_at_all(store: Store) -> None:
+def test_turns_added_together_are_stored_together_or_not_at_all(store: Store) -> None:
+    store.create_sessions("acme", [agent_session("sess_1")])
+    store.create_sessions("acme", [agent_session("sess_2")])
+    both = store.add_turns("acme", [NewTurn("sess_1", "turn_1", "resp_1", T0), NewTurn("sess_2", "turn_2", "resp_2", T0),
+                                    NewTurn("sess_1", "turn_3", "resp_3", T0 + 1)])  # fmt: skip
+    assert [(t["id"], t["session_id"], t["seq"]) for t in both] == [
+        ("turn_1", "sess_1", 0), ("turn_2", "sess_2", 0), ("turn_3", "sess_1", 1)]  # fmt: skip
+    assert both == [store.get_turn("acme", t["session_id"], t["id"]) for t in both]
+    with pytest.raises(StorageError):  # one session is unknown: none is added
+        store.add_turns("acme", [NewTurn("sess_2", "turn_4", "resp_4", T0), NewTurn("sess_9", "turn_5", "resp_5", T0)])
+    assert store.get_turn("acme", "sess_2", "turn_4") is None
+    assert store.add_turns("acme", []) == []
+
+
+def test_sessions_and_their_conversations_are_stored_together_or_not_at_all(store: Store) -> None:
     conversation = {"id": "conv_1", "object": "conversation", "created_at": 1, "metadata": {"agent_session_id": "s"}}
-    store.create_session("acme", agent_session("sess_1"), conversation)
+    made = store.create_sessions("acme", [agent_session("sess_a"), agent_session("sess_b")])
+    assert [s["id"] for s in made] == ["sess_a", "sess_b"] and made[1] == store.get_session("acme", "sess_b")
+    with pytest.raises(StorageError):  # one id is taken: neither is stored
+        store.create_sessions("acme", [agent_session("sess_c"), agent_session("sess_a")])
+    assert store.get_session("acme", "sess_c") is None
+    store.create_sessions("acme", [agent_session("sess_1")], [conversation])
     assert store.get_conversation("acme", "conv_1") == conversation
     assert store.conversation_items("acme", "conv_1") == []
     # The session's id is taken: the new conversation is not stored either.
     with pytest.raises(StorageError):
-        store.create_session("acme", agent_session("sess_1"), {**conversation, "id": "conv_2"})
+        store.create_sessions("acme", [agent_session("sess_1")], [{**conversation, "id": "conv_2"}])
     assert store.get_conversation("acme", "conv_2") is None
     # The conversation's id is taken: the session is not stored.
     with pytest.raises(StorageError):
-        store.create_session("acme", agent_session("sess_2"), conversation)
+        store.create_sessions("acme", [agent_session("sess_2")], [conversation])
     assert store.get_session("acme", "sess_2") is None
 
 
 def test_a_turn_goes_on_once_every_call_has_its_result(store: Store) -> None:
-    store.create_session("acme", agent_session("sess_1"))
-    store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)
+    store.create_sessions("acme", [agent_session("sess_1")])
+    store.add_turns("acme", [NewTurn("sess_1", "turn_1", "resp_1", T0)])
     ok = {"success": True, "output": "sunny", "error": None}
     assert store.record_tool_results("acme", "sess_1", "turn_1", {"call_a": ok})["results"] == {"call_a": ok}
     assert store.record_tool_results("acme", "sess_1", "turn_9", {"call_a": ok}) is None
@@ -1024,10 +1044,27 @@ def test_a_turn_goes_on_once_every_call_has_its_result(store: Store) -> None:
     assert store.cancel_turn("acme", "sess_1", "turn_9") is False
 
 
+def test_a_claim_keeps_the_results_it_is_given_first(store: Store) -> None:
+    store.create_sessions("acme", [agent_session("sess_1")])
+    store.add_turns("acme", [NewTurn("sess_1", "turn_1", "resp_1", T0)])
+    ok = {"success": True, "output": "sunny", "error": None}
+    claim = {"after": "resp_1", "call_ids": ["call_a", "call_b"]}
+    # call_b's result is missing: call_a's is kept, nothing is claimed.
+    assert store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_2", results={"call_a": ok}, **claim) is None
+    assert store.get_turn("acme", "sess_1", "turn_1")["results"] == {"call_a": ok}
+    rain = {**ok, "output": "rain"}
+    taken = store.continue_turn("acme", "sess_1", "turn_1", response_id="resp_2", results={"call_b": rain}, **claim)
+    assert taken == {"call_a": ok, "call_b": rain}
+    turn = store.get_turn("acme", "sess_1", "turn_1")
+    assert (turn["responses"], turn["results"], turn["taken"]) == (["resp_1", "resp_2"], {}, taken)
+    assert store.continue_turn("acme", "sess_9", "turn_1", response_id="resp_3", results={"x": ok}, after="resp_2",
+                               call_ids=[]) is None  # fmt: skip
+
+
 def test_two_claims_at_once_continue_a_turn_once(tmp_path) -> None:
     store = DuckDBStore(tmp_path / "t.duckdb")
-    store.create_session("acme", agent_session("sess_1"))
-    store.add_turn("acme", "sess_1", "turn_1", "resp_1", T0)
+    store.create_sessions("acme", [agent_session("sess_1")])
+    store.add_turns("acme", [NewTurn("sess_1", "turn_1", "resp_1", T0)])
     store.record_tool_results("acme", "sess_1", "turn_1", {"call_a": {"success": True, "output": "x", "error": None}})
     with ThreadPoolExecutor(8) as pool:
         claims = list(pool.map(lambda i: store.continue_turn("acme", "sess_1", "turn_1", after="resp_1",

@@ -85,6 +85,7 @@ from troupe.runtime.store_client import StoreClient
 from troupe.runtime.subagents import SubagentCalls
 from troupe.runtime.vaults import VaultService
 from troupe.storage import Order, Page
+from troupe.storage.contract import NewTurn
 
 __all__ = ["POLL_S", "SessionService"]
 
@@ -171,24 +172,11 @@ class SessionService:
         await self.runtime.vaults.check_vault_ids(tenant, vault_ids)
         await self.runtime.vaults.check_tools(tenant, vault_ids, agent_response_tools(agent), chosen_credentials(agent))
         environment, container_id, owned = await self._environment(tenant, parsed["environment"])
-        return await self._store_session(tenant, new_session_id(), agent, environment, metadata=parsed["metadata"],
-                                         container_id=container_id, owns_environment=owned,
-                                         vault_ids=vault_ids)  # fmt: skip
-
-    async def _store_session(
-        self, tenant: str, session_id: str, agent: dict[str, Any], environment: dict[str, Any], **fields: Any
-    ) -> dict[str, Any]:
-        """A new session's conversation and row, stored together (``fields``: the rest of its stored object).
-
-        Raises:
-            StorageError: the session's id is taken (nothing was stored).
-        """
-        conversation = new_conversation({"agent_session_id": session_id})
-        now = time.time()
-        return await self.store.create_session(tenant, {
-            "id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
-            "agent": agent, "environment": environment, **fields,
-        }, conversation)  # fmt: skip
+        session, conversation = _new_session_rows(new_session_id(), agent, environment, {
+            "metadata": parsed["metadata"], "container_id": container_id, "owns_environment": owned,
+            "vault_ids": vault_ids,
+        })  # fmt: skip
+        return (await self.store.create_sessions(tenant, [session], [conversation]))[0]
 
     async def _environment(self, tenant: str, given: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
         """The session's environment as the session shows it, the container its commands run
@@ -223,17 +211,24 @@ class SessionService:
         await self.runtime.agents.check(fields)
         return merge_agent_fields(base, {k: v for k, v in fields.items() if k in SESSION_AGENT_FIELDS})
 
-    async def new_subagent(
-        self, tenant: str, parent: dict[str, Any], child_id: str, task: str, name: str | None
-    ) -> dict[str, Any]:
-        """A subagent of ``parent`` (:mod:`troupe.runtime.subagents`): a session of its own, in the
-        parent's environment, with the parent's agent less the client's functions and ``multi_agent``."""
+    async def new_subagents(
+        self, tenant: str, parent: dict[str, Any], children: list[tuple[str, str, str | None]]
+    ) -> list[dict[str, Any]]:
+        """Subagents of ``parent`` (:mod:`troupe.runtime.subagents`), each ``(id, task, name)``,
+        stored in one store call: sessions of their own, in the parent's environment, with the
+        parent's agent less the client's functions and ``multi_agent``.
+
+        Raises:
+            StorageError: an id is taken (a resumed turn made it before); none was stored.
+        """
         agent = {**parent["agent"], "multi_agent": {"enabled": False, "max_concurrent_subagents": None},
                  "tools": [t for t in parent["agent"]["tools"] or () if t["type"] != "function"]}  # fmt: skip
-        return await self._store_session(tenant, child_id, agent, parent["environment"], metadata={},
-                                         container_id=parent.get("container_id"), owns_environment=False,
-                                         parent_id=parent["id"], task=task, subagent_name=name, closed_at=None,
-                                         vault_ids=parent.get("vault_ids", []))  # fmt: skip
+        rows = [_new_session_rows(child_id, agent, parent["environment"], {
+            "metadata": {}, "container_id": parent.get("container_id"), "owns_environment": False,
+            "parent_id": parent["id"], "task": task, "subagent_name": name, "closed_at": None,
+            "vault_ids": parent.get("vault_ids", []),
+        }) for child_id, task, name in children]  # fmt: skip
+        return await self.store.create_sessions(tenant, [s for s, _ in rows], [c for _, c in rows])
 
     async def list_subagents(
         self, tenant: str, session_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
@@ -416,14 +411,35 @@ class SessionService:
             self._notify(session["id"])
 
     async def start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]:
-        turn_id = new_turn_id()
-        response_id = new_response_id(session["conversation_id"])
-        previous = (await self.last_turn(tenant, session["id"]))[1] if session.get("vault_ids") else None
-        await self._start(tenant, session, items, turn_id, response_id, previous)
-        turn = await self.store.add_turn(tenant, session["id"], turn_id, response_id, time.time())
-        self._notify(session["id"])
-        self._after_start(tenant, session, turn_id, response_id)
-        return turn
+        """A new turn of the session with this input: its first response started, then the turn stored."""
+        return (await self.start_turns(tenant, [(session, items)]))[0]
+
+    async def start_turns(
+        self, tenant: str, starts: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+    ) -> list[dict[str, Any]]:
+        """:meth:`start_turn` for each ``(session, input)``: the responses started at once, then
+        the turns stored in one store call (a parent's new subagents). The turns, in order.
+
+        Raises: what a start raised (once the turns of those that started are stored).
+        """
+        begun = [(session, items, new_turn_id(), new_response_id(session["conversation_id"]))
+                 for session, items in starts]  # fmt: skip
+
+        async def start(session: dict[str, Any], items: list[dict[str, Any]], turn_id: str, response_id: str) -> None:
+            previous = (await self.last_turn(tenant, session["id"]))[1] if session.get("vault_ids") else None
+            await self._start(tenant, session, items, turn_id, response_id, previous)
+
+        outcomes = await asyncio.gather(*(start(*b) for b in begun), return_exceptions=True)
+        started = [b for b, outcome in zip(begun, outcomes, strict=True) if outcome is None]
+        now = time.time()
+        turns = await self.store.add_turns(tenant, [NewTurn(s["id"], t, r, now) for s, _, t, r in started]) if started else []
+        for session, _, turn_id, response_id in started:
+            self._notify(session["id"])
+            self._after_start(tenant, session, turn_id, response_id)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return turns
 
     async def _start(
         self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]], turn_id: str, response_id: str,
@@ -472,27 +488,20 @@ class SessionService:
         if not calls:
             return
         # Creates first (at once, within the concurrency limit), so a wait called beside them
-        # finds them; then the others at once.
-        # Each batch's outputs are kept as soon as it is done: the parent's followers show the
-        # subagents made before a wait beside them ends.
+        # finds them; then the others at once. The creates' outputs are kept as soon as they are
+        # done when a wait runs beside them: the parent's followers show the subagents made
+        # before it ends. The last outputs are kept by the claim of the next response (one store call).
         creates = [c for c in calls if c["name"] == CREATE]
-        if creates:
-            await self._keep(tenant, session, turn_id, creates, await self.subagents.create_all(tenant, session, creates))
         others = [c for c in calls if c["name"] != CREATE]
+        created: dict[str, dict[str, Any]] = {}
+        if creates:
+            created = _results(creates, await self.subagents.create_all(tenant, session, creates))
+            if others:
+                await self.store.record_tool_results(tenant, session["id"], turn_id, created)
+                self._notify(session["id"])
         outputs = await asyncio.gather(*(self.subagents.run(tenant, session, call) for call in others))
-        await self._keep(tenant, session, turn_id, others, outputs)
-        await self._go_on(tenant, session, turn_id, response_id, ended=last)
-
-    async def _keep(
-        self, tenant: str, session: dict[str, Any], turn_id: str, calls: list[dict[str, Any]], outputs: list[str]
-    ) -> None:
-        """Keep subagent calls' outputs as their results, and tell the session's followers."""
-        if not calls:
-            return
-        results = {call["call_id"]: {"success": True, "output": output, "error": None}
-                   for call, output in zip(calls, outputs, strict=True)}  # fmt: skip
-        await self.store.record_tool_results(tenant, session["id"], turn_id, results)
-        self._notify(session["id"])
+        last_results = _results(others, outputs) if others else created
+        await self._go_on(tenant, session, turn_id, response_id, ended=last, results=last_results)
 
     async def _cancel(self, tenant: str, session: dict[str, Any], at: str) -> None:
         turn, last = await self.last_turn(tenant, session["id"])
@@ -524,23 +533,30 @@ class SessionService:
         self._spawn(self._go_on(tenant, session, turn["id"], response_id))
 
     async def _go_on(
-        self, tenant: str, session: dict[str, Any], turn_id: str, after: str, *, ended: dict[str, Any] | None = None
-    ) -> None:
+        self, tenant: str, session: dict[str, Any], turn_id: str, after: str, *, ended: dict[str, Any] | None = None,
+        results: dict[str, dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         """Start the turn's next response once ``after`` (its last) has ended and every call it
         left has a result; nothing if another caller started it, or a result is missing still.
-        ``ended``: ``after`` as it ended, when the caller has it."""
+        ``ended``: ``after`` as it ended, when the caller has it. ``results``: results of its
+        calls to keep first (with the claim, in one store call)."""
         last = ended if ended is not None else await self.ended_response(tenant, after)
         if last is None:
             return
         calls = open_calls(last)
         response_id = new_response_id(session["conversation_id"])
-        session = await self._session(tenant, session["id"])  # its agent as it is now
-        results = await self.store.continue_turn(tenant, session["id"], turn_id, after=after, response_id=response_id,
-                                                 call_ids=[c["call_id"] for c in calls])  # fmt: skip
-        if results is None:
+        # The session read for its agent as it is now, beside the claim (two calls, one wait).
+        session, taken = await asyncio.gather(
+            self._session(tenant, session["id"]),
+            self.store.continue_turn(tenant, session["id"], turn_id, after=after, response_id=response_id,
+                                     call_ids=[c["call_id"] for c in calls], results=results),
+        )  # fmt: skip
+        if taken is None:
+            if results:
+                self._notify(session["id"])  # kept, not claimed: a result is missing still
             return
         items = [{"type": "function_call_output", "call_id": call_id, "output": describe_result(result)}
-                 for call_id, result in results.items()]  # fmt: skip
+                 for call_id, result in taken.items()]  # fmt: skip
         try:
             await self._start(tenant, session, items, turn_id, response_id, last)
         finally:
@@ -570,8 +586,13 @@ class SessionService:
             raise turn_not_found(turn_id)
         return await self._turn_object(tenant, session, turn)
 
-    async def _turn_object(self, tenant: str, session: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
-        responses = await asyncio.gather(*(self._response(tenant, r) for r in turn["responses"]))
+    async def _turn_object(
+        self, tenant: str, session: dict[str, Any], turn: dict[str, Any], *, known: dict[str, dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The wire turn (``known``: responses of it at hand, by id, as they ended: not read again)."""
+        known = known or {}
+        responses = await asyncio.gather(*(_at_hand(known.get(r)) if r in known else self._response(tenant, r)
+                                           for r in turn["responses"]))  # fmt: skip
         made = turn_object(turn, list(responses), session["agent"]["id"])
         if session.get("parent_id"):  # a subagent's turn belongs to its parent's session
             made.update(session_id=session["parent_id"], subagent_id=session["id"])
@@ -670,6 +691,7 @@ class SessionService:
             if turn is None:
                 return  # the session was deleted
             shown = await self._shown_before(tenant, turn, index)
+            ended: dict[str, dict[str, Any]] = {}
             while True:
                 if index == len(turn["responses"]):  # waiting for the client's results
                     moved = functools.partial(self._moved_on, tenant, session_id, turn["id"], index)
@@ -681,10 +703,11 @@ class SessionService:
                         break
                 response_id = turn["responses"][index]
                 translate = TurnEvents(session_id, turn["id"], response_id, offset=shown, agent_id=session["agent"]["id"])
-                async for batch in self._response_events(tenant, session, turn, index, translate):
+                async for batch in self._response_events(tenant, session, turn, index, translate, ended):
                     yield batch
                 turn = await self.store.get_turn(tenant, session_id, turn["id"]) or turn
-                last = await self._response(tenant, response_id)
+                # As its terminal event has it: a store read would wait for its write to reach DuckDB.
+                last = ended.get(response_id) or await self._response(tenant, response_id)
                 status = turn_status(turn, last)
                 if status == "in_progress" and last is not None and last["status"] != "completed":
                     continue  # its events stopped before it ended: follow it again from its start (ids repeat)
@@ -700,10 +723,10 @@ class SessionService:
                     async for batch in self._subagent_events(tenant, session, turn, index, last, translate):
                         yield batch
                 index += 1
-            ended = await self._turn_object(tenant, session, turn)
+            done = await self._turn_object(tenant, session, turn, known=ended)
             wire = session_object(session, "idle", []) | {"last_active_at": int(time.time())}
             yield [session_event(f"agent.session.turn.{status}", new_id("sevt"), session_id=session_id,
-                                 turn_id=turn["id"], turn=ended, usage=ended["usage"]),
+                                 turn_id=turn["id"], turn=done, usage=done["usage"]),
                    session_event("agent.session.idle", new_id("sevt"), session=wire)]  # fmt: skip
             if settle:
                 return
@@ -773,9 +796,11 @@ class SessionService:
         return shown
 
     async def _response_events(
-        self, tenant: str, session: dict[str, Any], turn: dict[str, Any], index: int, translate: TurnEvents
-    ) -> AsyncIterator[list[dict[str, Any]]]:
-        """One of the turn's responses' events, as session events."""
+        self, tenant: str, session: dict[str, Any], turn: dict[str, Any], index: int, translate: TurnEvents,
+        ended: dict[str, dict[str, Any]],
+    ) -> AsyncIterator[list[dict[str, Any]]]:  # fmt: skip
+        """One of the turn's responses' events, as session events; ``ended`` gets the response
+        as its terminal event has it, by id."""
         response_id = turn["responses"][index]
         base = {"session_id": session["id"], "turn_id": turn["id"]}
         try:
@@ -795,6 +820,8 @@ class SessionService:
                     wire = session_object(session, "in_progress", [])
                     out.append(session_event("agent.session.in_progress", f"sevt_{response_id[5:]}_s", session=wire))
                 out += translate.translate(event)
+                if "response" in event and event["response"].get("status") not in ("queued", "in_progress"):
+                    ended[response_id] = event["response"]
             if out:
                 yield out
 
@@ -848,6 +875,26 @@ class SessionService:
         yield first
         async for batch in rest:
             yield batch
+
+
+async def _at_hand(response: dict[str, Any] | None) -> dict[str, Any] | None:
+    return response
+
+
+def _results(calls: list[dict[str, Any]], outputs: list[str]) -> dict[str, dict[str, Any]]:
+    """Subagent calls' outputs as the results a turn keeps, by call id."""
+    return {call["call_id"]: {"success": True, "output": output, "error": None}
+            for call, output in zip(calls, outputs, strict=True)}  # fmt: skip
+
+
+def _new_session_rows(
+    session_id: str, agent: dict[str, Any], environment: dict[str, Any], fields: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A new session's stored object (``fields``: the rest of it) and its new conversation."""
+    conversation = new_conversation({"agent_session_id": session_id})
+    now = time.time()
+    return {"id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
+            "agent": agent, "environment": environment, **fields}, conversation  # fmt: skip
 
 
 _SESSION_STATUS = {"queued": "in_progress", "in_progress": "in_progress", "waiting": "requires_action",

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from troupe.protocol import InvalidRequest
 from troupe.protocol.sessions import parse_session_input, turn_status
-from troupe.protocol.subagents import CLOSE, CREATE, INTERRUPT, RESUME, SEND, WAIT, subagent_id_of
+from troupe.protocol.subagents import CLOSE, INTERRUPT, RESUME, SEND, WAIT, subagent_id_of
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import StorageError
 
@@ -39,9 +39,12 @@ class Sessions(Protocol):
 
     async def ended_response(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
     async def last_turn(self, tenant: str, session_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]: ...
-    async def new_subagent(self, tenant: str, parent: dict[str, Any], child_id: str, task: str,
-                           name: str | None) -> dict[str, Any]: ...  # fmt: skip
-    async def start_turn(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, Any]: ...
+    async def new_subagents(
+        self, tenant: str, parent: dict[str, Any], children: list[tuple[str, str, str | None]]
+    ) -> list[dict[str, Any]]: ...
+    async def start_turns(
+        self, tenant: str, starts: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+    ) -> list[dict[str, Any]]: ...
     async def send_message(self, tenant: str, session: dict[str, Any], items: list[dict[str, Any]]) -> None: ...
     async def stop(self, tenant: str, session: dict[str, Any]) -> None: ...
 
@@ -61,15 +64,12 @@ class SubagentCalls:
         self.store = sessions.store
 
     async def run(self, tenant: str, parent: dict[str, Any], call: dict[str, Any]) -> str:
-        """The output of one call (a ``function_call`` item of the parent's response)."""
+        """The output of one call (a ``function_call`` item of the parent's response) that is
+        not a create (:meth:`create_all` runs those)."""
         try:
-            args = json.loads(call.get("arguments") or "{}")
-            if not isinstance(args, dict):
-                raise CallFailed("the arguments must be a JSON object")
+            args = _arguments(call)
             name = call["name"]
-            if name == CREATE:
-                result = await self._create(tenant, parent, call["call_id"], args)
-            elif name == WAIT:
+            if name == WAIT:
                 result = await self._wait(tenant, parent, args.get("subagent_ids"))
             else:
                 child = await self._child(tenant, parent, args.get("subagent_id"))
@@ -80,31 +80,34 @@ class SubagentCalls:
         return json.dumps(result)
 
     async def create_all(self, tenant: str, parent: dict[str, Any], calls: list[dict[str, Any]]) -> list[str]:
-        """The outputs of a response's ``create_subagent`` calls, run at once: as many as the
-        parent may still start (``max_concurrent_subagents`` less those running), in order; the
-        others answer that the limit is reached."""
+        """The outputs of a response's ``create_subagent`` calls: as many as the parent may still
+        start (``max_concurrent_subagents`` less those running), in order; the others answer that
+        the limit is reached. The subagents are stored in one store call, then their first turns
+        started at once, and stored in one more."""
         most = parent["agent"]["multi_agent"]["max_concurrent_subagents"]
         free = most - len(await self._running(tenant, parent))
         full = f"Error: at most {most} subagents run at once: wait for some (wait_for_subagents) first"
-        return list(await asyncio.gather(*(self.run(tenant, parent, call) if i < free else _done(full)
-                                           for i, call in enumerate(calls))))  # fmt: skip
+        asked = [_create_args(call) if i < free else full for i, call in enumerate(calls)]
+        made = await self._made(tenant, parent, [a for a in asked if not isinstance(a, str)])
+        await self.sessions.start_turns(tenant, [(child, parse_session_input(child["task"], "task"))
+                                                 for child in made.values() if child is not None])  # fmt: skip
+        return [a if isinstance(a, str) else json.dumps({"subagent_id": a[0], "status": "running"}) for a in asked]
 
-    async def _create(self, tenant: str, parent: dict[str, Any], call_id: str, args: dict[str, Any]) -> dict[str, Any]:
-        """One create (the limit is :meth:`create_all`'s to keep)."""
-        child_id = subagent_id_of(call_id)
-        task, name = args.get("task"), args.get("name")
-        if not isinstance(task, str) or not task.strip():
-            raise CallFailed("'task' must be a non-empty string: what the subagent is to do")
+    async def _made(
+        self, tenant: str, parent: dict[str, Any], children: list[tuple[str, str, str | None]]
+    ) -> dict[str, dict[str, Any] | None]:
+        """The subagents ``(id, task, name)`` made, by id; None for one made before (by an
+        earlier run of its call: a resumed turn, or another replica's run of it)."""
+        if not children:
+            return {}
         try:
-            child = await self.sessions.new_subagent(tenant, parent, child_id, task,
-                                                     name if isinstance(name, str) else None)  # fmt: skip
+            return {child["id"]: child for child in await self.sessions.new_subagents(tenant, parent, children)}
         except StorageError:
-            if await self.store.get_session(tenant, child_id) is None:
+            if len(children) > 1:  # one at a time, to know which
+                return {k: v for one in children for k, v in (await self._made(tenant, parent, [one])).items()}
+            if await self.store.get_session(tenant, children[0][0]) is None:
                 raise
-            # This call ran before (a resumed turn), or meanwhile (another replica's run of it).
-            return {"subagent_id": child_id, "status": "running"}
-        await self.sessions.start_turn(tenant, child, parse_session_input(task, "task"))
-        return {"subagent_id": child_id, "status": "running"}
+            return {children[0][0]: None}
 
     async def _wait(self, tenant: str, parent: dict[str, Any], ids: Any) -> dict[str, Any]:
         if ids is None:
@@ -176,8 +179,24 @@ class SubagentCalls:
                 if turn is not None and turn_status(turn, last) in _ACTIVE]  # fmt: skip
 
 
-async def _done(output: str) -> str:
-    return output
+def _create_args(call: dict[str, Any]) -> tuple[str, str, str | None] | str:
+    """A create call's subagent ``(id, task, name)``; or its output, an error."""
+    try:
+        args = _arguments(call)
+        task, name = args.get("task"), args.get("name")
+        if not isinstance(task, str) or not task.strip():
+            raise CallFailed("'task' must be a non-empty string: what the subagent is to do")
+    except (CallFailed, ValueError) as exc:
+        return f"Error: {exc}"
+    return subagent_id_of(call["call_id"]), task, name if isinstance(name, str) else None
+
+
+def _arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments, a JSON object (ValueError: not JSON)."""
+    args = json.loads(call.get("arguments") or "{}")
+    if not isinstance(args, dict):
+        raise CallFailed("the arguments must be a JSON object")
+    return args
 
 
 def _answer(response: dict[str, Any] | None) -> str:

@@ -52,7 +52,7 @@ from .evaluation import Evaluation
 from .files import Files
 from .prompts import Prompts
 from .responses import Responses
-from .sessions import Sessions
+from .sessions import NewTurn, Sessions
 from .vaults import Vaults
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "Conversations",
     "Evaluation",
     "FILES_METHODS",
+    "NewTurn",
     "Files",
     "Prompts",
     "Responses",

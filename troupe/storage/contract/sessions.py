@@ -19,27 +19,37 @@ Implemented by :class:`troupe.storage.duckdb_store.sessions.SessionTables`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from ..base import Order, Page
 
-__all__ = ["Sessions"]
+__all__ = ["NewTurn", "Sessions"]
+
+
+class NewTurn(NamedTuple):
+    """A turn to add (:meth:`Sessions.add_turns`): its session, its id, the response that runs
+    it, when it was made (Unix seconds)."""
+
+    session_id: str
+    turn_id: str
+    response_id: str
+    created_at: float
 
 
 class Sessions(Protocol):
     """Agent sessions and their turns, per tenant."""
 
-    def create_session(
-        self, tenant: str, session: dict[str, Any], conversation: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Store a new session (its whole object, with ``id`` and times); that object. With
-        ``conversation``, a new Conversation object (no items), store it too, in the same
-        transaction: the session's conversation (one store call, and nothing is left of
-        either when the other cannot be stored).
+    def create_sessions(
+        self, tenant: str, sessions: Sequence[dict[str, Any]], conversations: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        """Store new sessions (each its whole object, with ``id`` and times), and new Conversation
+        objects (no items: the sessions' own), in one transaction (a parent's new subagents are
+        made together); the sessions' objects, in order.
 
         Raises:
-            StorageError: the id (the session's or the conversation's) is taken (for this
-                tenant), or an object is not JSON; nothing was stored.
+            StorageError: an id (a session's or a conversation's) is taken (for this tenant), or
+                an object is not JSON; nothing was stored.
         """
         ...
 
@@ -73,13 +83,14 @@ class Sessions(Protocol):
         """Delete a session and its turns; False if the tenant has no such session."""
         ...
 
-    def add_turn(self, tenant: str, session_id: str, turn_id: str, response_id: str, created_at: float) -> dict[str, Any]:
-        """A new turn, the session's last (``seq`` one more than its last turn's), run by
-        ``response_id``; it moves the session row's ``last_active_at`` column (for SQL; the
-        object's stays as created: the runtime reads a session's activity from its last turn). The turn.
+    def add_turns(self, tenant: str, turns: Sequence[NewTurn]) -> list[dict[str, Any]]:
+        """New turns, in one transaction (a parent's new subagents start theirs together): each
+        its session's last (``seq`` one more than its last turn's), run by its ``response_id``;
+        each moves its session row's ``last_active_at`` column (for SQL; the object's stays as
+        created: the runtime reads a session's activity from its last turn). The turns, in order.
 
         Raises:
-            StorageError: no such session.
+            StorageError: no such session (for one of them); no turn was added.
         """
         ...
 
@@ -101,13 +112,15 @@ class Sessions(Protocol):
         ...
 
     def continue_turn(
-        self, tenant: str, session_id: str, turn_id: str, *, after: str, response_id: str, call_ids: list[str]
-    ) -> dict[str, Any] | None:
+        self, tenant: str, session_id: str, turn_id: str, *, after: str, response_id: str, call_ids: list[str],
+        results: dict[str, dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None:  # fmt: skip
         """Claim the turn's next response: if its last response is still ``after`` and a result
         is kept for each of ``call_ids``, append ``response_id`` and hand over the results (taken
         from the row, and kept as the turn's ``taken`` until the next claim) in one transaction;
         those results. None otherwise: another caller claimed it first, or a result is missing.
-        Two callers never both claim one response's results.
+        Two callers never both claim one response's results. ``results``: results to keep first
+        (as :meth:`record_tool_results` does), in the same transaction, claimed or not.
         """
         ...
 

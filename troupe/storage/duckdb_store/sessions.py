@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -10,6 +11,7 @@ import duckdb
 from .. import schema
 from ..base import Order, Page, StorageError
 from ..contract import Sessions
+from ..contract.sessions import NewTurn
 from .connection import check_page_args
 from .conversations import ConversationTables
 
@@ -23,14 +25,14 @@ class SessionTables(ConversationTables, Sessions):
     agent's instructions and tools may take MBs) and their turns (one row each). A session's
     conversation may be made with it, in one transaction (hence the conversations' tables)."""
 
-    def create_session(
-        self, tenant: str, session: dict[str, Any], conversation: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """See :meth:`Sessions.create_session`."""
+    def create_sessions(
+        self, tenant: str, sessions: Sequence[dict[str, Any]], conversations: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        """See :meth:`Sessions.create_sessions`."""
         with self._transaction() as conn:
-            if conversation is not None:
+            for conversation in conversations:
                 self._insert_conversation(conn, tenant, conversation, ())
-            return self._write_session(conn, tenant, session, new=True)
+            return [self._write_session(conn, tenant, session, new=True) for session in sessions]
 
     def _write_session(
         self, conn: duckdb.DuckDBPyConnection, tenant: str, session: dict[str, Any], *, new: bool,
@@ -119,24 +121,27 @@ class SessionTables(ConversationTables, Sessions):
             sql = "DELETE FROM agent_sessions WHERE tenant = ? AND id = ? RETURNING session_parts"
             return self._delete_returning_parts(conn, sql, [tenant, session_id]) > 0
 
-    def add_turn(self, tenant: str, session_id: str, turn_id: str, response_id: str, created_at: float) -> dict[str, Any]:
-        """See :meth:`Sessions.add_turn`."""
+    def add_turns(self, tenant: str, turns: Sequence[NewTurn]) -> list[dict[str, Any]]:
+        """See :meth:`Sessions.add_turns`."""
+        added: list[dict[str, Any]] = []
         with self._transaction() as conn:
-            moved = conn.execute(
-                "UPDATE agent_sessions SET last_active_at = ? WHERE tenant = ? AND id = ? RETURNING id",
-                [created_at, tenant, session_id],
-            ).fetchall()
-            if not moved:
-                raise StorageError(f"no session {session_id}")
-            (last,) = conn.execute("SELECT max(seq) FROM session_turns WHERE tenant = ? AND session_id = ?",
-                                   [tenant, session_id]).fetchone() or (None,)  # fmt: skip
-            seq = 0 if last is None else last + 1
-            conn.execute(
-                f"INSERT INTO session_turns (tenant, {_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [tenant, turn_id, session_id, seq, created_at, json.dumps([response_id]), "{}", False, "{}"],
-            )
-        return {"id": turn_id, "session_id": session_id, "seq": seq, "created_at": created_at,
-                "responses": [response_id], "results": {}, "cancelled": False, "taken": {}}  # fmt: skip
+            for session_id, turn_id, response_id, created_at in turns:
+                moved = conn.execute(
+                    "UPDATE agent_sessions SET last_active_at = ? WHERE tenant = ? AND id = ? RETURNING id",
+                    [created_at, tenant, session_id],
+                ).fetchall()
+                if not moved:
+                    raise StorageError(f"no session {session_id}")
+                (last,) = conn.execute("SELECT max(seq) FROM session_turns WHERE tenant = ? AND session_id = ?",
+                                       [tenant, session_id]).fetchone() or (None,)  # fmt: skip
+                seq = 0 if last is None else last + 1
+                conn.execute(
+                    f"INSERT INTO session_turns (tenant, {_TURN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [tenant, turn_id, session_id, seq, created_at, json.dumps([response_id]), "{}", False, "{}"],
+                )
+                added.append({"id": turn_id, "session_id": session_id, "seq": seq, "created_at": created_at,
+                              "responses": [response_id], "results": {}, "cancelled": False, "taken": {}})  # fmt: skip
+        return added
 
     def get_turn(self, tenant: str, session_id: str, turn_id: str) -> dict[str, Any] | None:
         """See :meth:`Sessions.get_turn`."""
@@ -171,17 +176,18 @@ class SessionTables(ConversationTables, Sessions):
             turn = self._turn_in(conn, tenant, session_id, turn_id)
             if turn is None:
                 return None
-            turn["results"] = {**turn["results"], **results}
-            conn.execute("UPDATE session_turns SET results = ? WHERE tenant = ? AND session_id = ? AND id = ?",
-                         [json.dumps(turn["results"]), tenant, session_id, turn_id])  # fmt: skip
+            _keep_results(conn, tenant, turn, results)
             return turn
 
     def continue_turn(
-        self, tenant: str, session_id: str, turn_id: str, *, after: str, response_id: str, call_ids: list[str]
-    ) -> dict[str, Any] | None:
+        self, tenant: str, session_id: str, turn_id: str, *, after: str, response_id: str, call_ids: list[str],
+        results: dict[str, dict[str, Any]] | None = None,
+    ) -> dict[str, Any] | None:  # fmt: skip
         """See :meth:`Sessions.continue_turn`."""
         with self._transaction() as conn:
             turn = self._turn_in(conn, tenant, session_id, turn_id)
+            if turn is not None and results:
+                _keep_results(conn, tenant, turn, results)
             if turn is None or turn["cancelled"] or turn["responses"][-1] != after:
                 return None
             results = turn["results"]
@@ -209,6 +215,13 @@ class SessionTables(ConversationTables, Sessions):
         row = conn.execute(f"SELECT {_TURN_COLUMNS} FROM session_turns WHERE tenant = ? AND session_id = ? AND id = ?",
                            [tenant, session_id, turn_id]).fetchone()  # fmt: skip
         return None if row is None else _turn(row)
+
+
+def _keep_results(conn: duckdb.DuckDBPyConnection, tenant: str, turn: dict[str, Any], results: dict[str, Any]) -> None:
+    """Add ``results`` to the turn's kept results (``turn["results"]`` too), in the caller's transaction."""
+    turn["results"] = {**turn["results"], **results}
+    conn.execute("UPDATE session_turns SET results = ? WHERE tenant = ? AND session_id = ? AND id = ?",
+                 [json.dumps(turn["results"]), tenant, turn["session_id"], turn["id"]])  # fmt: skip
 
 
 def _turn(row: tuple[Any, ...]) -> dict[str, Any]:
