@@ -88,13 +88,7 @@ def test_storage_actor_restart_keeps_every_response(root, placement, troupe_app_
     storage = ray.get_actor(STORAGE_ACTOR_NAME, namespace=troupe_app_settings[placement].namespace)
     ray.kill(storage, no_restart=False)  # restarts and reopens the same DuckDB file
 
-    def served() -> bool:
-        try:
-            return httpx.get(f"{root}/v1/responses/{old.id}", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(served, timeout_s=60, what="the old response served again")
+    wait_for(lambda: _served(root, old.id), timeout_s=60, what="the old response served again")
     assert client.responses.retrieve(old.id).output_text == "before the restart"
     # The next turn runs on the host (an actor of its own but with "replica"), which had not
     # called the storage actor since it restarted.
@@ -112,7 +106,17 @@ def test_a_turn_that_ends_while_the_storage_actor_restarts_is_stored(root, place
     ray.kill(storage, no_restart=False)
     follow = client.responses.create(model="sim", input="[[history]]", previous_response_id=old.id)
     assert follow.output_text == "[[say before the restart]] | [[history]]"
+    # A read may itself meet the restart (Ray's ActorUnavailableError on the ingress's first call
+    # to the new actor: a 500 today; only write_response waits it out), hence the wait.
+    wait_for(lambda: _served(root, follow.id), timeout_s=60, what="the turn's response served")
     assert client.responses.retrieve(follow.id).output_text == follow.output_text
+
+
+def _served(root: str, response_id: str) -> bool:
+    try:
+        return httpx.get(f"{root}/v1/responses/{response_id}", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def _kill_9(actor) -> None:
