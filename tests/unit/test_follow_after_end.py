@@ -54,6 +54,7 @@ async def test_after_the_moment_the_run_is_read_from_the_store(tmp_path, monkeyp
         host = await rt.placement.host_for(thread_of_response(started["id"]))
         with pytest.raises(NoLiveRun):
             [e async for batch in host.follow("", started["id"], -1) for e in batch]
+        assert host.runs._ended == {}, "an ended run leaves on its timer, with no later run to prune it"
         replayed = [e async for batch in await rt.follow_response("", started["id"]) for e in batch]
         assert replayed[-1]["type"] == "response.completed"
     finally:

@@ -161,8 +161,8 @@ class LiveRuns:
     def __init__(self) -> None:
         self._runs: dict[str, LiveRun] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ended: dict[str, tuple[float, LiveRun]] = {}
-        """Runs stored in the last :data:`ENDED_KEPT_S`, by response id, oldest first, with when they go."""
+        self._ended: dict[str, LiveRun] = {}
+        """Runs stored in the last :data:`ENDED_KEPT_S`, by response id (each leaves on a timer)."""
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -178,11 +178,14 @@ class LiveRuns:
             del self._runs[run.job.response_id]
         run.ended.set()
         run.wake()
-        now = time.monotonic()
-        while self._ended and next(iter(self._ended.values()))[0] <= now:
-            del self._ended[next(iter(self._ended))]
         if run.stored and run.durable and run.events is not None:
-            self._ended[run.job.response_id] = (now + ENDED_KEPT_S, run)
+            response_id = run.job.response_id
+            self._ended[response_id] = run
+            asyncio.get_running_loop().call_later(ENDED_KEPT_S, self._forget_ended, response_id, run)
+
+    def _forget_ended(self, response_id: str, run: LiveRun) -> None:
+        if self._ended.get(response_id) is run:
+            del self._ended[response_id]
 
     def get(self, tenant: str, response_id: str) -> LiveRun | None:
         """The live run of this id, if it is the caller's (another tenant's is not there)."""
@@ -191,10 +194,8 @@ class LiveRuns:
 
     def _just_ended(self, tenant: str, response_id: str) -> LiveRun | None:
         """The run of this id stored in the last :data:`ENDED_KEPT_S`, if it is the caller's."""
-        kept = self._ended.get(response_id)
-        if kept is None or kept[0] <= time.monotonic() or kept[1].job.tenant != tenant:
-            return None
-        return kept[1]
+        run = self._ended.get(response_id)
+        return run if run is not None and run.job.tenant == tenant else None
 
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """Stop a live run; its Response once stored (or, after :data:`CANCEL_WAIT_S`, as it
