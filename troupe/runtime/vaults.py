@@ -316,7 +316,9 @@ class VaultService:
             await start(body)
             return
         if previous is not None and (refused := refused_servers(previous)):
-            await self._refresh_refused(tenant, vault_ids, body, chosen, refused, since=previous["created_at"])
+            # created_at is whole seconds; the refused token was given within that second, so
+            # only a change from the next second on is surely a refresh made after it.
+            await self._refresh_refused(tenant, vault_ids, body, chosen, refused, since=previous["created_at"] + 1)
         began = time.time()
         try:
             await start(await self.authorize(tenant, vault_ids, body, chosen))
