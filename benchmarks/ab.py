@@ -2,6 +2,8 @@
 
     .venv/bin/python -m benchmarks.ab --before 80bee0b               # 3 rounds, about 8 minutes
     .venv/bin/python -m benchmarks.ab --before 80bee0b --rounds 1 --quick   # a smoke test
+    .venv/bin/python -m benchmarks.ab --before 98ad195 --after f4af663 \
+        --only "streaming c=64" --requests 640 --rounds 5               # one bisect step
 
 A full run (:mod:`benchmarks.run`) compares itself with an earlier run's file, measured at
 another time; on a shared machine the load of the moment moves figures more than many changes
@@ -23,6 +25,11 @@ its URLs (direct ingress), through Serve's proxy for a server from before that. 
 off), as :mod:`benchmarks.scenarios` defines them. Writes
 ``benchmarks/results/<date>-<commit>-ab-<before>.{json,md}`` (``--quick``: the scratch directory),
 each side's ``app`` in the JSON's ``before`` and ``after``.
+
+To bisect a change in one load, ``--after`` checks out a second commit the same way (instead of
+this checkout), ``--only`` keeps the loads whose name contains the text given, and
+``--requests`` measures that many requests per load and round (the defaults are short: 128 at
+c=64, two bursts).
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from troupe.bench.machine import describe_machine, machine_info
 
 from .measure import Ctx, idle_cores, log, measure
-from .scenarios import MAIN_APP, definitions
+from .scenarios import MAIN_APP, Level, definitions
 from .targets import ROOT, Lab, Target
 
 __all__ = ["main", "summarize", "render"]
@@ -164,11 +172,11 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def _rounds(
-    ctx: Ctx, sides: dict[str, Target], rounds: int, first: str = "before"
-) -> tuple[list[dict[str, Any]], list[str]]:
+def _loads(ctx: Ctx, only: str | None, requests: int | None) -> list[tuple[str, dict[str, Any], Level]]:
+    """Each load's name, request body and level: scenario 1 and 2's, those whose name contains
+    ``only`` (all when None), with ``requests`` measured requests each when given."""
     defs = ctx.defs
-    loads: list[tuple[str, dict[str, Any], Any]] = [
+    loads: list[tuple[str, dict[str, Any], Level]] = [
         (f"1 streaming c={lv.concurrency}", {"input": defs.streaming_input, "stream": True}, lv)
         for lv in defs.streaming_levels
     ]
@@ -176,6 +184,21 @@ async def _rounds(
         for store in (True, False):
             body = {"input": defs.throughput_input, "stream": False, "store": store}
             loads.append((f"2 non-streaming c={lv.concurrency} store={'on' if store else 'off'}", body, lv))
+    if only is not None:
+        loads = [load for load in loads if only in load[0]]
+        if not loads:
+            raise SystemExit(f"no load's name contains {only!r}")
+    if requests is not None:  # time enough for them: the cap is for runaway loads, not these
+        loads = [(name, body, replace(lv, requests=requests, max_s=max(lv.max_s, requests / lv.concurrency * 5)))
+                 for name, body, lv in loads]
+    return loads
+
+
+async def _rounds(
+    ctx: Ctx, sides: dict[str, Target], rounds: int, first: str = "before",
+    loads: list[tuple[str, dict[str, Any], Level]] | None = None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    loads = loads if loads is not None else _loads(ctx, None, None)
     samples, errors = [], []
     for r in range(rounds):
         second = "after" if first == "before" else "before"
@@ -198,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small counts (a smoke test); results to scratch")
     parser.add_argument("--out-dir", help="where results go (default: benchmarks/results, or scratch with --quick)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--after", help="a second git commit or ref to run as the after side (default: this checkout)")
+    parser.add_argument("--only", help="only the loads whose name contains this text, e.g. \"streaming c=64\"")
+    parser.add_argument("--requests", type=int, help="measured requests per load and round (default: the scenario's)")
     parser.add_argument("--first", choices=("before", "after"), default="before",
                         help="the side each load runs on first in odd rounds (default before): a "
                              "difference that follows the order, not the side, is the harness's")
@@ -208,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     machine = machine_info()  # its load average is the one at the start
     before_path, before_commit = _worktree(args.before)
-    after_commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
+    if args.after is not None:
+        after_path, after_commit = _worktree(args.after)
+    else:
+        after_path = ROOT
+        after_commit = _git("rev-parse", "--short", "HEAD") + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else "")
     out_dir = args.out_dir or (os.path.join(_SCRATCH, "results") if args.quick else os.path.join(ROOT, "benchmarks", "results"))
     scratch = os.path.join(_SCRATCH, "ab-run")
     with Lab(scratch=scratch, peers=False) as lab:
@@ -216,18 +246,19 @@ def main(argv: list[str] | None = None) -> int:
         sim = lab.start_sim()
         started_sides = {
             "before": _start_troupe(lab, "troupe-before", before_path, sim.base_url),
-            "after": _start_troupe(lab, "troupe-after", ROOT, sim.base_url),
+            "after": _start_troupe(lab, "troupe-after", after_path, sim.base_url),
         }
         sides = {side: target for side, (target, _) in started_sides.items()}
         apps = {side: app for side, (_, app) in started_sides.items()}
         log(f"measuring app {apps['before']!r} before, {apps['after']!r} after")
         ctx = Ctx(lab=lab, defs=definitions(quick=args.quick), progress=not args.quiet)
+        loads = _loads(ctx, args.only, args.requests)
         idle_cores(ctx)
-        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds, args.first))
+        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds, args.first, loads))
     doc = {
         "date": time.strftime("%Y-%m-%d"),
         "before": {"ref": args.before, "commit": before_commit, "app": apps["before"]},
-        "after": {"commit": after_commit, "app": apps["after"]},
+        "after": {"ref": args.after, "commit": after_commit, "app": apps["after"]},
         "rounds": args.rounds,
         "first": args.first,
         "quick": args.quick,
