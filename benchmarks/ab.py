@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.ab --before 80bee0b               # 3 rounds, about 8 minutes
     .venv/bin/python -m benchmarks.ab --before 80bee0b --rounds 1 --quick   # a smoke test
     .venv/bin/python -m benchmarks.ab --before 98ad195 --after f4af663 \
-        --only "streaming c=64" --requests 640 --rounds 5               # one bisect step
+        --only "1 streaming c=64" --requests 640 --rounds 5             # one bisect step
 
 A full run (:mod:`benchmarks.run`) compares itself with an earlier run's file, measured at
 another time; on a shared machine the load of the moment moves figures more than many changes
@@ -146,7 +146,9 @@ def render(doc: dict[str, Any]) -> str:
         "",
         f"- Machine: {describe_machine(doc['machine'])}; load average at the end "
         + "/".join(f"{v:g}" for v in doc["load_average_end"]) + ".",
-        f"- Reproduce: `{doc['command']}` ({doc['rounds']} rounds, {doc['seconds']:.0f} s).",
+        f"- Reproduce: `{doc['command']}` ({doc['rounds']} rounds"
+        + (f" after {doc['warmup_rounds']} not counted" if doc.get("warmup_rounds") else "")
+        + f", {doc['seconds']:.0f} s).",
         f"- App measured: before `{apps['before']}`, after `{apps['after']}` (each side runs `{MAIN_APP}`, the "
         "placement `troupe serve` uses by default, when its benchmark server offers it, else `pooled`).",
         "- Both versions ran at once, each on its own local Ray instance, in front of one "
@@ -196,9 +198,14 @@ def _loads(ctx: Ctx, only: str | None, requests: int | None) -> list[tuple[str, 
 
 async def _rounds(
     ctx: Ctx, sides: dict[str, Target], rounds: int, first: str = "before",
-    loads: list[tuple[str, dict[str, Any], Level]] | None = None,
+    loads: list[tuple[str, dict[str, Any], Level]] | None = None, warmup_rounds: int = 0,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     loads = loads if loads is not None else _loads(ctx, None, None)
+    for w in range(warmup_rounds):  # measured, then dropped: what a side still does after it starts
+        for load, body, level in loads:
+            for side in (first, "after" if first == "before" else "before"):
+                await measure(ctx, sides[side], body, level, label=f"warm-up {side} {load}")
+        log(f"warm-up round {w + 1} of {warmup_rounds} done")
     samples, errors = [], []
     for r in range(rounds):
         second = "after" if first == "before" else "before"
@@ -222,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", help="where results go (default: benchmarks/results, or scratch with --quick)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--after", help="a second git commit or ref to run as the after side (default: this checkout)")
-    parser.add_argument("--only", help="only the loads whose name contains this text, e.g. \"streaming c=64\"")
+    parser.add_argument("--only", help="only the loads whose name contains this text, e.g. \"1 streaming c=64\"")
     parser.add_argument("--requests", type=int, help="measured requests per load and round (default: the scenario's)")
+    parser.add_argument("--warmup-rounds", type=int, default=0,
+                        help="rounds run first and not counted (default 0): a side that is still "
+                             "starting (processes, first collections) weighs on its first round")
     parser.add_argument("--first", choices=("before", "after"), default="before",
                         help="the side each load runs on first in odd rounds (default before): a "
                              "difference that follows the order, not the side, is the harness's")
@@ -254,12 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Ctx(lab=lab, defs=definitions(quick=args.quick), progress=not args.quiet)
         loads = _loads(ctx, args.only, args.requests)
         idle_cores(ctx)
-        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds, args.first, loads))
+        samples, errors = asyncio.run(_rounds(ctx, sides, args.rounds, args.first, loads, args.warmup_rounds))
     doc = {
         "date": time.strftime("%Y-%m-%d"),
         "before": {"ref": args.before, "commit": before_commit, "app": apps["before"]},
         "after": {"ref": args.after, "commit": after_commit, "app": apps["after"]},
         "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
         "first": args.first,
         "quick": args.quick,
         "machine": machine,
