@@ -107,9 +107,24 @@ def test_a_turn_that_ends_while_the_storage_actor_restarts_is_stored(root, place
     follow = client.responses.create(model="sim", input="[[history]]", previous_response_id=old.id)
     assert follow.output_text == "[[say before the restart]] | [[history]]"
     # A read may itself meet the restart (Ray's ActorUnavailableError on the ingress's first call
-    # to the new actor: a 500 today; only write_response waits it out), hence the wait.
-    wait_for(lambda: _served(root, follow.id), timeout_s=60, what="the turn's response served")
-    assert client.responses.retrieve(follow.id).output_text == follow.output_text
+    # to the new actor): it answers a 503 with Retry-After, which the SDK retries, never a 500.
+    answers: list[httpx.Response] = []
+    wait_for(lambda: _read(root, follow.id, answers) == 200, timeout_s=60, what="the turn's response served")
+    for refused in answers[:-1]:
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "storage_unavailable"
+        assert refused.headers["retry-after"] == "1" and "x-should-retry" not in refused.headers
+    patient = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=5)
+    assert patient.responses.retrieve(follow.id).output_text == follow.output_text
+
+
+def _read(root: str, response_id: str, answers: list[httpx.Response]) -> int | None:
+    """GET the response once, the answer appended to ``answers``; its status (None: no answer)."""
+    try:
+        answers.append(httpx.get(f"{root}/v1/responses/{response_id}", timeout=5))
+    except httpx.TransportError:
+        return None
+    return answers[-1].status_code
 
 
 def _served(root: str, response_id: str) -> bool:

@@ -4,7 +4,8 @@
 of :mod:`.limits` and :mod:`.stopping` render their refusals with it too);
 :func:`install_error_handlers` makes the app answer with it whatever went wrong: a
 ``ProtocolError`` a route raised, FastAPI's 422 for a bad query or path parameter (OpenAI's
-400 naming it), Starlette's 404/405 for an unknown route or method, and any other exception
+400 naming it), Starlette's 404/405 for an unknown route or method, the store out of reach for
+a moment (503 ``storage_unavailable``: the storage actor restarting), and any other exception
 (500).
 
 Every answer but a 429 or 503 carries ``x-should-retry: false``: the ``openai`` SDK retries
@@ -22,12 +23,25 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from troupe.protocol import ProtocolError, invalid_request_from_errors
+from troupe.storage.base import StorageUnavailable
 
 from .limits import RetryLater
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["StorageRestarting", "error_response", "install_error_handlers"]
 
 _RETRYABLE = frozenset({429, 503})
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
+class StorageRestarting(RetryLater):
+    """503 ``storage_unavailable``: a store call met the storage actor restarting (Ray restarts
+    it at once; it is back within seconds)."""
+
+    default_status = 503
+    default_type = "server_error"
+    default_code = "storage_unavailable"
 
 
 def error_response(error: ProtocolError) -> JSONResponse:
@@ -61,6 +75,19 @@ def install_error_handlers(app: FastAPI) -> None:
         response = error_response(ProtocolError(message, type=kind, status=exc.status_code))
         for name, value in (exc.headers or {}).items():  # e.g. Allow on a 405
             response.headers[name] = value
+        return response
+
+    @app.exception_handler(StorageUnavailable)
+    async def _storage_unavailable(request: Request, _: StorageUnavailable) -> Response:
+        # A read may simply be made again: the SDK does it by itself, after Retry-After. Another
+        # method may have taken effect before the store went away: it is not retried blindly.
+        if request.method in _SAFE_METHODS:
+            return error_response(StorageRestarting("The server's storage is restarting; try again in a moment."))
+        response = error_response(StorageRestarting(
+            "The server's storage restarted during this request, which may or may not have taken effect: "
+            "read the object it made or changed before you send it again."
+        ))  # fmt: skip
+        response.headers["x-should-retry"] = "false"
         return response
 
     @app.exception_handler(Exception)

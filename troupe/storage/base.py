@@ -45,6 +45,7 @@ __all__ = [
     "RunStep",
     "StepTrace",
     "StorageError",
+    "StorageUnavailable",
     "StoreLocked",
     "json_value",
     "Turn",
@@ -65,6 +66,12 @@ class StorageError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class StorageUnavailable(StorageError):
+    """The store could not be reached for a moment (the storage actor was restarting); the
+    call may not have run. A read may be made again; the HTTP layer answers 503 with
+    ``Retry-After`` (a retry the ``openai`` SDK makes by itself for a GET)."""
 
 
 class QueryError(StorageError):

@@ -36,6 +36,7 @@ from troupe.runtime.ray.idle import exit_when_idle
 from troupe.runtime.ray.tool_tasks import local_executor
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
+from troupe.storage.base import StorageUnavailable
 
 if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot
@@ -48,6 +49,10 @@ __all__ = [
     "ray_placement",
     "stable_hash",
 ]
+
+_OWN = (ProtocolError, StorageUnavailable)
+"""A host's errors that reach the ingress as themselves: a refusal, and the store out of reach
+for a moment (the HTTP layer's 503); anything else a host raised stays Ray's error."""
 
 
 def stable_hash(key: str) -> int:
@@ -214,7 +219,7 @@ class RayHostClient:
         try:
             async for ref in refs:
                 # A bad request, raised by the host before streaming, arrives as itself.
-                yield await ray_result(ref, own=ProtocolError)
+                yield await ray_result(ref, own=_OWN)
             done = True
         except ray.exceptions.RayActorError as exc:
             raise HostFailed(failed) from exc
@@ -241,21 +246,21 @@ class RayHostClient:
         import ray
 
         try:
-            return await ray_result(getattr(self.handle, method).remote(*args), own=ProtocolError)
+            return await ray_result(getattr(self.handle, method).remote(*args), own=_OWN)
         except ray.exceptions.RayActorError as exc:
             raise HostFailed("The conversation host is not available; retry the request.") from exc
 
     async def add_conversation_items(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> Any:
         ref = self.handle.add_conversation_items.remote(tenant, conversation_id, items)
-        return await ray_result(ref, own=ProtocolError)
+        return await ray_result(ref, own=_OWN)
 
     async def delete_conversation_item(self, tenant: str, conversation_id: str, item_id: str) -> bool:
         ref = self.handle.delete_conversation_item.remote(tenant, conversation_id, item_id)
-        return await ray_result(ref, own=ProtocolError)
+        return await ray_result(ref, own=_OWN)
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         ref = self.handle.delete_conversation.remote(tenant, conversation_id)
-        return await ray_result(ref, own=ProtocolError)
+        return await ray_result(ref, own=_OWN)
 
 
 

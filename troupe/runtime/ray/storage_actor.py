@@ -43,7 +43,7 @@ from troupe.runtime.ray.calls import ray_result, ray_result_sync
 from troupe.runtime.ray.live_sql import Owner, owner_path, write_owner
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
-from troupe.storage import ResponseRecord, RunRecord, RunStep, StorageError
+from troupe.storage import ResponseRecord, RunRecord, RunStep, StorageError, StorageUnavailable
 from troupe.storage.contract import APART_FROM_RESPONSES
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
@@ -189,8 +189,15 @@ class RayStoreClient(Forwarding):
         self.handle = handle
 
     async def _call(self, method: Any, *args: Any) -> Any:
-        """``method`` of the actor (``self.handle.<name>``), called with these arguments."""
-        return await ray_result(method.remote(*args))
+        """``method`` of the actor (``self.handle.<name>``), called with these arguments.
+
+        A call that reached the actor's old process while it restarts (Ray's
+        ``ActorUnavailableError``) raises :class:`StorageUnavailable`: the caller decides
+        whether to try again (:meth:`write_response` does; the HTTP layer answers 503)."""
+        try:
+            return await ray_result(method.remote(*args))
+        except ActorUnavailableError as exc:
+            raise StorageUnavailable(f"the storage actor is restarting: {exc}") from exc
 
     @classmethod
     async def connect(cls, settings: RuntimeSettings) -> RayStoreClient:
@@ -215,7 +222,7 @@ class RayStoreClient(Forwarding):
         record again unless the first send was stored before the old process ended."""
         try:
             await self._call(self.handle.write_response, record)
-        except ActorUnavailableError:
+        except StorageUnavailable:
             await self._until_back(RESTART_WAIT_S)
             if await self.call("get_response", (record.tenant, record.response["id"])) is None:
                 await self._call(self.handle.write_response, record)
