@@ -23,7 +23,7 @@ they differ. Each side's app is reached as its server says
 its URLs (direct ingress), through Serve's proxy for a server from before that. Loads: scenario 1
 (streaming, every concurrency) and scenario 2 (non-streaming, every concurrency, store on and
 off), as :mod:`benchmarks.scenarios` defines them. Writes
-``benchmarks/results/<date>-<commit>-ab-<before>.{json,md}`` (``--quick``: the scratch directory),
+``benchmarks/results/<date>-<commit>-ab-<before>[-<only>][-<requests>].{json,md}`` (``--quick``: the scratch directory),
 each side's ``app`` in the JSON's ``before`` and ``after``.
 
 To bisect a change in one load, ``--after`` checks out a second commit the same way (instead of
@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["notes"] = [f"the two sides ran different apps (before `{apps['before']}`, after `{apps['after']}`): "
                         "the change includes that of the placement, not only of the code."]
     os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, f"{doc['date']}-{after_commit}-ab-{before_commit}")
+    subset = "".join(f"-{re.sub(r'[^a-z0-9]+', '-', str(part).lower()).strip('-')}" for part in (args.only, args.requests) if part)
+    stem = os.path.join(out_dir, f"{doc['date']}-{after_commit}-ab-{before_commit}{subset}")
     with open(stem + ".json", "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     with open(stem + ".md", "w", encoding="utf-8") as f:
