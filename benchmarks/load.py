@@ -90,9 +90,10 @@ class ServeLab(Lab):
     leftovers: list[dict[str, Any]] = field(default_factory=list)
     _tree: dict[int, tuple[float, str]] = field(default_factory=dict)
 
-    def start_serve(self, name: str = "troupe-serve", config: str | None = None) -> str:
-        """``troupe serve --port P`` with ``TROUPE_STORAGE_PATH`` a fresh file; its API root."""
-        port = free_port()
+    def start_serve(self, name: str = "troupe-serve", config: str | None = None, port: int | None = None) -> str:
+        """``troupe serve --port P`` (a free one unless given) with ``TROUPE_STORAGE_PATH`` a fresh
+        file; its API root."""
+        port = port or free_port()
         data = os.path.join(self.scratch, "load")
         os.makedirs(data, exist_ok=True)
         self.db_path = os.path.join(data, f"{name}.duckdb")

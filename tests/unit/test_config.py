@@ -200,11 +200,11 @@ def test_environment_overrides_the_file(write):
     assert (runtime.storage_path, runtime.placement, runtime.pool_size) == (":memory:", "dedicated", 16)
 
 
-def test_several_replicas_share_pooled_hosts_unless_told_otherwise(write):
-    assert load_config(None, env={})[1].placement == "replica"
-    assert load_config(write("[server]\nnum_replicas = 2\n"), env={})[1].placement == "pooled"
-    with pytest.raises(ConfigError, match="would give each replica its own copy"):
-        load_config(write("[server]\nnum_replicas = 2\n"), env={"TROUPE_PLACEMENT": "replica"})
+def test_several_replicas_host_the_conversations_between_them(write):
+    assert load_config(None, env={})[1].ingress_replicas == 1
+    runtime = load_config(write("[server]\nnum_replicas = 2\n"), env={})[1]
+    assert (runtime.placement, runtime.ingress_replicas) == ("replica", 2)
+    assert load_config(write("[server]\nnum_replicas = 3\n"), env={"TROUPE_PLACEMENT": "pooled"})[1].placement == "pooled"
 
 
 def test_empty_environment_variables_count_as_unset(write):
@@ -242,7 +242,6 @@ def test_unknown_keys_are_named(write, text, named):
         ("[runtime]\npool_size = 0\n", "runtime.pool_size: Input should be greater than 0, got 0"),
         ('[runtime]\nplacement = "random"\n', "runtime.placement: Input should be 'replica', 'pooled' or 'dedicated'"),
         ('[server]\ningress = "haproxy"\n', "server.ingress: Input should be 'direct' or 'proxy', got 'haproxy'"),
-        ('[server]\nnum_replicas = 2\n[runtime]\nplacement = "replica"\n', "would give each replica its own copy"),
         ('[runtime]\ntool_runner = "thread"\n', "runtime.tool_runner: Input should be 'actor' or 'task'"),
         ('[runtime]\nexample_tools = "maybe"\n', "runtime.example_tools: Input should be a valid boolean"),
         ("[runtime]\ntool_num_cpus = -1\n", "runtime.tool_num_cpus: Input should be greater than or equal to 0"),

@@ -22,9 +22,10 @@ def not_found(kind: str, object_id: str, param: str) -> NotFound:
     return NotFound(f"{kind} with id '{object_id}' not found.", param=param)
 
 
-def new_conversation(metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A new Conversation object (a new id, created now), to be stored."""
-    return {"id": new_id("conv"), "object": "conversation", "created_at": int(time.time()), "metadata": metadata or {}}
+def new_conversation(metadata: dict[str, Any] | None = None, conversation_id: str | None = None) -> dict[str, Any]:
+    """A new Conversation object (created now; a new id unless given), to be stored."""
+    return {"id": conversation_id or new_id("conv"), "object": "conversation", "created_at": int(time.time()),
+            "metadata": metadata or {}}  # fmt: skip
 
 
 class ConversationCalls:
@@ -36,7 +37,7 @@ class ConversationCalls:
     async def create_conversation(
         self, tenant: str, *, items: list[dict[str, Any]] | None = None, metadata: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        conversation = new_conversation(metadata)
+        conversation = new_conversation(metadata, self.placement.new_thread_id("conv"))
         await self.store.create_conversation(tenant, conversation, normalize_input(items or []))
         return conversation
 

@@ -44,7 +44,6 @@ from troupe.protocol import (
     conversation_not_found,
     failed_response_error,
     model_not_found,
-    new_id,
     new_response_id,
     normalize_input,
     parse_create_request,
@@ -234,9 +233,11 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         from troupe.runtime.ray.placement import ray_placement
         from troupe.runtime.ray.storage_actor import JournalingStoreClient, RayStoreClient
 
-        # Hosts in this process (the replica placement): this process alone reads what it
-        # writes, so its responses may be durable in its own journal, without a round trip.
-        connect = JournalingStoreClient.connect if settings.placement == "replica" else RayStoreClient.connect
+        # Hosts in this process (the replica placement, one replica): this process alone reads
+        # what it writes, so its responses may be durable in its own journal, without a round
+        # trip. With several replicas another one may read a response at once: write it through.
+        journaled = settings.placement == "replica" and settings.ingress_replicas == 1
+        connect = JournalingStoreClient.connect if journaled else RayStoreClient.connect
         store = await connect(settings)
         placement = ray_placement(settings, store)
         _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))
@@ -484,8 +485,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """``start(host)`` on the job's host, trying a fresh host while none can take it (for ``wait_s``)."""
         deadline = time.monotonic() + wait_s
         for attempt in itertools.count():
-            host = await self.placement.host_for(job.thread_id)
             try:
+                host = await self.placement.host_for(job.thread_id)  # may fail too: the thread's replica is down
                 return await start(host)
             except HostFailed:
                 # A host that just died or exited idle: try a fresh one. Ray releases a dead
@@ -522,7 +523,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 if named is None:
                     raise previous_response_not_found(request.previous_response_id)
             return named
-        return new_id("thread")
+        return self.placement.new_thread_id()
 
     async def get_response(self, tenant: str, response_id: str) -> dict[str, Any]:
         """A stored response, or one its host runs now (a background run's progress)."""

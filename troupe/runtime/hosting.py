@@ -17,13 +17,20 @@ from troupe.runtime.host import HostClient
 if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot
 
-__all__ = ["Placement", "HostFailed"]
+__all__ = ["Placement", "HostFailed", "HostUnavailable"]
 
 
 class HostFailed(ServerError):
     """The host running a turn died or could not be reached (500, ``server_error``)."""
 
     default_code = "server_error"
+
+
+class HostUnavailable(HostFailed):
+    """No host could take the turn now, and nothing of it ran (503: the ``openai`` SDK retries
+    it): the ingress replica that hosts its thread is down while Serve starts another."""
+
+    default_status = 503
 
 
 class Placement(Protocol):
@@ -42,6 +49,12 @@ class Placement(Protocol):
 
     def would_start_process(self, thread_id: str) -> bool:
         """Whether routing a turn of ``thread_id`` now would start a new host process."""
+        ...
+
+    def new_thread_id(self, prefix: str = "thread") -> str:
+        """The id of a new thread (``thread_…`` for a chain's first response, ``conv_…`` for a
+        conversation): one this process hosts when it hosts some (several ingress replicas), so
+        that the next turn sent here stays here."""
         ...
 
     async def running_host(self, thread_id: str) -> HostClient | None:

@@ -287,10 +287,10 @@ class RuntimeOptions(BaseModel):
     model_config = SETTINGS_CONFIG
 
     placement: Literal["replica", "pooled", "dedicated"] = "replica"
-    """Which host runs a conversation's turns: ``"replica"``, the ingress replica itself (no Ray
-    hop per streamed batch; one ingress replica only: with more, the configuration loader picks
-    ``"pooled"`` unless told otherwise); ``"pooled"``, ``pool_size`` host actors shared by all
-    conversations and replicas; ``"dedicated"``, an actor per conversation."""
+    """Which host runs a conversation's turns: ``"replica"``, the ingress replicas themselves (no
+    Ray hop per streamed batch; with several, each hosts the threads whose id hashes to it, and a
+    turn that arrives at another replica is handed to it); ``"pooled"``, ``pool_size`` host
+    actors shared by all conversations and replicas; ``"dedicated"``, an actor per conversation."""
     pool_size: PositiveInt = 4
     """Pooled placement: how many conversation hosts."""
     idle_timeout_s: PositiveFloat = 300.0
@@ -368,6 +368,9 @@ class RuntimeSettings(RuntimeOptions):
     """Metrics, traces and hooks."""
     containers: ContainersSettings = ContainersSettings()
     """Containers (the Containers API, ``code_interpreter``): their limits, files and sandbox."""
+    ingress_replicas: PositiveInt = 1
+    """How many ingress replicas share the threads with the ``replica`` placement (``[server]
+    num_replicas``): each hosts those whose id hashes to its rank (:mod:`troupe.runtime.ray.replicas`)."""
 
     def model(self, name: str) -> ModelSpec | None:
         """The chat model clients call ``name``; None if there is none (an embedder is none)."""

@@ -54,7 +54,6 @@ from pydantic import (
     PositiveInt,
     ValidationError,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
@@ -105,7 +104,8 @@ class ServerOptions(BaseModel):
     ray_address: str | None = None
     """An existing Ray cluster (``ray://…`` or ``host:port``); None starts a local Ray instance."""
     num_replicas: PositiveInt = 1
-    """Serve replicas of the HTTP ingress."""
+    """Serve replicas of the HTTP ingress. With the ``replica`` placement they share the
+    conversations: each hosts those whose id hashes to it (docs/cluster.md)."""
     max_ongoing_requests: PositiveInt = 1000
     """Concurrent requests per replica. Streams are long-lived and I/O-bound, so this is far
     above Serve's default of 5, which would queue the sixth concurrent stream."""
@@ -236,29 +236,15 @@ class TroupeConfig(BaseSettings):
             raise ValueError(f"the name {duplicate!r} is configured twice")
         return entries
 
-    @model_validator(mode="after")
-    def _one_replica_hosts(self) -> TroupeConfig:
-        if self.runtime.placement == "replica" and self.server.num_replicas > 1 and self._placement_chosen():
-            raise ValueError(
-                f"runtime.placement = \"replica\" hosts conversations inside the one ingress replica; "
-                f"server.num_replicas = {self.server.num_replicas} would give each replica its own copy "
-                "of a conversation (use \"pooled\")"
-            )
-        return self
-
-    def _placement_chosen(self) -> bool:
-        return "placement" in self.runtime.model_fields_set
-
     def settings(self) -> tuple[ServerSettings, RuntimeSettings]:
         """The two halves: :class:`ServerSettings` and :class:`RuntimeSettings`."""
         server = ServerSettings(
             **dict(self.server), **dict(self.limits), api_keys=self.auth.keys, admin_keys=self.auth.admin_keys
         )
         options = {name: getattr(self.runtime, name) for name in RuntimeOptions.model_fields}
-        if self.server.num_replicas > 1 and not self._placement_chosen():
-            options["placement"] = "pooled"  # several ingress replicas share pooled hosts
         runtime = RuntimeSettings(
             **options,
+            ingress_replicas=self.server.num_replicas,
             models=_merge(RuntimeSettings().models if self.runtime.sim_model else (), self.models),
             tools=_merge(DEFAULT_TOOLS if self.runtime.example_tools else (), self.tools),
             mcp=self.mcp,

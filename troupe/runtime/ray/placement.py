@@ -1,8 +1,8 @@
 """Placement: which conversation host runs a thread's turns.
 
-* ``replica`` (default): one host inside the ingress replica itself, so that a streamed
-  event reaches the HTTP response without a Ray hop; each replica hosts the threads it is
-  sent (a deployment of one ingress replica today).
+* ``replica`` (default): one host inside each ingress replica itself, so that a streamed
+  event reaches the HTTP response without a Ray hop; with several replicas, each hosts the
+  threads that hash to its rank, and the others hand it their turns (:mod:`.replicas`).
 * ``pooled``: K long-lived host actors; a thread goes to host ``hash(thread) mod K`` (a
   stable hash, so every ingress replica agrees). Many conversations share a host, the way a
   virtual-actor system hosts grains.
@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-from troupe.protocol import ProtocolError
+from troupe.protocol import ProtocolError, new_id
 from troupe.protocol.job import TurnJob
 from troupe.runtime.container_runs import ContainerFleet, LocalFleet
 from troupe.runtime.host import ConversationHost, HostClient
-from troupe.runtime.hosting import HostFailed, Placement
+from troupe.runtime.hosting import HostFailed, HostUnavailable, Placement
 from troupe.runtime.ray.actors import start_actor
 from troupe.runtime.ray.calls import ray_result
 from troupe.runtime.ray.idle import exit_when_idle
+from troupe.runtime.ray.replicas import PeerReplica, Peers, owner_rank, serve_this_process, stable_hash, this_rank
 from troupe.runtime.ray.tool_tasks import local_executor
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
@@ -53,11 +53,6 @@ __all__ = [
 _OWN = (ProtocolError, StorageUnavailable)
 """A host's errors that reach the ingress as themselves: a refusal, and the store out of reach
 for a moment (the HTTP layer's 503); anything else a host raised stays Ray's error."""
-
-
-def stable_hash(key: str) -> int:
-    """Python's ``hash()`` is salted per process; replicas must agree, so use a digest."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 class LocalPlacement:
@@ -89,6 +84,9 @@ class LocalPlacement:
     def would_start_process(self, thread_id: str) -> bool:
         return False
 
+    def new_thread_id(self, prefix: str = "thread") -> str:
+        return new_id(prefix)
+
     async def running_host(self, thread_id: str) -> HostClient | None:
         return await self.host_for(thread_id)
 
@@ -118,12 +116,13 @@ def ray_tools(settings: RuntimeSettings) -> tuple[list[Any], Any]:
 
 
 class ReplicaPlacement(LocalPlacement):
-    """``placement = "replica"``: every thread on one host inside the ingress replica itself.
+    """``placement = "replica"``: threads hosted inside the ingress replicas themselves.
 
     A streamed event goes from the loop to the HTTP response without a Ray hop; tools,
-    MCP connections and storage are on Ray as with the other placements. A deployment
-    with more than one ingress replica cannot use it: each replica would host its own
-    copy of a conversation.
+    MCP connections and storage are on Ray as with the other placements. With one replica
+    (``settings.ingress_replicas``) it hosts every thread; with N, each thread is hosted by
+    the replica of rank ``stable_hash(thread) % N``, and a turn that arrives at another is
+    handed to it in one Ray call (:mod:`troupe.runtime.ray.replicas`).
     """
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
@@ -134,6 +133,45 @@ class ReplicaPlacement(LocalPlacement):
         self.host = ConversationHost(
             settings, store=store, executors=executors, mcp_client=mcp_client, fleet=self.fleet, host_label="replica"
         )
+        self.replicas = settings.ingress_replicas
+        self.peers = Peers()
+        if self.replicas > 1:
+            serve_this_process(self.host)
+
+    async def host_for(self, thread_id: str) -> HostClient:
+        owner = self._owner(thread_id)
+        if owner is None:
+            return self.host
+        peer = await self.peers.get(owner)
+        if peer is None:
+            raise HostUnavailable(f"The replica hosting this conversation (rank {owner}) is restarting; retry the request.")
+        return RayHostClient(PeerReplica(peer))
+
+    async def running_host(self, thread_id: str) -> HostClient | None:
+        owner = self._owner(thread_id)
+        if owner is None:
+            return self.host
+        peer = await self.peers.get(owner)
+        return None if peer is None else RayHostClient(PeerReplica(peer))
+
+    def forget(self, thread_id: str) -> None:
+        if (owner := self._owner(thread_id)) is not None:
+            self.peers.forget(owner)  # it failed: look for its replica again (Serve restarts it)
+
+    def new_thread_id(self, prefix: str = "thread") -> str:
+        # An id that hashes to this replica (one try in N on average): a client that keeps to
+        # one replica's port keeps its chains' and conversations' turns on it.
+        while True:
+            thread = new_id(prefix)
+            if self._owner(thread) is None:
+                return thread
+
+    def _owner(self, thread_id: str) -> int | None:
+        """The rank of the replica hosting ``thread_id``; None when it is this one."""
+        if self.replicas == 1:
+            return None
+        owner = owner_rank(thread_id, self.replicas)
+        return None if owner == this_rank() else owner
 
 
 class HostActor(ConversationHost):
@@ -288,6 +326,9 @@ class PooledPlacement:
     def would_start_process(self, thread_id: str) -> bool:
         return False
 
+    def new_thread_id(self, prefix: str = "thread") -> str:
+        return new_id(prefix)
+
     async def running_host(self, thread_id: str) -> HostClient | None:
         return await self.host_for(thread_id)
 
@@ -344,6 +385,9 @@ class DedicatedPlacement:
     def would_start_process(self, thread_id: str) -> bool:
         # An actor this replica routed to before is (or was recently) alive.
         return thread_id not in self._handles
+
+    def new_thread_id(self, prefix: str = "thread") -> str:
+        return new_id(prefix)
 
     async def running_host(self, thread_id: str) -> HostClient | None:
         import ray

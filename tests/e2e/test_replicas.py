@@ -1,0 +1,157 @@
+"""Two ingress replicas with the replica placement: each thread is hosted by the replica its id
+hashes to, and a turn sent to the other replica's port is handed to that one.
+
+One app of two replicas (each serving on its own port, as ``troupe serve`` runs them with
+``num_replicas = 2``): the tests send the turns of each chain and conversation to both ports
+in turn, read them from both, and check from each replica's own metrics that every thread was
+cached by one replica only (the turns ran where the thread lives, not where they arrived).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.servers import wait_for
+from tests.side_effects import COUNTED_TOOLS
+from troupe.protocol import thread_of_response
+from troupe.runtime.ray.replicas import owner_rank, this_rank
+from troupe.runtime.settings import RuntimeSettings
+from troupe.serve.config import ServerSettings
+
+APP = "replicas2"
+
+
+@pytest.fixture(scope="module")
+def roots(serve_port, tmp_path_factory) -> Iterator[list[str]]:
+    """The root URLs of the app's two replicas, each on its own port."""
+    from ray import serve
+
+    from troupe.serve.deployment import build_app
+
+    settings = RuntimeSettings(
+        placement="replica", ingress_replicas=2, tools=COUNTED_TOOLS,
+        namespace=f"e2e-replicas-{uuid.uuid4().hex[:6]}",
+        storage_path=str(tmp_path_factory.mktemp("replicas") / "troupe.duckdb"),
+    )  # fmt: skip
+    serve.run(build_app(ServerSettings(port=serve_port, num_replicas=2), settings), name=APP, route_prefix=f"/{APP}")
+    wait_for(lambda: len(_replica_roots()) == 2 and all(map(_healthy, _replica_roots())), what="both replicas up")
+    yield _replica_roots()
+    serve.delete(APP)
+
+
+def _replica_roots() -> list[str]:
+    first = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
+    end = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])
+    roots = []
+    for port in range(first, end + 1):
+        try:
+            routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=2).json()
+        except (httpx.TransportError, ValueError):
+            continue
+        roots += [f"http://127.0.0.1:{port}{prefix.rstrip('/')}" for prefix, app in routes.items() if app == APP]
+    return roots
+
+
+def _healthy(root: str) -> bool:
+    try:
+        return httpx.get(f"{root}/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _clients(roots: list[str]) -> list[OpenAI]:
+    return [OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0) for root in roots]
+
+
+def _cached_threads(root: str) -> float:
+    """The conversations this replica's host keeps in its cache (its own metrics)."""
+    text = httpx.get(f"{root}/metrics", timeout=5).text
+    return sum(float(v) for v in re.findall(r'^troupe_host_conversations\{[^}]*\} (\S+)$', text, re.M))
+
+
+def test_a_chain_whose_turns_alternate_replicas(roots):
+    first, second = _clients(roots)
+    one = first.responses.create(model="sim", input="[[say one]]")
+    two = second.responses.create(model="sim", input="[[history]]", previous_response_id=one.id)
+    assert two.output_text == "[[say one]] | [[history]]"
+    three = first.responses.create(model="sim", input="[[history]]", previous_response_id=two.id)
+    assert three.output_text == "[[say one]] | [[history]] | [[history]]"
+    for client in (first, second):  # either replica reads any of them at once
+        assert client.responses.retrieve(three.id).output_text == three.output_text
+
+
+def test_a_streamed_turn_sent_to_the_other_replica_arrives_whole_and_in_order(roots):
+    first, second = _clients(roots)
+    start = first.responses.create(model="sim", input="[[say hello]]")
+    for client in (first, second):  # one of the two is not the thread's replica
+        events = list(client.responses.create(
+            model="sim", input="[[tokens 40]]", previous_response_id=start.id, stream=True
+        ))  # fmt: skip
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert events[0].type == "response.created" and events[-1].type == "response.completed"
+        deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert deltas == events[-1].response.output_text and len(deltas.split()) == 40
+
+
+def test_a_conversation_whose_turns_alternate_replicas(roots):
+    clients = _clients(roots)
+    conversation = clients[0].conversations.create()
+    for i in range(4):
+        clients[i % 2].responses.create(model="sim", input=f"[[say turn {i}]]", conversation=conversation.id)
+    last = clients[1].responses.create(model="sim", input="[[history]]", conversation=conversation.id)
+    assert last.output_text == " | ".join(f"[[say turn {i}]]" for i in range(4)) + " | [[history]]"
+    for client in clients:
+        texts = [i.content[0].text for i in client.conversations.items.list(conversation.id, order="asc")
+                 if i.type == "message" and i.role == "assistant"]  # fmt: skip
+        assert texts == [f"turn {i}" for i in range(4)] + [last.output_text]
+
+
+def test_each_thread_is_cached_by_one_replica_only(roots):
+    """Eight new chains, each turn sent to both replicas in turn: every replica's host caches
+    only the threads that live on it, so the two caches grow by eight in all, not sixteen."""
+    clients = _clients(roots)
+    before = [_cached_threads(root) for root in roots]
+    for chain in range(8):
+        first = clients[chain % 2].responses.create(model="sim", input=f"[[say {chain}]]")
+        clients[(chain + 1) % 2].responses.create(model="sim", input="[[history]]", previous_response_id=first.id)
+    after = [_cached_threads(root) for root in roots]
+    assert sum(after) - sum(before) == 8
+
+
+def test_a_thread_whose_replica_died_goes_on_on_the_replica_serve_starts_in_its_place(roots):
+    """kill -9 of the replica a chain lives on: its next turn, sent to the other replica, waits
+    for Serve to start another with the same rank, which rebuilds the chain from storage."""
+    first, second = _clients(roots)
+    one = first.responses.create(model="sim", input="[[say before]]")  # a new chain lives where it starts
+    owner = owner_rank(thread_of_response(one.id), 2)
+    pids = _pids_by_rank()
+    assert sorted(pids) == [0, 1]
+    os.kill(pids[owner], signal.SIGKILL)
+    # Within 10 s the turn waits for the new replica; past that it answers a 503 the SDK retries.
+    patient = OpenAI(base_url=second.base_url, api_key="unused", max_retries=4)
+    after = patient.responses.create(model="sim", input="[[history]]", previous_response_id=one.id)
+    assert after.output_text == "[[say before]] | [[history]]"
+    assert _pids_by_rank()[owner] != pids[owner], "a new process has the dead one's rank"
+    wait_for(lambda: len(_replica_roots()) == 2 and all(map(_healthy, _replica_roots())), what="both replicas serving")
+
+
+def _pids_by_rank() -> dict[int, int]:
+    """Each live replica's process id, by its Serve rank."""
+    import ray
+
+    from troupe.serve.deployment import _ingress_replicas
+
+    answers = []
+    for replica in _ingress_replicas(APP):
+        with contextlib.suppress(ray.exceptions.RayActorError):  # the dead one, not yet replaced
+            answers.append(ray.get(replica.__ray_call__.remote(lambda _actor: (os.getpid(), this_rank())), timeout=30))
+    return {rank: pid for pid, rank in answers if rank is not None}
