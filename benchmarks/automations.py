@@ -44,8 +44,9 @@ import duckdb
 from openai import OpenAI
 
 from benchmarks.load import ServeLab
-from benchmarks.subagents import ROOT, SCRATCH, _git
-from troupe.bench.machine import describe_machine, machine_info
+from benchmarks.provenance import run_record
+from benchmarks.subagents import ROOT, SCRATCH
+from troupe.bench.machine import describe_machine
 
 TARGET_S = 1.0
 """Issue 29: an automation due every minute fires within 1 s of its time."""
@@ -118,13 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=60, help="due times to watch (one a minute)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the server is stopped
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    doc: dict[str, Any] = {
-        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "commit": commit, "worktree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "machine": machine_info(), "command": " ".join([".venv/bin/python -m benchmarks.automations", *argv]),
-        "params": vars(args),
-    }  # fmt: skip
+    doc = run_record("benchmarks.automations", argv, vars(args))
+    commit = doc["commit"]
     log(describe_machine(doc["machine"]))
     r = doc["result"] = run(args.minutes, os.path.join(SCRATCH, "automations"))
     once = not r["missed"] and not r["not_completed"] and r["sessions"] == r["sessions_named"] == len(r["invocations"])

@@ -36,8 +36,9 @@ import psutil
 from openai import OpenAI
 
 from benchmarks.load import ServeLab, _label
-from benchmarks.subagents import ROOT, SCRATCH, _git
-from troupe.bench.machine import describe_machine, machine_info
+from benchmarks.provenance import run_record
+from benchmarks.subagents import ROOT, SCRATCH
+from troupe.bench.machine import describe_machine
 
 ROLES = {"ingress replica": "ServeReplica", "storage actor": "StorageService"}
 TOLERANCE = 1.10
@@ -114,13 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.n, args.settle_s = 100, 2.0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the server is stopped
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    doc: dict[str, Any] = {
-        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "commit": commit, "worktree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "machine": machine_info(), "command": " ".join([".venv/bin/python -m benchmarks.idle_sessions", *argv]),
-        "params": vars(args),
-    }  # fmt: skip
+    doc = run_record("benchmarks.idle_sessions", argv, vars(args))
+    commit = doc["commit"]
     log(describe_machine(doc["machine"]))
     doc["result"] = {kind: measure(kind, args.n, args.settle_s) for kind in ("conversations", "sessions")}
     conv, sess = doc["result"]["conversations"]["grew"], doc["result"]["sessions"]["grew"]

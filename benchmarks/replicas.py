@@ -31,7 +31,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,9 +40,10 @@ import httpx
 
 from benchmarks.load import ServeLab
 from benchmarks.measure import log
+from benchmarks.provenance import run_record
 from benchmarks.targets import ROOT
 from troupe.bench.loadgen import LoadSpec, run_load
-from troupe.bench.machine import describe_machine, machine_info
+from troupe.bench.machine import describe_machine
 from troupe.bench.stats import percentile
 from troupe.serve.deployment import free_port_range
 
@@ -173,13 +173,6 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
              "met": ratio is not None and ratio >= 1.5}]  # fmt: skip
 
 
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,13 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.chains = 1, 4
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the servers are stopped
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    doc: dict[str, Any] = {
-        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "commit": commit, "worktree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "machine": machine_info(), "command": " ".join([".venv/bin/python -m benchmarks.replicas", *argv]),
-        "params": vars(args),
-    }  # fmt: skip
+    doc = run_record("benchmarks.replicas", argv, vars(args))
+    commit = doc["commit"]
     log(describe_machine(doc["machine"]))
     lab = ServeLab(scratch=os.path.join(SCRATCH, "replicas"), peers=False)
     try:

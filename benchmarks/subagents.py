@@ -26,7 +26,6 @@ import datetime
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,8 @@ from typing import Any
 from openai import OpenAI
 
 from benchmarks.load import ServeLab
-from troupe.bench.machine import describe_machine, machine_info
+from benchmarks.provenance import run_record
+from troupe.bench.machine import describe_machine
 from troupe.bench.stats import percentile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,13 +119,6 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,13 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.warmup = 2, 1
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds, so the server is stopped
-    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    doc: dict[str, Any] = {
-        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "commit": commit, "worktree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "machine": machine_info(), "command": " ".join([".venv/bin/python -m benchmarks.subagents", *argv]),
-        "params": vars(args),
-    }  # fmt: skip
+    doc = run_record("benchmarks.subagents", argv, vars(args))
+    commit = doc["commit"]
     log(describe_machine(doc["machine"]))
     lab = ServeLab(scratch=os.path.join(SCRATCH, "subagents"), peers=False)
     try:
