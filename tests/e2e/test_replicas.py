@@ -89,6 +89,17 @@ def test_a_chain_whose_turns_alternate_replicas(roots):
         assert client.responses.retrieve(three.id).output_text == three.output_text
 
 
+def test_a_response_is_read_at_once_on_the_replica_that_did_not_make_it(roots):
+    """Each replica journals its responses and ships them behind; a read on another replica
+    first has them shipped, so it never misses one that was acknowledged."""
+    first, second = _clients(roots)
+    for i in range(8):
+        made = first.responses.create(model="sim", input=f"[[say {i}]]")  # a new chain: hosted by first
+        assert second.responses.retrieve(made.id).output_text == str(i)
+        listed = second.responses.input_items.list(made.id)
+        assert [item.content[0].text for item in listed.data] == [f"[[say {i}]]"]
+
+
 def test_a_streamed_turn_sent_to_the_other_replica_arrives_whole_and_in_order(roots):
     first, second = _clients(roots)
     start = first.responses.create(model="sim", input="[[say hello]]")

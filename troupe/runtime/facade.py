@@ -233,11 +233,10 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         from troupe.runtime.ray.placement import ray_placement
         from troupe.runtime.ray.storage_actor import JournalingStoreClient, RayStoreClient
 
-        # Hosts in this process (the replica placement, one replica): this process alone reads
-        # what it writes, so its responses may be durable in its own journal, without a round
-        # trip. With several replicas another one may read a response at once: write it through.
-        journaled = settings.placement == "replica" and settings.ingress_replicas == 1
-        connect = JournalingStoreClient.connect if journaled else RayStoreClient.connect
+        # Hosts in this process (the replica placement): its responses may be durable in its own
+        # journal, without a round trip; its reads wait until the journal is shipped (with several
+        # replicas, every replica's: ReplicaPlacement wires that).
+        connect = JournalingStoreClient.connect if settings.placement == "replica" else RayStoreClient.connect
         store = await connect(settings)
         placement = ray_placement(settings, store)
         _, runners = await asyncio.gather(placement.warm(), _start_tool_runners(settings))

@@ -127,6 +127,7 @@ class ReplicaPlacement(LocalPlacement):
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
         from troupe.runtime.ray.containers import RayFleet
+        from troupe.runtime.ray.storage_actor import JournalingStoreClient
 
         executors, mcp_client = ray_tools(settings)
         self.fleet: ContainerFleet = RayFleet(settings)
@@ -134,9 +135,11 @@ class ReplicaPlacement(LocalPlacement):
             settings, store=store, executors=executors, mcp_client=mcp_client, fleet=self.fleet, host_label="replica"
         )
         self.replicas = settings.ingress_replicas
-        self.peers = Peers()
+        self.peers = Peers(self.replicas)
         if self.replicas > 1:
             serve_this_process(self.host)
+            if isinstance(store, JournalingStoreClient):  # what another replica journaled is read here too
+                store.drain_peers_first(self.peers.drain)
 
     async def host_for(self, thread_id: str) -> HostClient:
         owner = self._owner(thread_id)

@@ -9,6 +9,10 @@ one Ray call on the owner's actor (:class:`PeerReplica`): Ray's ``__ray_call__``
 :func:`_host_stream` or :func:`_host_call` in the owner's process, on its own host, and the
 batches stream back as a pooled host's do. A request that lands on the owner costs nothing more.
 
+Each replica journals the responses it finishes (``JournalingStoreClient``); its store calls
+first have the other replicas ship theirs (:meth:`Peers.drain`), so a read on any replica sees
+every response any replica acknowledged.
+
 Serve numbers the replicas of a deployment 0..N-1 (its rank) and gives a replica that replaces
 a dead one the rank it had, so a thread keeps its owner across restarts; the new owner rebuilds
 the thread's cache from storage, as after an eviction. :class:`Peers` finds a rank's replica
@@ -106,6 +110,14 @@ async def _host_call(_actor: Any, method: str, args: tuple[Any, ...], kwargs: di
     yield await _on_host_loop(getattr(_local["host"], method)(*args, **kwargs))
 
 
+async def _drain_here(_actor: Any) -> AsyncGenerator[None, None]:
+    """Ship what this replica journaled to the storage actor; yields once it is there."""
+    drain = getattr(_local["host"].store, "drain_journal", None)  # None: it writes through
+    if drain is not None:
+        await _on_host_loop(drain())
+    yield None
+
+
 # -- the caller's side --------------------------------------------------------------------------
 
 
@@ -150,9 +162,14 @@ async def _first(refs: Any) -> Any:
 class Peers:
     """The live replicas of this replica's deployment, by rank (found once, again after a failure)."""
 
-    def __init__(self) -> None:
+    SEARCH_EVERY_S = 1.0
+    """While some replica is missing, look for it at most this often."""
+
+    def __init__(self, replicas: int) -> None:
+        self.replicas = replicas
         self._by_rank: dict[int, Any] = {}
         self._finding: asyncio.Future[None] | None = None
+        self._searched_at = -float("inf")
 
     async def get(self, rank: int) -> Any | None:
         """The actor of the replica of ``rank``; None when none answers to it now."""
@@ -164,8 +181,29 @@ class Peers:
         """Its replica failed: find it again next time (Serve starts another with its rank)."""
         self._by_rank.pop(rank, None)
 
+    async def drain(self) -> None:
+        """Every other replica's journaled responses in the storage actor, so that a read made
+        now sees every response any replica acknowledged (as a single replica's reads see its
+        own). A replica that does not answer is skipped: a dead one's journal is stored when
+        Serve's replacement for it starts."""
+        if len(self._by_rank) < self.replicas - 1:
+            await self._find()
+
+        async def one(rank: int, handle: Any) -> None:
+            try:
+                refs = handle.__ray_call__._remote(args=[_drain_here], num_returns="streaming")
+                await asyncio.wait_for(_first(refs), 10.0)
+            except Exception:  # noqa: BLE001 - restarting or gone
+                self.forget(rank)
+
+        await asyncio.gather(*(one(rank, handle) for rank, handle in list(self._by_rank.items())))
+
     async def _find(self) -> None:
+        loop = asyncio.get_running_loop()
         if self._finding is None:  # one search at a time; the callers meanwhile wait for it
+            if loop.time() - self._searched_at < self.SEARCH_EVERY_S:
+                return
+            self._searched_at = loop.time()
             self._finding = asyncio.ensure_future(self._search())
         try:
             await asyncio.shield(self._finding)

@@ -31,7 +31,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psutil
@@ -311,6 +311,7 @@ class JournalingStoreClient(RayStoreClient):
         on_commit: Callable[[str, int, float], None] | None = None,
     ) -> None:
         super().__init__(handle)
+        self._drain_peers: Callable[[], Awaitable[None]] | None = None
         self.name = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._target = _ActorJournalStore(handle)
         stages = {"journal": "journal", "apply": "ship"}  # its batches go on to the actor
@@ -334,9 +335,27 @@ class JournalingStoreClient(RayStoreClient):
             on_commit = commit_recorder(process_registry())
         return cls(handle, home[1], on_commit=on_commit)
 
-    async def _call(self, method: Any, *args: Any) -> Any:
+    def drain_peers_first(self, drain: Callable[[], Awaitable[None]]) -> None:
+        """With several replicas journaling: ``drain`` ships the other replicas' journals, and
+        every call that waits for this journal waits for theirs too, so that it sees every
+        response any replica acknowledged (:meth:`troupe.runtime.ray.replicas.Peers.drain`)."""
+        self._drain_peers = drain
+
+    async def drain_journal(self) -> None:
+        """Return once what this client journaled so far is in the storage actor."""
         await self._writer.drain()
+
+    async def _call(self, method: Any, *args: Any) -> Any:
+        if self._drain_peers is None:
+            await self._writer.drain()
+        else:
+            await asyncio.gather(self._writer.drain(), self._drain_peers())
         return await super()._call(method, *args)
+
+    async def flush(self) -> None:
+        # This replica's journal only: another replica's is flushed by its own stop.
+        await self._writer.drain()
+        await RayStoreClient._call(self, self.handle.flush)
 
     async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         if method in APART_FROM_RESPONSES:  # it reads nothing this client journals: no wait for the journal
