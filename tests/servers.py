@@ -100,7 +100,23 @@ def direct_ingress_root(app_name: str) -> str:
     return roots[app_name]
 
 
-def _healthy(url: str) -> bool:
+def replica_roots(app_name: str) -> list[str]:
+    """The root URL of every ingress replica of a Serve app that serves HTTP itself (several
+    with ``num_replicas``), in port order; found as :func:`direct_ingress_root` finds one."""
+    first = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
+    end = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])
+    roots = []
+    for port in range(first, end + 1):
+        try:
+            routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=2).json()
+        except (httpx.TransportError, ValueError):
+            continue
+        roots += [f"http://127.0.0.1:{port}{prefix.rstrip('/')}" for prefix, app in routes.items() if app == app_name]
+    return roots
+
+
+def healthy(url: str) -> bool:
+    """Whether ``url/health`` answers 200 now."""
     try:
         return httpx.get(f"{url}/health", timeout=1).status_code == 200
     except httpx.TransportError:
@@ -122,7 +138,7 @@ def serve_app(app: object) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: not thread.is_alive() or _healthy(url), what=f"{url}/health")
+        wait_for(lambda: not thread.is_alive() or healthy(url), what=f"{url}/health")
         if not thread.is_alive():
             raise RuntimeError("the server thread exited during start-up")
         yield url

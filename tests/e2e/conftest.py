@@ -15,12 +15,11 @@ import sys
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from openai import OpenAI
 
 from tests.mcp_servers import REPO_ROOT
-from tests.servers import direct_ingress_root, served_local, wait_for
+from tests.servers import direct_ingress_root, healthy, served_local, wait_for
 from tests.side_effects import COUNTED_TOOLS
 from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings
@@ -91,16 +90,9 @@ def troupe_apps(serve_port, troupe_app_settings) -> dict[str, str]:
     for placement, settings in troupe_app_settings.items():
         serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
         root = direct_ingress_root(placement)
-        wait_for(lambda root=root: _healthy(root), what=f"{root}/health")
+        wait_for(lambda root=root: healthy(root), what=f"{root}/health")
         urls[placement] = root
     return urls
-
-
-def _healthy(root: str) -> bool:
-    try:
-        return httpx.get(f"{root}/health", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.servers import wait_for
+from tests.servers import healthy, replica_roots, wait_for
 from tests.side_effects import COUNTED_TOOLS
 from troupe.protocol import thread_of_response
 from troupe.runtime.ray.replicas import owner_rank, this_rank
@@ -43,29 +43,9 @@ def roots(serve_port, tmp_path_factory) -> Iterator[list[str]]:
         storage_path=str(tmp_path_factory.mktemp("replicas") / "troupe.duckdb"),
     )  # fmt: skip
     serve.run(build_app(ServerSettings(port=serve_port, num_replicas=2), settings), name=APP, route_prefix=f"/{APP}")
-    wait_for(lambda: len(_replica_roots()) == 2 and all(map(_healthy, _replica_roots())), what="both replicas up")
-    yield _replica_roots()
+    wait_for(lambda: len(replica_roots(APP)) == 2 and all(map(healthy, replica_roots(APP))), what="both replicas up")
+    yield replica_roots(APP)
     serve.delete(APP)
-
-
-def _replica_roots() -> list[str]:
-    first = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
-    end = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])
-    roots = []
-    for port in range(first, end + 1):
-        try:
-            routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=2).json()
-        except (httpx.TransportError, ValueError):
-            continue
-        roots += [f"http://127.0.0.1:{port}{prefix.rstrip('/')}" for prefix, app in routes.items() if app == APP]
-    return roots
-
-
-def _healthy(root: str) -> bool:
-    try:
-        return httpx.get(f"{root}/health", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def _clients(roots: list[str]) -> list[OpenAI]:
@@ -152,7 +132,7 @@ def test_a_thread_whose_replica_died_goes_on_on_the_replica_serve_starts_in_its_
     after = patient.responses.create(model="sim", input="[[history]]", previous_response_id=one.id)
     assert after.output_text == "[[say before]] | [[history]]"
     assert _pids_by_rank()[owner] != pids[owner], "a new process has the dead one's rank"
-    wait_for(lambda: len(_replica_roots()) == 2 and all(map(_healthy, _replica_roots())), what="both replicas serving")
+    wait_for(lambda: len(replica_roots(APP)) == 2 and all(map(healthy, replica_roots(APP))), what="both replicas serving")
 
 
 def _pids_by_rank() -> dict[int, int]:
