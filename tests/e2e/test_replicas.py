@@ -93,6 +93,26 @@ def test_a_streamed_turn_sent_to_the_other_replica_arrives_whole_and_in_order(ro
         assert deltas == events[-1].response.output_text and len(deltas.split()) == 40
 
 
+def test_a_client_that_leaves_a_handed_off_stream_cancels_its_turn_on_the_owner(roots):
+    """A 20 s turn streamed through the replica that does not host the conversation, left after
+    its first delta: the owner's turn is cancelled (the next turn, which waits for it, completes
+    in seconds), and it stored nothing."""
+    owner, other = _clients(roots)
+    conversation = owner.conversations.create()  # hosted by the replica that made it
+    body = {"model": "sim", "input": "[[latency itl=100]] [[tokens 200]]", "stream": True,
+            "conversation": conversation.id}  # fmt: skip
+    with httpx.stream("POST", f"{roots[1]}/v1/responses", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("event: response.output_text.delta"):
+                break  # the turn runs on the owner; leaving the block closes the connection
+    quick = OpenAI(base_url=other.base_url, api_key="unused", max_retries=0, timeout=15)
+    follow = quick.responses.create(model="sim", input="[[say next]]", conversation=conversation.id)
+    assert follow.output_text == "next"
+    items = owner.conversations.items.list(conversation.id, order="asc").data
+    assert [item.content[0].text for item in items] == ["[[say next]]", "next"]
+
+
 def test_a_conversation_whose_turns_alternate_replicas(roots):
     clients = _clients(roots)
     conversation = clients[0].conversations.create()
