@@ -112,8 +112,17 @@ def _serve(lab: ServeLab, sim_url: str, replicas: int) -> list[str]:
     return roots
 
 
+def _cores(after: dict[int, tuple[str, float]], before: dict[int, tuple[str, float]], wall: float) -> dict[str, float]:
+    """The server tree's CPU use over ``wall`` seconds (cores), by process role, busiest first."""
+    roles: dict[str, float] = {}
+    for pid, (role, cpu) in after.items():
+        roles[role] = roles.get(role, 0.0) + cpu - before.get(pid, (role, 0.0))[1]
+    return {role: round(cpu / wall, 2) for role, cpu in sorted(roles.items(), key=lambda kv: -kv[1]) if cpu / wall >= 0.01}
+
+
 def measure(lab: ServeLab, sim_url: str, rounds: int, chains: int) -> dict[str, Any]:
     found: dict[str, Any] = {}
+    sim = lab.targets["sim"].proc
     for replicas in (1, 2):
         log(f"troupe serve with {replicas} replica(s)")
         roots = _serve(lab, sim_url, replicas)
@@ -121,9 +130,14 @@ def measure(lab: ServeLab, sim_url: str, rounds: int, chains: int) -> dict[str, 
         per_load: dict[str, list[dict[str, Any]]] = {name: [] for name in LOADS}
         for r in range(rounds):
             for name, (body, concurrency, requests) in LOADS.items():
-                cpu0 = tree.cpu_s()  # type: ignore[union-attr]
+                cpu0, roles0 = tree.cpu_s(), tree.cpu_by_process()  # type: ignore[union-attr]
+                sim0, client0, started = sim.cpu_s(), time.process_time(), time.perf_counter()  # type: ignore[union-attr]
                 row = asyncio.run(_split_load(roots, body, concurrency, requests))
+                wall = time.perf_counter() - started
                 row["server_cpu_ms_per_response"] = round((tree.cpu_s() - cpu0) * 1000 / max(row["ok"], 1), 2)  # type: ignore[union-attr]
+                row["cores"] = _cores(tree.cpu_by_process(), roles0, wall)  # type: ignore[union-attr]
+                row["cores"]["sim server"] = round((sim.cpu_s() - sim0) / wall, 2)  # type: ignore[union-attr]
+                row["cores"]["load generator"] = round((time.process_time() - client0) / wall, 2)
                 per_load[name].append(row)
                 log(f"  round {r + 1} {name}: {row}")
         found[str(replicas)] = {"loads": per_load}
@@ -155,6 +169,13 @@ def render(doc: dict[str, Any]) -> str:
             if a is None or b is None:
                 continue
             lines.append(f"| {name} | {what} | {a} | {b} | {b / a:.2f}× |")
+    lines += ["", "Where the CPU went (cores, the median round's; the machine has 2):", "",
+              "| load | replicas | process | cores |", "|---|---|---|---|"]  # fmt: skip
+    for name in LOADS:
+        for replicas, loads in (("1", one), ("2", two)):
+            rows = sorted(loads[name], key=lambda row: row["throughput_rps"])
+            for process, cores in rows[len(rows) // 2].get("cores", {}).items():
+                lines.append(f"| {name} | {replicas} | {process} | {cores} |")
     hand = doc["result"]["2"]["handoff_ms"]
     lines += [
         "", f"Hand-off (2 replicas, a chain's second turn, non-streamed, p50 of {doc['params']['chains']}): sent to the "
