@@ -81,6 +81,7 @@ from troupe.runtime.agents import AgentService
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import new_conversation
 from troupe.runtime.environments import EnvironmentService
+from troupe.runtime.hosting import Placement
 from troupe.runtime.store_client import StoreClient
 from troupe.runtime.subagents import SubagentCalls
 from troupe.runtime.vaults import VaultService
@@ -107,6 +108,7 @@ class Responses(Protocol):
     containers: ContainerService
     environments: EnvironmentService
     vaults: VaultService
+    placement: Placement
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> dict[str, Any]: ...
     async def background(self, tenant: str, request: CreateResponseRequest, *, trace: Any = None,
@@ -172,10 +174,12 @@ class SessionService:
         await self.runtime.vaults.check_vault_ids(tenant, vault_ids)
         await self.runtime.vaults.check_tools(tenant, vault_ids, agent_response_tools(agent), chosen_credentials(agent))
         environment, container_id, owned = await self._environment(tenant, parsed["environment"])
+        # Its conversation is one this replica hosts (several replicas): its turns started here
+        # stay here. A parent's subagents (new_subagents) keep random ids, spread over the replicas.
         session, conversation = _new_session_rows(new_session_id(), agent, environment, {
             "metadata": parsed["metadata"], "container_id": container_id, "owns_environment": owned,
             "vault_ids": vault_ids,
-        })  # fmt: skip
+        }, conversation_id=self.runtime.placement.new_thread_id("conv"))  # fmt: skip
         return (await self.store.create_sessions(tenant, [session], [conversation]))[0]
 
     async def _environment(self, tenant: str, given: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
@@ -888,10 +892,12 @@ def _results(calls: list[dict[str, Any]], outputs: list[str]) -> dict[str, dict[
 
 
 def _new_session_rows(
-    session_id: str, agent: dict[str, Any], environment: dict[str, Any], fields: dict[str, Any]
+    session_id: str, agent: dict[str, Any], environment: dict[str, Any], fields: dict[str, Any], *,
+    conversation_id: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A new session's stored object (``fields``: the rest of it) and its new conversation."""
-    conversation = new_conversation({"agent_session_id": session_id})
+    """A new session's stored object (``fields``: the rest of it) and its new conversation
+    (``conversation_id``, else a new id)."""
+    conversation = new_conversation({"agent_session_id": session_id}, conversation_id)
     now = time.time()
     return {"id": session_id, "created_at": now, "last_active_at": now, "conversation_id": conversation["id"],
             "agent": agent, "environment": environment, **fields}, conversation  # fmt: skip
