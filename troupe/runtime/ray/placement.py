@@ -142,13 +142,10 @@ class ReplicaPlacement(LocalPlacement):
                 store.drain_peers_first(self.peers.drain)
 
     async def host_for(self, thread_id: str) -> HostClient:
-        owner = self._owner(thread_id)
-        if owner is None:
-            return self.host
-        peer = await self.peers.get(owner)
-        if peer is None:
-            raise HostUnavailable(f"The replica hosting this conversation (rank {owner}) is restarting; retry the request.")
-        return RayHostClient(PeerReplica(peer))
+        host = await self.running_host(thread_id)
+        if host is None:
+            raise HostUnavailable("The replica hosting this conversation is restarting; retry the request.")
+        return host
 
     async def running_host(self, thread_id: str) -> HostClient | None:
         owner = self._owner(thread_id)
