@@ -6,7 +6,9 @@ nothing was sent for a while, and closes the runtime's iterator (which cancels t
 the client goes away. The routes that stream build it: ``POST /v1/responses`` with
 ``"stream": true``, and ``GET /v1/responses/{id}?stream=true``.
 
-It is on the streaming hot path: one write per batch, no task per write.
+It is on the streaming hot path: one write per batch, and nothing per write but two attribute
+stores: the keepalive and the stall guard are one timer per stream (:class:`_Watch`), not a
+lock and a timeout around every write.
 
 Example::
 
@@ -66,70 +68,15 @@ class EventStreamResponse(StreamingResponse):
         yield SSE_DONE
 
     async def _send_all(self, send: Send) -> None:
-        send = self._stall_guard(send)
-        beat: asyncio.Task[None] | None = None
-        if self._keepalive_s:
-            send, beat = self._with_keepalive(send, self._keepalive_s)
+        watch = _Watch(send, stall_timeout_s=self._stall_timeout_s, keepalive_s=self._keepalive_s)
         try:
-            await self.stream_response(send)
+            async with asyncio.timeout(None) as deadline:  # one per stream; the watch moves it when a write stalls
+                watch.start(deadline)
+                await self.stream_response(watch.send)
         except (OSError, TimeoutError):  # the client went away (ASGI 2.4 servers raise) or stopped reading
             pass
         finally:
-            if beat is not None:
-                beat.cancel()
-
-    @staticmethod
-    def _with_keepalive(send: Send, interval_s: float) -> tuple[Send, asyncio.Task[None]]:
-        """``send``, and a task that sends ``: keepalive`` whenever nothing was sent for ``interval_s``.
-
-        The two take turns through a lock, so a keepalive never lands inside a frame. The
-        first one waits for the response's start; after the last body message the task is
-        cancelled (a keepalive due meanwhile sees the last send and stays quiet).
-        """
-        loop = asyncio.get_running_loop()
-        lock = asyncio.Lock()
-        started = asyncio.Event()
-        last = loop.time()
-
-        async def locked(message: Message) -> None:
-            nonlocal last
-            async with lock:
-                await send(message)
-                last = loop.time()
-            started.set()
-
-        async def beat() -> None:
-            nonlocal last
-            await started.wait()
-            while True:
-                await asyncio.sleep(last + interval_s - loop.time())
-                async with lock:
-                    if loop.time() - last < interval_s:
-                        continue  # an event went out meanwhile
-                    try:
-                        await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
-                    except (OSError, TimeoutError):
-                        return  # the stream's own next send meets the same end
-                    last = loop.time()
-
-        return locked, asyncio.ensure_future(beat())
-
-    def _stall_guard(self, send: Send) -> Send:
-        """``send``, failing with ``TimeoutError`` when one write waits longer than the stall timeout.
-
-        The server's write waits while the client's socket buffer is full, so a client that
-        stops reading holds its turn (and the events piling up for it) only this long.
-        """
-        if self._stall_timeout_s is None:
-            return send
-        timeout = self._stall_timeout_s
-
-        async def guarded(message: Message) -> None:
-            # asyncio.timeout, not wait_for: no task per write on the streaming hot path.
-            async with asyncio.timeout(timeout):
-                await send(message)
-
-        return guarded
+            watch.stop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         streamer = asyncio.ensure_future(self._send_all(send))
@@ -153,3 +100,84 @@ class EventStreamResponse(StreamingResponse):
                 await iterator.aclose()
         if self._on_close is not None:
             self._on_close()
+
+
+class _Watch:
+    """A stream's keepalive and stall guard: one timer that looks at the writes, not a layer around each.
+
+    :meth:`send` notes when a write begins and ends, and writes nothing else. The timer, due at
+    the next moment either rule can fire, then checks:
+
+    * **stall**: a write still under way ``stall_timeout_s`` after it began (the client stopped
+      reading, its socket buffer is full) moves the stream's deadline to now, which cancels the
+      stream with ``TimeoutError``;
+    * **keepalive**: nothing written for ``keepalive_s`` (and no write under way) writes
+      ``: keepalive`` from a task of its own; a frame that comes meanwhile waits for it, so the
+      two never interleave. Nothing is sent before the response's start.
+    """
+
+    __slots__ = ("_send", "_stall_s", "_keepalive_s", "_loop", "_deadline", "_timer", "_beat", "_writing_since", "_last")
+
+    def __init__(self, send: Send, *, stall_timeout_s: float | None, keepalive_s: float | None) -> None:
+        self._send = send
+        self._stall_s = stall_timeout_s
+        self._keepalive_s = keepalive_s or None
+        self._loop = asyncio.get_running_loop()
+        self._deadline: asyncio.Timeout | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._beat: asyncio.Task[None] | None = None  # a keepalive being written
+        self._writing_since: float | None = None  # when the write under way began
+        self._last: float | None = None  # when the last write began; None before the first
+
+    def start(self, deadline: asyncio.Timeout) -> None:
+        """Watch the writes, cancelling through ``deadline`` (the stream's, entered) on a stall."""
+        self._deadline = deadline
+        if self._stall_s is not None or self._keepalive_s is not None:
+            self._timer = self._loop.call_at(self._loop.time() + min(self._periods()), self._check)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._beat is not None:
+            self._beat.cancel()
+
+    async def send(self, message: Message) -> None:
+        while self._beat is not None:  # a keepalive is on its way out: the frame goes after it
+            await self._beat
+        self._writing_since = self._last = self._loop.time()
+        try:
+            await self._send(message)
+        finally:
+            self._writing_since = None
+
+    def _periods(self) -> list[float]:
+        return [s for s in (self._stall_s, self._keepalive_s) if s is not None]
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since, stall, keepalive = self._writing_since, self._stall_s, self._keepalive_s
+        if since is not None:  # a write is under way
+            if stall is not None and now - since >= stall:
+                assert self._deadline is not None
+                self._deadline.reschedule(now)  # the stream ends with TimeoutError
+                self._timer = None
+                return
+            due = since + stall if stall is not None else now + min(self._periods())
+        elif keepalive is not None and self._last is not None and now - self._last >= keepalive:
+            self._beat = asyncio.ensure_future(self._keepalive())
+            due = now + keepalive
+        else:
+            due = now + min(self._periods())
+            if keepalive is not None and self._last is not None:
+                due = min(due, self._last + keepalive)
+        self._timer = self._loop.call_at(due, self._check)
+
+    async def _keepalive(self) -> None:
+        self._writing_since = self._last = self._loop.time()
+        try:
+            await self._send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
+        except (OSError, TimeoutError):
+            pass  # the stream's own next write meets the same end
+        finally:
+            self._writing_since = None
+            self._beat = None
