@@ -16,6 +16,7 @@ import pytest
 
 from troupe.protocol.agents import agent_object, parse_agent_create, parse_agent_update
 from troupe.protocol.environments import environment_object, parse_template_body, template_object
+from troupe.protocol.ids import RESPONSE, new_id
 from troupe.storage import (
     DuckDBStore,
     EvalResultRecord,
@@ -23,6 +24,7 @@ from troupe.storage import (
     GroupCommitWriter,
     Page,
     PromptConflict,
+    ResponseFilter,
     ResponseRecord,
     RunRecord,
     RunStep,
@@ -154,6 +156,20 @@ def test_write_and_get_response(store: Store) -> None:
     assert store.get_response("acme", "resp_missing") is None
     assert store.get_thread_id("acme", "resp_missing") is None
     store.write_responses([])  # an empty batch is a no-op
+
+
+def test_responses_are_listed_in_creation_order_not_the_order_they_were_stored(store: Store) -> None:
+    """Made in one second, stored the other way round (two ingress replicas, each shipping its
+    own journal): the list is in creation order, as the ids sort, both ways and across pages."""
+    made = [new_id(RESPONSE) for _ in range(4)]
+    for rid in reversed(made):
+        store.write_responses([make_record(rid)])
+    assert [r["id"] for r in store.list_responses("acme").data] == made[::-1]
+    assert [r["id"] for r in store.list_responses("acme", order="asc").data] == made
+    page = store.list_responses("acme", order="asc", limit=2, after=made[0])
+    assert [r["id"] for r in page.data] == made[1:3] and page.has_more
+    assert [s.id for s in store.find_responses(ResponseFilter(tenant="acme")).data] == made[::-1]  # the console's
+    assert [s.id for s in store.find_responses(ResponseFilter(tenant="acme"), after=made[2]).data] == made[1::-1]
 
 
 def test_tenants_are_isolated(store: Store) -> None:

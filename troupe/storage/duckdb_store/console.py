@@ -43,18 +43,19 @@ class ConsoleReads(Connection, Console):
         if after is not None:
             # The cursor's position among the filter's tenant(s); ids are unique in practice, so
             # across tenants the first found is the one.
-            sql, cursor = "SELECT created_at, seq FROM responses WHERE id = ?", [after]
+            sql, cursor = "SELECT created_at, id FROM responses WHERE id = ?", [after]
             if where.tenant is not None:
                 sql, cursor = sql + " AND tenant = ?", [after, where.tenant]
             anchor = self._fetchone(sql + " LIMIT 1", cursor)
             if anchor is None:
                 return ResponseList(data=[], has_more=False)
-            conditions.append("(created_at, seq) < (?, ?)")
+            conditions.append("(created_at, id) < (?, ?)")
             params.extend(anchor)
         sql = f"SELECT {_SUMMARY_COLUMNS} FROM responses"
         if conditions:
             sql += " WHERE " + " AND ".join(conditions)
-        rows = self._fetchall(sql + " ORDER BY created_at DESC, seq DESC LIMIT ?", [*params, limit + 1])
+        # Creation order, as list_responses (ResponseTables) gives it.
+        rows = self._fetchall(sql + " ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit + 1])
         data = [ResponseSummary(**dict(zip(_SUMMARY_FIELDS, row, strict=True))) for row in rows[:limit]]
         return ResponseList(data=data, has_more=len(rows) > limit)
 
@@ -83,7 +84,7 @@ class ConsoleReads(Connection, Console):
         """See :meth:`Console.thread_turns`. Two reads: the thread's rows, then their items."""
         rows = self._fetchall(
             f"SELECT {_SUMMARY_COLUMNS} FROM responses WHERE tenant = ? AND thread_id = ?"
-            " ORDER BY created_at, seq LIMIT ?",
+            " ORDER BY created_at, id LIMIT ?",
             [tenant, thread_id, limit],
         )
         summaries = [ResponseSummary(**dict(zip(_SUMMARY_FIELDS, row, strict=True))) for row in rows]

@@ -134,15 +134,18 @@ class ResponseTables(Connection, Responses):
         anchor = None
         if after is not None:
             # The cursor need not match the model filter: it only marks a position.
-            row = self._fetchone("SELECT created_at, seq FROM responses WHERE tenant = ? AND id = ?", [tenant, after])
+            row = self._fetchone("SELECT created_at, id FROM responses WHERE tenant = ? AND id = ?", [tenant, after])
             if row is None:
                 return Page(data=[], has_more=False)
             anchor = row
         where, params = "tenant = ?", [tenant]
         if model is not None:
             where, params = where + " AND model = ?", [*params, model]
-        # seq breaks ties between equal created_at (whole seconds on the wire).
-        keys = ("created_at", "seq")
+        # The id breaks ties between equal created_at (whole seconds on the wire): ids sort in
+        # creation order (troupe.protocol.ids), to the millisecond across processes. Not seq, the
+        # order rows reached the store: with several ingress replicas each ships its own journal,
+        # so a response made later on one may arrive before one made earlier on another.
+        keys = ("created_at", "id")
         return self._paged("responses", where, params, keys, anchor, limit, order, "response, response_parts")
 
     def list_input_items(
