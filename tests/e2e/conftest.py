@@ -1,11 +1,16 @@
 """The real thing: Troupe as a Ray Serve application on a loopback port, for each placement.
 
-Both placements are deployed side by side in the shared Ray session, each as its
+Every placement is deployed side by side in the shared Ray session, each as its
 own Serve application under its own route prefix, with its own Ray namespace
 and DuckDB file. The session runs Serve with direct ingress, as ``troupe serve``
 does: tests get the root URL of each app's own replica server and drive it with
 real clients. Serve's proxy (``serve_port``) reaches the same apps, for the tests
 of that path.
+
+``replicas2`` is the replica placement with two ingress replicas, each serving on its own
+port, behind a round-robin balancer (:class:`tests.balancer.RoundRobin`) that reads no body:
+consecutive requests, the turns of one conversation among them, land on the two replicas in
+turn, so each replica serves threads it hosts and hands the others' turns to their owner.
 """
 
 from __future__ import annotations
@@ -18,21 +23,27 @@ from collections.abc import Iterator
 import pytest
 from openai import OpenAI
 
+from tests.balancer import RoundRobin
 from tests.mcp_servers import REPO_ROOT
-from tests.servers import direct_ingress_root, healthy, served_local, wait_for
+from tests.servers import direct_ingress_root, healthy, replica_roots, serve_app, served_local, wait_for
 from tests.side_effects import COUNTED_TOOLS
 from troupe.runtime.settings import McpServerSpec, McpSettings, RuntimeSettings
 from troupe.serve.config import ServerSettings
 
 PLACEMENTS = ("replica", "pooled", "dedicated")
+REPLICAS2 = "replicas2"
+"""The app of two ingress replicas (the replica placement), reached through a round-robin balancer."""
 # The HTTP suite (the `url` and `client` fixtures), the Agents SDK and the part suites (MCP, the
-# bench CLI) run in process, in the ingress replica and on pooled host actors. Dedicated hosts are
-# the pooled ones' class (ConversationHost) behind other routing, and start a process per
-# conversation (seconds each on 2 cores): the tests of what that routing does differently (a
-# running response found by its conversation's actor for cancel and follow, a host's death,
-# idle exit) run on it too, marked `every_placement` (the `url` fixture) or parametrized over
-# PLACEMENTS; tests/integration/test_runtime_ray.py runs its suite on it.
-PART_PLACEMENTS = ("replica", "pooled")
+# bench CLI) run in process, in two ingress replicas behind a balancer (which runs every turn
+# either in the replica that received it or, handed over, in the other: the one-replica path and
+# the hand-off) and on pooled host actors. Dedicated hosts are the pooled ones' class
+# (ConversationHost) behind other routing, and start a process per conversation (seconds each on
+# 2 cores): the tests of what that routing does differently (a running response found by its
+# conversation's actor for cancel and follow, a host's death, idle exit) run on it too, marked
+# `every_placement` (the `url` fixture) or parametrized over PLACEMENTS;
+# tests/integration/test_runtime_ray.py runs its suite on it. One ingress replica alone serves
+# the `root` fixture's suites and those parametrized over PLACEMENTS.
+PART_PLACEMENTS = (REPLICAS2, "pooled")
 
 # The stdio MCP test server, runnable from any working directory (a Ray worker's may differ).
 STDIO_MCP = (
@@ -60,13 +71,14 @@ def serve_port(ray_session) -> Iterator[int]:
 
 @pytest.fixture(scope="session")
 def troupe_app_settings(tmp_path_factory) -> dict[str, RuntimeSettings]:
-    """The runtime settings of each placement's app (its Ray namespace, its DuckDB file), by placement."""
+    """The runtime settings of each app (its Ray namespace, its DuckDB file), by placement (and REPLICAS2)."""
     return {
-        placement: RuntimeSettings(
-            placement=placement,
+        app: RuntimeSettings(
+            placement="replica" if app == REPLICAS2 else app,
+            ingress_replicas=2 if app == REPLICAS2 else 1,
             pool_size=2,
-            namespace=f"e2e-{placement}-{uuid.uuid4().hex[:6]}",
-            storage_path=str(tmp_path_factory.mktemp(placement) / "troupe.duckdb"),
+            namespace=f"e2e-{app}-{uuid.uuid4().hex[:6]}",
+            storage_path=str(tmp_path_factory.mktemp(app) / "troupe.duckdb"),
             tools=COUNTED_TOOLS,  # the example tools, and tools that count their runs (crash tests)
             # The MCP test servers run on loopback, which the default policy refuses.
             mcp=McpSettings(
@@ -75,24 +87,40 @@ def troupe_app_settings(tmp_path_factory) -> dict[str, RuntimeSettings]:
                 servers=(McpServerSpec(label="stdio-calc", command=STDIO_MCP, require_approval="never"),),
             ),
         )
-        for placement in PLACEMENTS
+        for app in (*PLACEMENTS, REPLICAS2)
     }
 
 
 @pytest.fixture(scope="session")
-def troupe_apps(serve_port, troupe_app_settings) -> dict[str, str]:
-    """Deploy one Troupe app per placement; their root URLs (``…/v1`` is the API) by placement."""
+def balancer() -> RoundRobin:
+    """REPLICAS2's balancer: its ``roots`` are the replicas' (a test that replaces one updates them)."""
+    return RoundRobin([])
+
+
+@pytest.fixture(scope="session")
+def troupe_apps(serve_port, troupe_app_settings, balancer) -> Iterator[dict[str, str]]:
+    """Deploy one Troupe app per placement and REPLICAS2; their root URLs (``…/v1`` is the API)
+    by placement. REPLICAS2's is its balancer's; :func:`tests.servers.replica_roots` finds its
+    replicas' own."""
     from ray import serve
 
     from troupe.serve.deployment import build_app
 
     urls = {}
-    for placement, settings in troupe_app_settings.items():
-        serve.run(build_app(ServerSettings(port=serve_port), settings), name=placement, route_prefix=f"/{placement}")
-        root = direct_ingress_root(placement)
+    for app, settings in troupe_app_settings.items():
+        replicas = settings.ingress_replicas
+        serve.run(build_app(ServerSettings(port=serve_port, num_replicas=replicas), settings), name=app, route_prefix=f"/{app}")
+        if app == REPLICAS2:
+            wait_for(lambda: len(replica_roots(REPLICAS2)) == 2 and all(map(healthy, replica_roots(REPLICAS2))),
+                     what=f"the 2 replicas of {REPLICAS2}")  # fmt: skip
+            continue
+        root = direct_ingress_root(app)
         wait_for(lambda root=root: healthy(root), what=f"{root}/health")
-        urls[placement] = root
-    return urls
+        urls[app] = root
+    balancer.roots = replica_roots(REPLICAS2)
+    with serve_app(balancer) as url:
+        urls[REPLICAS2] = url
+        yield urls
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +134,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ``every_placement`` on the dedicated placement too."""
     if "url" in metafunc.fixturenames:
         every = metafunc.definition.get_closest_marker("every_placement") is not None
-        metafunc.parametrize("url", ["local", *(PLACEMENTS if every else PART_PLACEMENTS)], indirect=True)
+        metafunc.parametrize("url", ["local", *PART_PLACEMENTS, *(["dedicated"] if every else [])], indirect=True)
 
 
 @pytest.fixture(params=["local", "replica"])

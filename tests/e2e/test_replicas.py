@@ -1,8 +1,8 @@
 """Two ingress replicas with the replica placement: each thread is hosted by the replica its id
 hashes to, and a turn sent to the other replica's port is handed to that one.
 
-One app of two replicas (each serving on its own port, as ``troupe serve`` runs them with
-``num_replicas = 2``): the tests send the turns of each chain and conversation to both ports
+The session's app of two replicas (each serving on its own port, as ``troupe serve`` runs them
+with ``num_replicas = 2``; the other suites reach it through a balancer): the tests send the turns of each chain and conversation to both ports
 in turn, read them from both, and check from each replica's own metrics that every thread was
 cached by one replica only (the turns ran where the thread lives, not where they arrived).
 """
@@ -13,39 +13,25 @@ import contextlib
 import os
 import re
 import signal
-import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from openai import OpenAI
 
 from tests.servers import healthy, replica_roots, wait_for
-from tests.side_effects import COUNTED_TOOLS
 from troupe.protocol import thread_of_response
 from troupe.runtime.ray.replicas import owner_rank, this_rank
-from troupe.runtime.settings import RuntimeSettings
-from troupe.serve.config import ServerSettings
 
-APP = "replicas2"
+from .conftest import REPLICAS2
+
+APP = REPLICAS2
 
 
-@pytest.fixture(scope="module")
-def roots(serve_port, tmp_path_factory) -> Iterator[list[str]]:
-    """The root URLs of the app's two replicas, each on its own port."""
-    from ray import serve
-
-    from troupe.serve.deployment import build_app
-
-    settings = RuntimeSettings(
-        placement="replica", ingress_replicas=2, tools=COUNTED_TOOLS,
-        namespace=f"e2e-replicas-{uuid.uuid4().hex[:6]}",
-        storage_path=str(tmp_path_factory.mktemp("replicas") / "troupe.duckdb"),
-    )  # fmt: skip
-    serve.run(build_app(ServerSettings(port=serve_port, num_replicas=2), settings), name=APP, route_prefix=f"/{APP}")
-    wait_for(lambda: len(replica_roots(APP)) == 2 and all(map(healthy, replica_roots(APP))), what="both replicas up")
-    yield replica_roots(APP)
-    serve.delete(APP)
+@pytest.fixture
+def roots(troupe_apps) -> list[str]:
+    """The root URLs of the session's two-replica app's replicas, each on its own port (the
+    other suites reach them through a balancer; these tests choose the replica themselves)."""
+    return replica_roots(APP)
 
 
 def _clients(roots: list[str]) -> list[OpenAI]:
@@ -138,7 +124,7 @@ def test_each_thread_is_cached_by_one_replica_only(roots):
     assert sum(after) - sum(before) == 8
 
 
-def test_a_thread_whose_replica_died_goes_on_on_the_replica_serve_starts_in_its_place(roots):
+def test_a_thread_whose_replica_died_goes_on_on_the_replica_serve_starts_in_its_place(roots, balancer):
     """kill -9 of the replica a chain lives on: its next turn, sent to the other replica, waits
     for Serve to start another with the same rank, which rebuilds the chain from storage."""
     first, second = _clients(roots)
@@ -153,6 +139,7 @@ def test_a_thread_whose_replica_died_goes_on_on_the_replica_serve_starts_in_its_
     assert after.output_text == "[[say before]] | [[history]]"
     assert _pids_by_rank()[owner] != pids[owner], "a new process has the dead one's rank"
     wait_for(lambda: len(replica_roots(APP)) == 2 and all(map(healthy, replica_roots(APP))), what="both replicas serving")
+    balancer.roots = replica_roots(APP)  # the new one may serve on another port
 
 
 def _pids_by_rank() -> dict[int, int]:
