@@ -10,6 +10,7 @@ cached by one replica only (the turns ran where the thread lives, not where they
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -153,3 +154,36 @@ def _pids_by_rank() -> dict[int, int]:
         with contextlib.suppress(ray.exceptions.RayActorError):  # the dead one, not yet replaced
             answers.append(ray.get(replica.__ray_call__.remote(lambda _actor: (os.getpid(), this_rank())), timeout=30))
     return {rank: pid for pid, rank in answers if rank is not None}
+
+
+def test_every_answer_about_a_thread_names_its_replica_so_a_balancer_can_route_by_header(roots):
+    """``Troupe-Replica`` names the rank hosting the request's thread, on whichever replica
+    answered: a new chain's is the replica that made it; a turn handed over names the owner;
+    a stream's answer carries it too. Sending each next turn to the named replica's port keeps
+    the thread's turns there (its cache is the only one to grow)."""
+    by_rank = {}
+    for root in roots:
+        made = httpx.post(f"{root}/v1/responses", json={"model": "sim", "input": "[[say hi]]"}, timeout=30)
+        rank = int(made.headers["troupe-replica"])
+        assert rank == owner_rank(thread_of_response(made.json()["id"]), 2)
+        by_rank[rank] = root
+    assert sorted(by_rank) == [0, 1], "each replica makes chains it hosts itself"
+    first = httpx.post(f"{roots[0]}/v1/responses", json={"model": "sim", "input": "[[say a]]"}, timeout=30)
+    last = first.json()["id"]
+    for root in (roots[1], roots[0], roots[1]):  # every turn through either port names the same owner
+        body = {"model": "sim", "input": "[[history]]", "previous_response_id": last, "stream": True}
+        with httpx.stream("POST", f"{root}/v1/responses", json=body, timeout=30) as turn:
+            assert turn.headers["troupe-replica"] == first.headers["troupe-replica"]
+            lines = list(turn.iter_lines())
+        completed = lines[lines.index("event: response.completed") + 1]
+        last = json.loads(completed.removeprefix("data: "))["response"]["id"]
+    owner = by_rank[int(first.headers["troupe-replica"])]
+    before = [_cached_threads(root) for root in roots]
+    conversation = httpx.post(f"{owner}/v1/conversations", json={}, timeout=30)
+    named = by_rank[int(conversation.headers["troupe-replica"])]
+    for i in range(3):  # a client that follows the header: every turn on the hosting replica
+        turn = httpx.post(f"{named}/v1/responses", json={"model": "sim", "input": f"[[say {i}]]",
+                                                         "conversation": conversation.json()["id"]}, timeout=30)  # fmt: skip
+        assert turn.status_code == 200 and by_rank[int(turn.headers["troupe-replica"])] == named
+    grown = [after - b for after, b in zip([_cached_threads(root) for root in roots], before, strict=True)]
+    assert grown[roots.index(named)] == 1 and sum(grown) == 1

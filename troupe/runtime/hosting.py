@@ -8,6 +8,7 @@ calls need of one is here, so that they import no Ray to name it.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Protocol
 
 from troupe.protocol import ServerError
@@ -17,7 +18,19 @@ from troupe.runtime.host import HostClient
 if TYPE_CHECKING:
     from troupe.observe.metrics import Snapshot
 
-__all__ = ["Placement", "HostFailed", "HostUnavailable"]
+__all__ = ["Placement", "HostFailed", "HostUnavailable", "HOSTING_REPLICA", "note_hosting_replica"]
+
+HOSTING_REPLICA: ContextVar[list[int] | None] = ContextVar("troupe_hosting_replica", default=None)
+"""Per request, when several ingress replicas share the threads: a list the HTTP layer sets, in
+which the placement notes the rank of the replica hosting the thread the request is about (the
+last one noted wins). The HTTP answer names it in its ``Troupe-Replica`` header."""
+
+
+def note_hosting_replica(rank: int) -> None:
+    """Note ``rank`` as the replica hosting this request's thread (nothing outside a request)."""
+    noted = HOSTING_REPLICA.get()
+    if noted is not None:
+        noted[:] = [rank]
 
 
 class HostFailed(ServerError):

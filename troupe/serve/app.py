@@ -40,6 +40,7 @@ from .dependencies import AppContext, TroupeApp
 from .errors import error_response, install_error_handlers
 from .limits import Admission, AdmissionMiddleware, TenantLimits
 from .openapi import install_openapi
+from .replica_header import ReplicaHeaderMiddleware
 from .routes import ROUTERS
 from .stopping import Stopping, StoppingMiddleware
 
@@ -84,6 +85,8 @@ def create_app(get_runtime: Callable[[], Runtime], settings: ServerSettings) -> 
     stopping = Stopping()
     app.add_middleware(StoppingMiddleware, stopping=stopping, render=error_response)
     app.state.stopping = stopping
+    if settings.num_replicas > 1:  # which replica hosts the request's thread (replica_header.py)
+        app.add_middleware(ReplicaHeaderMiddleware)
     app.context = AppContext(
         get_runtime=get_runtime,
         settings=settings,

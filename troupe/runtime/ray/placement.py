@@ -28,7 +28,7 @@ from troupe.protocol import ProtocolError, new_id
 from troupe.protocol.job import TurnJob
 from troupe.runtime.container_runs import ContainerFleet, LocalFleet
 from troupe.runtime.host import ConversationHost, HostClient
-from troupe.runtime.hosting import HostFailed, HostUnavailable, Placement
+from troupe.runtime.hosting import HostFailed, HostUnavailable, Placement, note_hosting_replica
 from troupe.runtime.ray.actors import start_actor
 from troupe.runtime.ray.calls import ray_result
 from troupe.runtime.ray.idle import exit_when_idle
@@ -161,16 +161,22 @@ class ReplicaPlacement(LocalPlacement):
     def new_thread_id(self, prefix: str = "thread") -> str:
         # An id that hashes to this replica (one try in N on average): a client that keeps to
         # one replica's port keeps its chains' and conversations' turns on it.
+        here = this_rank()
+        if self.replicas == 1 or here is None:
+            return new_id(prefix)
         while True:
             thread = new_id(prefix)
-            if self._owner(thread) is None:
+            if owner_rank(thread, self.replicas) == here:
+                note_hosting_replica(here)
                 return thread
 
     def _owner(self, thread_id: str) -> int | None:
-        """The rank of the replica hosting ``thread_id``; None when it is this one."""
+        """The rank of the replica hosting ``thread_id``; None when it is this one. Noted for
+        the request's ``Troupe-Replica`` header (:func:`~troupe.runtime.hosting.note_hosting_replica`)."""
         if self.replicas == 1:
             return None
         owner = owner_rank(thread_id, self.replicas)
+        note_hosting_replica(owner)
         return None if owner == this_rank() else owner
 
 
