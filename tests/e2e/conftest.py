@@ -91,6 +91,10 @@ def troupe_app_settings(tmp_path_factory) -> dict[str, RuntimeSettings]:
     }
 
 
+_SHARED_ACTORS: list[object] = []
+"""Every app's shared actors' handles, held until the session's Ray goes (after Serve's shutdown)."""
+
+
 @pytest.fixture(scope="session")
 def balancer() -> RoundRobin:
     """REPLICAS2's balancer: its ``roots`` are the replicas' (a test that replaces one updates them)."""
@@ -104,8 +108,12 @@ def troupe_apps(serve_port, troupe_app_settings, balancer) -> Iterator[dict[str,
     replicas' own."""
     from ray import serve
 
+    from troupe.runtime.facade import start_shared_actors
     from troupe.serve.deployment import build_app
 
+    # As `troupe serve` does, this process starts the actors an app's replicas share (storage,
+    # tool runners, pooled hosts) and holds them: a replica a test kills takes none along.
+    _SHARED_ACTORS.extend(start_shared_actors(settings) for settings in troupe_app_settings.values())
     # All at once: Serve starts their replicas side by side (one after the other took a minute).
     serve.run_many([
         serve.RunTarget(build_app(ServerSettings(port=serve_port, num_replicas=settings.ingress_replicas), settings),
