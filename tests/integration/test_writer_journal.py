@@ -69,6 +69,33 @@ class Writer:
         return self.client.name, os.getpid()
 
 
+async def test_a_replica_without_a_journal_reads_what_a_peer_journaled_before_it_was_shipped(tmp_path):
+    """Two ingress replicas on two nodes: the one on the storage actor's node journals, the
+    other has no journal (a plain client). The plain one's reads first have its peers ship
+    their journals (``drain_peers_first``), so it sees a response the moment the journaling
+    one acknowledged it; calls apart from responses do not wait for them."""
+    settings = _settings(tmp_path)
+    journaling = await _journaling_client(settings)
+    plain = RayStoreClient(journaling.handle)
+    drains = []
+
+    async def drain_peer() -> None:
+        drains.append(1)
+        await journaling.drain_journal()
+
+    plain.drain_peers_first(drain_peer)
+    try:
+        await journaling.write_response(make_record("resp_peer"))  # held in the journal (LINGER)
+        stored = await plain.get_response("acme", "resp_peer")
+        assert stored is not None and stored["id"] == "resp_peer"
+        assert [r["id"] for r in (await plain.list_responses("acme")).data] == ["resp_peer"]
+        assert len(drains) == 2
+        await plain.list_agents("acme")  # the agents area reads no response: no drain
+        assert len(drains) == 2
+    finally:
+        await journaling.close()
+
+
 async def test_a_writer_reads_its_own_writes_before_they_were_shipped(tmp_path):
     settings = _settings(tmp_path)
     client = await _journaling_client(settings)

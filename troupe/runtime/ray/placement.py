@@ -127,7 +127,7 @@ class ReplicaPlacement(LocalPlacement):
 
     def __init__(self, settings: RuntimeSettings, store: StoreClient) -> None:
         from troupe.runtime.ray.containers import RayFleet
-        from troupe.runtime.ray.storage_actor import JournalingStoreClient
+        from troupe.runtime.ray.storage_actor import RayStoreClient
 
         executors, mcp_client = ray_tools(settings)
         self.fleet: ContainerFleet = RayFleet(settings)
@@ -138,7 +138,7 @@ class ReplicaPlacement(LocalPlacement):
         self.peers = Peers(self.replicas)
         if self.replicas > 1:
             serve_this_process(self.host)
-            if isinstance(store, JournalingStoreClient):  # what another replica journaled is read here too
+            if isinstance(store, RayStoreClient):  # what another replica journaled is read here too
                 store.drain_peers_first(self.peers.drain)
 
     async def host_for(self, thread_id: str) -> HostClient:

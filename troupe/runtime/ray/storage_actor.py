@@ -187,6 +187,7 @@ class RayStoreClient(Forwarding):
 
     def __init__(self, handle: ray.actor.ActorHandle) -> None:
         self.handle = handle
+        self._drain_peers: Callable[[], Awaitable[None]] | None = None
 
     async def _call(self, method: Any, *args: Any) -> Any:
         """``method`` of the actor (``self.handle.<name>``), called with these arguments.
@@ -214,7 +215,22 @@ class RayStoreClient(Forwarding):
     async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         if method not in ROUTES:
             raise NotAStoreMethod(method)
+        if method not in APART_FROM_RESPONSES:  # it may read what some writer acknowledged
+            await self._reads_ready()
         return await self._call(self.handle.call, method, args, kwargs)
+
+    def drain_peers_first(self, drain: Callable[[], Awaitable[None]]) -> None:
+        """With several ingress replicas: ``drain`` ships the other replicas' journals, and every
+        store call that may read responses waits for it first, so that it sees every response
+        any replica acknowledged (:meth:`troupe.runtime.ray.replicas.Peers.drain`). A replica
+        whose storage actor is on another node has no journal of its own, and needs this all
+        the same: the others' journals are theirs."""
+        self._drain_peers = drain
+
+    async def _reads_ready(self) -> None:
+        """Return once what other writers acknowledged is in the storage actor."""
+        if self._drain_peers is not None:
+            await self._drain_peers()
 
     async def write_response(self, record: ResponseRecord) -> None:
         """Store a finished response. When the actor was restarting (a call that reached its old
@@ -247,10 +263,9 @@ class RayStoreClient(Forwarding):
         await self._call(self.handle.checkpoint_steps, list(steps), start)
 
     async def metrics_snapshot(self) -> dict[str, Any] | None:
-        return await RayStoreClient._call(self, self.handle.metrics_snapshot)
+        return await self._call(self.handle.metrics_snapshot)
 
     async def flush(self) -> None:
-        # A JournalingStoreClient's _call ships its own journal to the actor first.
         await self._call(self.handle.flush)
 
     async def close(self) -> None:
@@ -292,8 +307,9 @@ class _ActorJournalStore:
 
 class JournalingStoreClient(RayStoreClient):
     """A :class:`RayStoreClient` whose ``write_response`` is durable in a writer journal of this
-    process (see the module docstring); every other call first waits for what was journaled
-    before it to reach the actor. Only for the one process that reads what it writes.
+    process (see the module docstring); every call that may read responses first waits for
+    what was journaled before it to reach the actor. Only for the one process that reads what
+    it writes.
 
     Args:
         handle: the storage actor.
@@ -311,7 +327,6 @@ class JournalingStoreClient(RayStoreClient):
         on_commit: Callable[[str, int, float], None] | None = None,
     ) -> None:
         super().__init__(handle)
-        self._drain_peers: Callable[[], Awaitable[None]] | None = None
         self.name = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._target = _ActorJournalStore(handle)
         stages = {"journal": "journal", "apply": "ship"}  # its batches go on to the actor
@@ -335,43 +350,27 @@ class JournalingStoreClient(RayStoreClient):
             on_commit = commit_recorder(process_registry())
         return cls(handle, home[1], on_commit=on_commit)
 
-    def drain_peers_first(self, drain: Callable[[], Awaitable[None]]) -> None:
-        """With several replicas journaling: ``drain`` ships the other replicas' journals, and
-        every call that waits for this journal waits for theirs too, so that it sees every
-        response any replica acknowledged (:meth:`troupe.runtime.ray.replicas.Peers.drain`)."""
-        self._drain_peers = drain
-
     async def drain_journal(self) -> None:
         """Return once what this client journaled so far is in the storage actor."""
         await self._writer.drain()
 
-    async def _call(self, method: Any, *args: Any) -> Any:
+    async def _reads_ready(self) -> None:
+        # This client's own journal, and the other replicas' when it has peers.
         if self._drain_peers is None:
             await self._writer.drain()
         else:
             await asyncio.gather(self._writer.drain(), self._drain_peers())
-        return await super()._call(method, *args)
 
     async def flush(self) -> None:
         # This replica's journal only: another replica's is flushed by its own stop.
         await self._writer.drain()
-        await RayStoreClient._call(self, self.handle.flush)
-
-    async def call(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
-        if method in APART_FROM_RESPONSES:  # it reads nothing this client journals: no wait for the journal
-            return await RayStoreClient._call(self, self.handle.call, method, args, kwargs)
-        return await super().call(method, args, kwargs)
+        await self._call(self.handle.flush)
 
     async def write_response(self, record: ResponseRecord) -> None:
         await self._writer.submit(record)
 
-    # A run's start and checkpoints need not wait for the journal: its own response follows them.
-
-    async def start_run(self, run: RunRecord) -> None:
-        await RayStoreClient._call(self, self.handle.start_run, run)
-
-    async def checkpoint_steps(self, steps: Sequence[RunStep], start: RunRecord | None = None) -> None:
-        await RayStoreClient._call(self, self.handle.checkpoint_steps, list(steps), start)
+    # A run's start and checkpoints (RayStoreClient's) need not wait for the journal: its own
+    # response follows them.
 
     async def close(self) -> None:
         """Ship what is journaled, then release the journal (the actor deletes it later).
