@@ -75,12 +75,18 @@ def frames_of(bodies: list[bytes]) -> list[bytes]:
     return [b for b in bodies if b and b != SSE_KEEPALIVE]
 
 
-async def test_a_silent_stream_sends_keepalives_between_whole_frames_and_done_last():
-    client, turn = Client(), Turn(2)
-    response = EventStreamResponse(turn.batches(), stall_timeout_s=30.0, keepalive_s=0.05)
+async def streaming(events: int, **options: Any) -> tuple[Client, Turn, asyncio.Future[None]]:
+    """An EventStreamResponse over a turn of ``events`` batches, being served, its first batch written."""
+    client, turn = Client(), Turn(events)
+    response = EventStreamResponse(turn.batches(), **options)
     serving = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
     turn.gates[0].set()
     await until(lambda: encode_sse(turn.event(0)) in client.bodies)
+    return client, turn, serving
+
+
+async def test_a_silent_stream_sends_keepalives_between_whole_frames_and_done_last():
+    client, turn, serving = await streaming(2, stall_timeout_s=30.0, keepalive_s=0.05)
     await until(lambda: client.bodies.count(SSE_KEEPALIVE) >= 3)  # the turn is silent meanwhile
     turn.gates[1].set()
     await asyncio.wait_for(serving, 10)
@@ -90,21 +96,16 @@ async def test_a_silent_stream_sends_keepalives_between_whole_frames_and_done_la
 
 
 async def test_a_stream_that_keeps_writing_sends_no_keepalive():
-    client, turn = Client(), Turn(30)
-    response = EventStreamResponse(turn.batches(), stall_timeout_s=30.0, keepalive_s=0.2)
-    serving = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
-    for gate in turn.gates:  # an event every 20 ms, 0.6 s in all: never 0.2 s of silence
-        gate.set()
+    client, turn, serving = await streaming(30, stall_timeout_s=30.0, keepalive_s=0.2)
+    for gate in turn.gates[1:]:  # an event every 20 ms, 0.6 s in all: never 0.2 s of silence
         await asyncio.sleep(0.02)
+        gate.set()
     await asyncio.wait_for(serving, 10)
     assert len(frames_of(client.bodies)) == 31 and SSE_KEEPALIVE not in client.bodies
 
 
 async def test_a_frame_made_while_a_keepalive_is_being_written_goes_out_after_it():
-    client, turn = Client(), Turn(2)
-    response = EventStreamResponse(turn.batches(), stall_timeout_s=30.0, keepalive_s=0.05)
-    serving = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
-    turn.gates[0].set()
+    client, turn, serving = await streaming(2, stall_timeout_s=30.0, keepalive_s=0.05)
     await until(lambda: SSE_KEEPALIVE in client.bodies)
     client.open.clear()  # the next keepalive's write blocks half-way
     await asyncio.sleep(0.2)  # long enough for a keepalive to be due, and started
@@ -119,12 +120,8 @@ async def test_a_frame_made_while_a_keepalive_is_being_written_goes_out_after_it
 
 
 async def test_a_client_that_stops_reading_is_dropped_after_the_stall_timeout_and_its_turn_closed():
-    client, turn = Client(), Turn(3)
-    closed = []
-    response = EventStreamResponse(turn.batches(), stall_timeout_s=0.3, keepalive_s=None, on_close=lambda: closed.append(1))
-    serving = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
-    turn.gates[0].set()
-    await until(lambda: encode_sse(turn.event(0)) in client.bodies)
+    closed: list[int] = []
+    client, turn, serving = await streaming(3, stall_timeout_s=0.3, keepalive_s=None, on_close=lambda: closed.append(1))
     client.open.clear()  # the client reads no more: the next write never ends
     turn.gates[1].set()
     await asyncio.wait_for(serving, 10)  # the stall guard ended it (not the turn, which waits for gate 2)
@@ -133,22 +130,14 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_stall_timeout_an
 
 
 async def test_a_stalled_keepalive_write_drops_the_client_too():
-    client, turn = Client(), Turn(2)
-    response = EventStreamResponse(turn.batches(), stall_timeout_s=0.3, keepalive_s=0.05)
-    serving = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
-    turn.gates[0].set()
-    await until(lambda: encode_sse(turn.event(0)) in client.bodies)
+    client, turn, serving = await streaming(2, stall_timeout_s=0.3, keepalive_s=0.05)
     client.open.clear()  # silent turn, and the keepalive's write never ends
     await asyncio.wait_for(serving, 10)
     assert turn.closed.is_set()
 
 
 async def test_a_client_that_leaves_closes_the_turn():
-    client, turn = Client(), Turn(2)
-    response = EventStreamResponse(turn.batches(), stall_timeout_s=30.0, keepalive_s=15.0)
-    serving = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
-    turn.gates[0].set()
-    await until(lambda: encode_sse(turn.event(0)) in client.bodies)
+    client, turn, serving = await streaming(2, stall_timeout_s=30.0, keepalive_s=15.0)
     client.gone.set()
     await asyncio.wait_for(serving, 10)
     assert turn.closed.is_set() and SSE_DONE not in client.bodies
