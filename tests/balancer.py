@@ -26,14 +26,12 @@ class RoundRobin:
     def __init__(self, roots: list[str]) -> None:
         self.roots = roots  # may be replaced (a replica restarted on another port)
         self._turn = itertools.count()
-        self.sent: list[str] = []  # the root each request went to, in order
         self._client: httpx.AsyncClient | None = None  # made in the server's loop, on first use
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         root = self.roots[next(self._turn) % len(self.roots)]
-        self.sent.append(root)
         body, more = b"", True
         while more:
             message = await receive()
@@ -77,7 +75,3 @@ class RoundRobin:
     async def _disconnected(receive: Any) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()

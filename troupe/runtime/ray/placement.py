@@ -161,8 +161,10 @@ class ReplicaPlacement(LocalPlacement):
     def new_thread_id(self, prefix: str = "thread") -> str:
         # An id that hashes to this replica (one try in N on average): a client that keeps to
         # one replica's port keeps its chains' and conversations' turns on it.
+        if self.replicas == 1:
+            return new_id(prefix)
         here = this_rank()
-        if self.replicas == 1 or here is None:
+        if here is None:
             return new_id(prefix)
         while True:
             thread = new_id(prefix)
