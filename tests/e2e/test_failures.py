@@ -157,10 +157,9 @@ def test_a_background_run_survives_kill_9_of_its_host_twice(actor_root, tmp_path
     script = ("[[latency ttft=1500]] " + _call("record", db=db, key="r")
               + " " + _call("gate_again", db=db, key="g", path=str(gate)))  # fmt: skip
     started = client.responses.create(model="sim", input=script, background=True)
-    storage = _host_namespace_storage(started.id)
 
     def steps() -> list[str]:
-        return [s.data["kind"] for s in ray.get(storage.call.remote("run_steps", ("", started.id), {}))]
+        return _stored_steps(started.id)
 
     # 1. During the tool step: record's result is stored, gate_again waits for its gate.
     wait_for(lambda: "tool" in steps() and executions(db, "g") == 1, what="record stored, gate_again running")
@@ -207,7 +206,9 @@ def test_a_foreground_stream_whose_host_dies_goes_on_in_the_background(troupe_ap
     client = OpenAI(base_url=f"{troupe_apps['pooled']}/v1", api_key="unused", max_retries=0)
     script, db, gate = _gated_script(tmp_path)
     thread, events = _read_in_thread(client.responses.create(model="sim", input=script, stream=True))
-    wait_for(lambda: executions(db, "g") == 1, what="the tool running")  # its turn is stored before it starts
+    # gate_again is idempotent: it starts while its turn is being written. Kill once it is stored.
+    wait_for(lambda: executions(db, "g") == 1 and bool(events) and "model" in _stored_steps(events[0].response.id),
+             what="the tool running, its turn stored")  # fmt: skip
     for host in _running_hosts():
         _kill_9(host)
     thread.join(timeout=60)
@@ -256,6 +257,15 @@ def _host_namespace_storage(response_id: str):
             if ray.get(storage.call.remote("get_run", ("", response_id), {})) is not None:
                 return storage
     raise LookupError(f"no storage actor knows the run {response_id}")
+
+
+def _stored_steps(response_id: str) -> list[str]:
+    """The kinds of the steps stored of ``response_id``'s run so far (none before its run is)."""
+    try:
+        storage = _host_namespace_storage(response_id)
+    except LookupError:
+        return []
+    return [s.data["kind"] for s in ray.get(storage.call.remote("run_steps", ("", response_id), {}))]
 
 
 def _call(name: str, **arguments) -> str:

@@ -20,7 +20,7 @@ from troupe.agentloop.checkpoint import (
 )
 from troupe.agentloop.code_interpreter import CodeRun, ContainerFile
 from troupe.agentloop.driver import prepare, run_loop
-from troupe.agentloop.events import Checkpoint
+from troupe.agentloop.events import Checkpoint, StepStarted
 from troupe.agentloop.model import TokenUsage, ToolCall, TurnEnd
 from troupe.agentloop.tools import LocalFunctionExecutor
 from troupe.protocol import parse_create_request
@@ -148,3 +148,24 @@ async def test_a_live_code_interpreter_runs_checkpoints_are_stored_in_the_pinned
              if isinstance(event, Checkpoint)]  # fmt: skip
     assert [list(s) for s in steps[:2]] == [list(STORED["model with code"]), list(STORED["tool with a run"])]
     assert list(steps[1]["detail"]["run"]) == list(STORED["tool with a run"]["detail"]["run"])
+
+
+@pytest.mark.parametrize(
+    ("idempotent", "gates"),
+    [
+        (frozenset({"add", "lookup"}), False),  # every call may run twice: its tools start as the turn is written
+        (frozenset({"add"}), True),  # one may not: the turn is stored before any starts
+        (frozenset(), True),
+    ],
+)
+async def test_a_model_step_gates_its_tools_unless_every_call_is_idempotent(idempotent, gates) -> None:
+    script = '[[call add {"a": 2, "b": 40}]] [[call lookup {}]]'
+    request = parse_create_request({"model": "sim", "input": script})
+    tools = LocalFunctionExecutor({"add": lambda a, b: a + b, "lookup": lambda: "found"}, idempotent=idempotent)
+    events = [e async for e in run_loop(prepare(request, [], [tools]), model=SimModel(), executors=[tools],
+                                        checkpoints=True)]  # fmt: skip
+    checkpoints = [(e.step.to_data()["kind"], e.gates) for e in events if isinstance(e, Checkpoint)]
+    assert checkpoints == [("model", gates), ("tool", False), ("tool", False), ("tools", False)]
+    model_step = next(i for i, e in enumerate(events) if isinstance(e, Checkpoint))
+    first_tool = next(i for i, e in enumerate(events) if isinstance(e, StepStarted) and e.kind == "tool")
+    assert model_step < first_tool, "the loop hands the model step over before it starts the tools"

@@ -263,10 +263,13 @@ async def test_a_foreground_turn_is_durable_from_its_first_step_until_its_client
         response_id = first[0]["response"]["id"]
         reading = asyncio.ensure_future(anext(batches))
 
-        async def durable_and_running() -> bool:
-            return executions(db, "g") == 1 and await runtime.store.get_run("", response_id) is not None
+        async def running() -> bool:
+            return executions(db, "g") == 1
 
-        await wait_until(durable_and_running, what="the turn stored before its tool started")
+        await wait_until(running, what="the gate tool started")
+        # gate is not idempotent: its turn was stored before it started, with the run's row
+        assert await runtime.store.get_run("", response_id) is not None
+        assert await step_kinds(runtime, response_id) == ["model"]
         followed = await runtime.follow_response("", response_id)  # a running stored response streams again
         assert (await anext(followed)) == [] and (await anext(followed))[0]["type"] == "response.created"
         await followed.aclose()
@@ -281,6 +284,24 @@ async def test_a_foreground_turn_is_durable_from_its_first_step_until_its_client
 
 
 CALCULATOR = '[[call calculator {"expression": "6*7"}]]'
+
+
+async def test_a_durable_run_whose_last_steps_are_unwritten_at_its_end_leaves_nothing_behind(tmp_path):
+    """Idempotent tools end and the last model turn follows at once: the response is stored
+    while their steps may still wait to be written. Those are dropped: the response and its
+    event log are whole, and no run or step is left to resume."""
+    runtime = Runtime.local(settings(tmp_path))
+    try:
+        for _ in range(5):
+            done = await runtime.respond("", req(input=" ".join(['[[call sleep {"ms": 0}]]'] * 4)))
+            assert done["status"] == "completed"
+            assert [i["type"] for i in done["output"]].count("function_call_output") == 4
+            assert await runtime.store.get_run("", done["id"]) is None
+            assert await runtime.store.run_steps("", done["id"]) == [], "no step is stored after the response"
+            assert_one_unbroken_log(await events_of(runtime, done["id"]))
+        assert await runtime.recover() == 0
+    finally:
+        await runtime.close()
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ Internal to the loop and Troupe's runtime: not part of :mod:`troupe.agentloop`'s
 
 The driver yields a :class:`~troupe.agentloop.events.Checkpoint` at every step boundary when
 asked (``run_loop(..., checkpoints=True)``); a durable run (a background response, or a
-stored foreground one) stores each one, with the wire events and step traces since the
-previous one, before it takes the loop's next event. The steps, in order:
+stored foreground one) stores each one in order, with the wire events and step traces since
+the previous one; one that ``gates`` (below), before it takes the loop's next event. The
+steps, in order:
 
 =========================  ==========  ====================================  ===================================
 class                      ``kind``    when                                  holds
@@ -40,8 +41,14 @@ tools:
   call never is, for code and commands change their container); otherwise the model is told, in the call's output,
   that the call was interrupted (:data:`INTERRUPTED`).
 
-Because a ``model`` step is stored before the loop starts the turn's tools, a call that ran
-always has its turn stored: the model is never asked again for a turn whose tools ran.
+A ``model`` step (or an ``approved`` one) gates when one of the calls it starts is not
+idempotent: it is stored before the loop starts them, so such a call that ran always has its
+turn stored, and the model is never asked again for a turn whose such tools ran. When every
+call is idempotent, the tools start while the step is being written; a host that dies before
+it is stored leaves a run that asks the model for that turn again (or, for a foreground
+run's first step, no run: its request fails), and calls that ran twice do no harm.
+A step that is not stored yet when the response is (its tools ended just before the last
+model turn did) is dropped: storing the response ends the run.
 
 A compaction is checkpointed, not done again: a resumed loop compacts its transcript with the
 stored summary and counts the stored usage, so the response keeps the one ``compaction`` item

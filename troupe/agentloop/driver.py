@@ -762,13 +762,14 @@ class _Run:
             self.state = replace(self.state, cancelled=cancelled, error=error)
             return
         self._fold_turn(finished, plan, had_tools=action.tools_enabled)
-        if self.checkpoints and not isinstance(decide(self.state), Finish):  # the last turn: the end is stored next
+        following = decide(self.state) if self.checkpoints else None
+        if following is not None and not isinstance(following, Finish):  # the last turn: the end is stored next
             mcp_opened = {c.call_id: self.mcp_items[c.call_id] for c in calls if c.call_id in self.mcp_items}
             searches = {c.call_id: self.fs_items[c.call_id] for c in calls if c.call_id in self.fs_items}
             runs = {c.call_id: self.ci_items[c.call_id] for c in calls if c.call_id in self.ci_items}
             yield ev.Checkpoint(step=TurnStep(
                 turn=finished, had_tools=action.tools_enabled, mcp_items=mcp_opened, fs_items=searches, ci_items=runs,
-            ))  # fmt: skip
+            ), gates=self._gates(following))  # fmt: skip
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
         return plan_turn(calls, policy=self.p.policy, executors=self.executors, calls_used=self.state.tool_calls_used)
@@ -862,7 +863,7 @@ class _Run:
                 self.p.transcript.add_call(call)
             if self.checkpoints:
                 opened = {call.call_id: self.mcp_items[call.call_id] for call in action.calls}
-                yield ev.Checkpoint(step=ApprovedCallsStep(mcp_items=opened))
+                yield ev.Checkpoint(step=ApprovedCallsStep(mcp_items=opened), gates=self._gates(action))
         for call in action.calls:  # a server-run shell call's output item opens as its commands are to run
             if self._runs_shell(call) and call.call_id not in self.sh_outputs:
                 yield self._open_shell_output(call)
@@ -1049,6 +1050,13 @@ class _Run:
         if label is None and self.mcp is not None:
             label = self.mcp.label_of(call.name)
         return label
+
+    def _gates(self, action: object) -> bool:
+        """Whether ``action`` starts a tool call that is not idempotent (its step must be stored
+        before it starts: :attr:`.events.Checkpoint.gates`)."""
+        return isinstance(action, ExecuteTools) and not all(
+            is_idempotent(self._executor_of(call), call) for call in action.calls
+        )
 
     def _executor_of(self, call: ToolCall) -> ToolExecutor | None:
         if call.call_id in self.approved_labels:

@@ -374,11 +374,15 @@ class StepTraced:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Checkpoint:
     """A step boundary, and what a resumed loop needs of the step (:mod:`.checkpoint`); not a
-    wire event. A durable run stores it, with the wire events since the previous one, before
-    it takes the loop's next event: so the loop starts no tool whose call is not stored."""
+    wire event. A durable run stores it, with the wire events since the previous one, in order
+    with the others; when it :attr:`gates`, before it takes the loop's next event."""
 
     step: StoredStep
     """The step; ``step.to_data()`` is what to store (JSON)."""
+    gates: bool = False
+    """The loop's next events start tools of which one at least is not idempotent: the step
+    must be stored first, so that the loop starts no such call that is not stored. Calls that
+    are all idempotent start while their step is being written (run twice, they do no harm)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

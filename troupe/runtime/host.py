@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from troupe.agentloop.chat import plain
-from troupe.agentloop.checkpoint import ApprovedCallsStep, ResumePoint, TurnStep
+from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
 from troupe.agentloop.mcp import McpClient, McpServer
@@ -73,10 +73,6 @@ DELTA_TYPES = frozenset(
 
 _NOT_WIRE = frozenset({StepStarted, StepTraced, Checkpoint})
 """Loop events the writer has nothing to say about: one type check tells them from the rest."""
-# The steps the loop waits for: a model turn (and approved MCP calls) is stored before any of
-# its tools starts, so that no tool runs whose call a restart would not know of. The other
-# steps (a tool's result, the end of a tool step, a compaction) are written behind the loop.
-_GATING_STEPS = (TurnStep, ApprovedCallsStep)
 
 
 class HostClient(Protocol):
@@ -457,7 +453,7 @@ class ConversationHost:
                     if writer.finished:
                         # Durable before the client hears it is done.
                         response = writer.response
-                        await self._written(run)  # its steps before its end
+                        await self._written(run, unsent=False)  # the steps being written before its end
                         await self._publish(job, response)
                         await self._finish(
                             job, thread, history, prepared.input_items, response, started, ttft_s, traces,
@@ -485,17 +481,16 @@ class ConversationHost:
 
         Steps reach the store in order, one batch at a time: those the loop makes while a batch
         is being written go together in the next call (the steps of tools that end together, and
-        the end of their tool step). The loop waits for the steps that gate a tool
-        (``_GATING_STEPS``) and for a run's first step (which makes it durable); the others are
-        written behind it, and :meth:`_written` waits for them before the response is stored or
-        the run ends. A foreground run becomes durable here, at its
-        first step: before it, no tool ran, and a host that dies fails the request as a retry
-        would not regret. A write that fails fails the run at the next step the loop waits for,
-        or at its end."""
+        the end of their tool step). The loop waits only for a step that gates (a model turn, or
+        approved MCP calls, whose tools are not all idempotent: no such tool runs whose call a
+        restart would not know of); the others are written behind it, and :meth:`_written`
+        waits for them before the run ends. A foreground run becomes durable here, at its first
+        step, written with its ``runs`` row: before it, no tool ran but idempotent ones, and a
+        host that dies fails the request as a retry would not regret. A write that fails fails
+        the run at the next step the loop waits for, or at its end."""
         assert run.events is not None
         if run.write_error is not None:
             raise run.write_error
-        gating = not run.durable or isinstance(checkpoint.step, _GATING_STEPS)
         start = None if run.durable else _run_record(run.job, self.credential_keys)
         data = {
             **checkpoint.step.to_data(),
@@ -511,9 +506,9 @@ class ConversationHost:
             run.unwritten_start = start
         if run.writing is None:
             run.writing = asyncio.ensure_future(self._write_steps(run, obs))
-        if gating:
-            await self._written(run)
         run.durable = True
+        if checkpoint.gates:
+            await self._written(run)
 
     async def _write_steps(self, run: LiveRun, obs: TurnObserver | None) -> None:
         """Hand the run's unwritten steps to the store, a batch per call, until none is left."""
@@ -531,8 +526,15 @@ class ConversationHost:
             run.writing = None
 
     @staticmethod
-    async def _written(run: LiveRun) -> None:
-        """Wait until the run's steps are all written; raises why a write failed."""
+    async def _written(run: LiveRun, *, unsent: bool = True) -> None:
+        """Wait until the run's steps are all written; raises why a write failed.
+
+        ``unsent=False``, when its response is about to be stored: drop the steps not handed to
+        the store yet, and wait only for those being written. The response supersedes them
+        (storing it ends the run: a run whose response is stored is never resumed), and a step
+        written after it would be left behind, never read."""
+        if not unsent:
+            run.unwritten, run.unwritten_start = [], None
         while run.writing is not None:
             await asyncio.shield(run.writing)  # a cancelled turn does not cancel its writes
         if run.write_error is not None:

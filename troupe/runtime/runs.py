@@ -85,7 +85,7 @@ class LiveRun:
     """Every wire event so far, for followers and checkpoints; kept for stored responses."""
     durable: bool = False
     """It has a ``runs`` row: a background run from its start, a foreground one from its first
-    checkpoint. A durable run that no host runs and none stored is resumed."""
+    checkpoint (handed to the store with the row). A durable run that no host runs and none stored is resumed."""
     stored: bool = False
     """Its response is stored (the run is over)."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
