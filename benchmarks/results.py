@@ -265,9 +265,11 @@ def _sp(s: dict[str, Any]) -> list[str]:
 
 def _s7(s: dict[str, Any]) -> list[str]:
     cp = s.get("critical_path", {})
+    connect = (" (turn 1 on a new connection, as each request to Troupe opens one; turn 2 reusing it)"
+               if cp.get("connect_first") else "")
     out = [f"Critical path, measured on the bare sim: model turn 1 {fmt_ms(cp.get('turn1'))} ms + longest tool "
            f"{cp.get('tool_ms')} ms + model turn 2 {fmt_ms(cp.get('turn2'))} ms = **{fmt_ms(cp.get('critical_path_ms'))} "
-           "ms**. Over: E2E − critical path (ms).", ""]
+           f"ms**{connect}. Over: E2E − critical path (ms).", ""]
     rows = []
     for r in s.get("rows", []):
         first, gap = r.get("first") or {}, r.get("after_gap") or {}

@@ -111,11 +111,15 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-async def model_only(ctx: Ctx, sim: Target, text: str, sleep_ms: int) -> dict[str, Any]:
+async def model_only(ctx: Ctx, sim: Target, text: str, sleep_ms: int, *, connect_first: bool = False) -> dict[str, Any]:
     """A tool round's two model turns sent straight to the bare sim: the model's share of the
     critical path. Turn 1 is ``text`` (which asks for the tool calls), turn 2 sees the calls and
     their outputs; each is sent ``agent_model_samples`` times. The p50 of each turn, the tools'
-    ``sleep_ms`` and the critical path: turn 1 + ``sleep_ms`` + turn 2."""
+    ``sleep_ms`` and the critical path: turn 1 + ``sleep_ms`` + turn 2.
+
+    ``connect_first``: turn 1 opens a new connection each time, as a client does after an idle
+    gap (the server closed the last one; the request measured against it opens one too), and
+    turn 2 reuses it. Otherwise both reuse one warm connection (a client under load)."""
     async with httpx.AsyncClient() as http:
         probe = await send_request(http, sim.base_url, {"model": "sim", "input": text}, keep_response=True)
     calls = [i for i in (probe.response or {}).get("output", []) if i.get("type") == "function_call"]
@@ -126,14 +130,23 @@ async def model_only(ctx: Ctx, sim: Target, text: str, sleep_ms: int) -> dict[st
     second_input += [{"type": "function_call_output", "call_id": c["call_id"], "output": f"slept {sleep_ms} ms"}
                      for c in calls]
     turns: dict[str, list[float]] = {"turn1": [], "turn2": []}
-    async with httpx.AsyncClient() as http:
+
+    async def both_turns(http: httpx.AsyncClient) -> None:
+        for key, body in (("turn1", {"input": text}), ("turn2", {"input": second_input})):
+            result = await send_request(http, sim.base_url, {**body, "model": "sim", "stream": True})
+            if result.ok and result.e2e_s is not None:
+                turns[key].append(result.e2e_s * 1000)
+
+    async with httpx.AsyncClient() as warm:
         for _ in range(ctx.defs.agent_model_samples):
-            for key, body in (("turn1", {"input": text}), ("turn2", {"input": second_input})):
-                result = await send_request(http, sim.base_url, {**body, "model": "sim", "stream": True})
-                if result.ok and result.e2e_s is not None:
-                    turns[key].append(result.e2e_s * 1000)
+            if connect_first:
+                async with httpx.AsyncClient() as fresh:
+                    await both_turns(fresh)
+            else:
+                await both_turns(warm)
     out = {k: (s.p50 if (s := summarize(v)) else None) for k, v in turns.items()}
     out["tool_ms"] = sleep_ms
+    out["connect_first"] = connect_first
     out["critical_path_ms"] = (None if None in (out["turn1"], out["turn2"])
                                else round(out["turn1"] + sleep_ms + out["turn2"], 2))  # type: ignore[operator]
     return out

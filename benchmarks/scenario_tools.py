@@ -12,8 +12,10 @@ Ray task per call: the behaviour before the tool runner). It is measured
   taking turns, so that every request follows an idle gap of the whole server.
 
 Each figure is compared with the critical path: the same two model turns sent straight to the
-bare sim (:func:`benchmarks.scenario_http.model_only`) plus the tools' sleep. "Over the critical
-path" is E2E minus that, in milliseconds.
+bare sim (:func:`benchmarks.scenario_http.model_only`) plus the tools' sleep. Each request to
+Troupe opens a new connection, as a client does after an idle gap; so does the first turn to
+the sim (``connect_first``), the second reusing it. "Over the critical path" is E2E minus that,
+in milliseconds.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ async def idle_tools(ctx: Ctx) -> dict[str, Any]:
     sim, targets = ctx.target("sim"), _apps(ctx)
     if sim is None or not targets:
         return {"skipped": "Troupe or the sim server did not start"}
-    ideal = await model_only(ctx, sim, ctx.defs.idle_tools_input, IDLE_SLEEP_MS)
+    ideal = await model_only(ctx, sim, ctx.defs.idle_tools_input, IDLE_SLEEP_MS, connect_first=True)
     gaps = await _after_gaps(ctx, targets)
     rows = [await _row(t, ctx.first_tool_requests.get(t.name), gaps[t.name], ideal["critical_path_ms"])
             for t in targets]
