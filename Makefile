@@ -74,7 +74,8 @@ bubblewrap:
 # PYTEST_ARGS runs just what it names, in one process. On 2 cores the target takes 8 to 10
 # minutes from a fresh clone (measured on 2026-11-28: 8 min 7 s to 9 min 38 s; one half at a
 # time took 11 min 55 s).
-RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py
+RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py \
+    tests/e2e/test_two_nodes.py
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check troupe tests benchmarks
 	$(BIN)/lint-imports --no-cache

@@ -100,13 +100,15 @@ def direct_ingress_root(app_name: str) -> str:
     return roots[app_name]
 
 
-def replica_roots(app_name: str) -> list[str]:
+def replica_roots(app_name: str, ports: range | None = None) -> list[str]:
     """The root URL of every ingress replica of a Serve app that serves HTTP itself (several
-    with ``num_replicas``), in port order; found as :func:`direct_ingress_root` finds one."""
-    first = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
-    end = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])
+    with ``num_replicas``), in port order; found as :func:`direct_ingress_root` finds one (in
+    ``ports``, if given: another Ray instance's replica port range)."""
+    if ports is None:
+        first = int(os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"])
+        ports = range(first, int(os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"]) + 1)
     roots = []
-    for port in range(first, end + 1):
+    for port in ports:
         try:
             routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=2).json()
         except (httpx.TransportError, ValueError):

@@ -61,9 +61,10 @@ def test_a_response_is_read_at_once_on_the_replica_that_did_not_make_it(roots):
     first has them shipped, so it never misses one that was acknowledged."""
     first, second = _clients(roots)
     for i in range(8):
-        made = first.responses.create(model="sim", input=f"[[say {i}]]")  # a new chain: hosted by first
-        assert second.responses.retrieve(made.id).output_text == str(i)
-        listed = second.responses.input_items.list(made.id)
+        maker, reader = (first, second) if i % 2 else (second, first)  # each way
+        made = maker.responses.create(model="sim", input=f"[[say {i}]]")  # a new chain: hosted by its maker
+        assert reader.responses.retrieve(made.id).output_text == str(i)
+        listed = reader.responses.input_items.list(made.id)
         assert [item.content[0].text for item in listed.data] == [f"[[say {i}]]"]
 
 

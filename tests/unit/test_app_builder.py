@@ -20,3 +20,11 @@ def test_app_builder_reads_the_config_named_in_args(tmp_path):
 def test_app_builder_without_args_uses_the_embedded_defaults():
     server, runtime = app_builder({})._bound_deployment.init_args
     assert (server.port, [m.name for m in runtime.models]) == (8000, ["sim"])
+
+
+def test_max_replicas_per_node_reaches_serve_only_when_set(tmp_path):
+    config = tmp_path / "troupe.toml"
+    config.write_text("[server]\nnum_replicas = 2\nmax_replicas_per_node = 1\n")
+    spread = app_builder({"config": str(config)})._bound_deployment
+    assert spread._replica_config.max_replicas_per_node == 1
+    assert app_builder({})._bound_deployment._replica_config.max_replicas_per_node is None

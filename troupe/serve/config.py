@@ -106,6 +106,10 @@ class ServerOptions(BaseModel):
     num_replicas: PositiveInt = 1
     """Serve replicas of the HTTP ingress. With the ``replica`` placement they share the
     conversations: each hosts those whose id hashes to it (docs/cluster.md)."""
+    max_replicas_per_node: PositiveInt | None = None
+    """At most this many ingress replicas on one node of a Ray cluster (Serve's
+    ``max_replicas_per_node``): 1 puts each replica on a node of its own, so that N replicas use
+    N machines. None: Serve places them, and may put several, or all, on one node."""
     max_ongoing_requests: PositiveInt = 1000
     """Concurrent requests per replica. Streams are long-lived and I/O-bound, so this is far
     above Serve's default of 5, which would queue the sixth concurrent stream."""

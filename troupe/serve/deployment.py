@@ -146,6 +146,8 @@ def build_app(server: ServerSettings, runtime: RuntimeSettings) -> serve.Applica
         max_ongoing_requests=server.max_ongoing_requests,
         health_check_period_s=HEALTH_CHECK_PERIOD_S,
     )
+    if server.max_replicas_per_node is not None:
+        deployment = deployment.options(max_replicas_per_node=server.max_replicas_per_node)
     return deployment.bind(server, runtime)
 
 
