@@ -56,6 +56,15 @@ import httpx
 __all__ = ["McpTestServer", "serve_mcp", "STDIO_COMMAND", "REPO_ROOT", "free_port", "build_server", "sse_app"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _probe() -> httpx.Client:
+    """The tests' shared probe client (imported here only when a test starts a server, not when
+    this module runs as the stdio server)."""
+    from tests.servers import PROBE
+
+    return PROBE
+
 """The repository root: the working directory :data:`STDIO_COMMAND` must run in."""
 
 STDIO_COMMAND: tuple[str, ...] = (sys.executable, "-m", "tests.mcp_servers", "--stdio")
@@ -368,7 +377,7 @@ class McpTestServer:
             if self._process.poll() is not None:
                 raise RuntimeError(f"MCP test server exited with {self._process.returncode}:\n{self._log_tail()}")
             try:
-                if httpx.get(f"{self.base}/health", timeout=1.0).status_code == 200:
+                if _probe().get(f"{self.base}/health", timeout=1.0).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

@@ -14,7 +14,7 @@ import ray
 from openai import OpenAI
 
 from tests.mcp_servers import serve_mcp
-from tests.servers import wait_for
+from tests.servers import PROBE, wait_for
 from tests.side_effects import executions
 from troupe.runtime.ray.storage_actor import STORAGE_ACTOR_NAME
 
@@ -130,7 +130,7 @@ def test_a_turn_that_ends_while_the_storage_actor_restarts_is_stored(root, place
 def _read(root: str, response_id: str, answers: list[httpx.Response]) -> int | None:
     """GET the response once, the answer appended to ``answers``; its status (None: no answer)."""
     try:
-        answers.append(httpx.get(f"{root}/v1/responses/{response_id}", timeout=5))
+        answers.append(PROBE.get(f"{root}/v1/responses/{response_id}", timeout=5))
     except httpx.TransportError:
         return None
     return answers[-1].status_code
@@ -138,7 +138,7 @@ def _read(root: str, response_id: str, answers: list[httpx.Response]) -> int | N
 
 def _served(root: str, response_id: str) -> bool:
     try:
-        return httpx.get(f"{root}/v1/responses/{response_id}", timeout=5).status_code == 200
+        return PROBE.get(f"{root}/v1/responses/{response_id}", timeout=5).status_code == 200
     except httpx.TransportError:
         return False
 

@@ -17,6 +17,8 @@ import psutil
 import pytest
 from openai import OpenAI
 
+from tests.servers import PROBE
+
 STREAM_BODY = json.dumps({"model": "sim", "input": "[[tokens 32]] [[latency itl=5]]", "stream": True})
 
 
@@ -59,7 +61,7 @@ def test_the_proxy_path_still_serves_the_same_apps(troupe_apps, serve_port) -> N
 
 def _healthy(root: str) -> bool:
     try:
-        return httpx.get(f"{root}/health", timeout=2).status_code == 200
+        return PROBE.get(f"{root}/health").status_code == 200
     except httpx.TransportError:
         return False
 

@@ -38,7 +38,7 @@ import pytest
 from openai import OpenAI
 
 from tests.mcp_servers import McpTestServer, serve_mcp
-from tests.servers import kill_session, session_pids, wait_for
+from tests.servers import PROBE, kill_session, session_pids, wait_for
 from tests.side_effects import executions
 from troupe.serve.deployment import free_port_range
 from troupe.storage.credentials import new_key
@@ -331,7 +331,7 @@ def _first_answer_but_200(root: str) -> httpx.Response:
 
     def refused() -> bool:
         with contextlib.suppress(httpx.TransportError):  # gone already: the assertion after says so
-            answers.append(httpx.get(f"{root}/health", timeout=5))
+            answers.append(PROBE.get(f"{root}/health", timeout=5))
         return bool(answers) and answers[-1].status_code != 200
 
     wait_for(refused, timeout_s=30, what="a request refused while the server stops")
@@ -389,7 +389,7 @@ def _probe_until_served(root: str, *, timeout_s: float) -> list[tuple[str, float
     def served() -> bool:
         began = time.monotonic()
         try:
-            status = httpx.get(f"{root}/health", timeout=5).status_code
+            status = PROBE.get(f"{root}/health", timeout=5).status_code
         except httpx.ConnectError:
             kind = "refused"
         except httpx.TransportError as exc:
