@@ -73,7 +73,8 @@ bubblewrap:
 # runs in the foreground. Whatever fails, every part runs; any failing fails the target.
 # PYTEST_ARGS runs just what it names, in one process. On 2 cores the target takes 8 to 10
 # minutes from a fresh clone (measured on 2026-11-28: 8 min 7 s to 9 min 38 s; one half at a
-# time took 11 min 55 s).
+# time took 11 min 55 s); on 2026-12-04, on a machine whose unit tests ran 20% slower, 12 min
+# 40 s (each half about 10 min, both cores busy throughout).
 RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py \
     tests/e2e/test_two_nodes.py
 test: $(STAMP) chromium bubblewrap
