@@ -17,8 +17,6 @@ import psutil
 import pytest
 from openai import OpenAI
 
-from tests.servers import PROBE
-
 STREAM_BODY = json.dumps({"model": "sim", "input": "[[tokens 32]] [[latency itl=5]]", "stream": True})
 
 
@@ -57,13 +55,6 @@ def test_the_proxy_path_still_serves_the_same_apps(troupe_apps, serve_port) -> N
     # ingress = "proxy": the same app through Serve's proxy, which is then in the path.
     title = _title_while_streaming(f"http://127.0.0.1:{serve_port}/pooled")
     assert title.startswith("ray::ProxyActor"), title
-
-
-def _healthy(root: str) -> bool:
-    try:
-        return PROBE.get(f"{root}/health").status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 @pytest.mark.parametrize("placement", ["replica", "pooled", "dedicated"])

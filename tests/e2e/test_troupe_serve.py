@@ -38,12 +38,12 @@ import pytest
 from openai import OpenAI
 
 from tests.mcp_servers import McpTestServer, serve_mcp
-from tests.servers import PROBE, kill_session, session_pids, wait_for
+from tests.servers import PROBE, healthy, kill_session, session_pids, wait_for
 from tests.side_effects import executions
 from troupe.serve.deployment import free_port_range
 from troupe.storage.credentials import new_key
 
-from .test_ingress import _healthy, _title_while_streaming
+from .test_ingress import _title_while_streaming
 
 TOKEN = f"sk-disk-probe-{uuid.uuid4().hex}"
 """The bearer token the MCP server requires (sent as ``authorization``)."""
@@ -300,7 +300,7 @@ def _start_troupe_serve(config: Path, port: int, log: Path, env: dict[str, str])
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     root = f"http://127.0.0.1:{port}"
-    wait_for(lambda: server.poll() is not None or _healthy(root), timeout_s=120, what=f"{root}/health")
+    wait_for(lambda: server.poll() is not None or healthy(root), timeout_s=120, what=f"{root}/health")
     assert server.poll() is None, log.read_text()[-3000:]
     return server, root
 

@@ -3,9 +3,9 @@ replicas in the replica placement, and Serve puts one on each node.
 
 The cluster is two raylets on this machine (``tests/two_nodes.py``: :class:`ray.cluster_utils.Cluster`),
 started with Serve's direct-ingress variables as docs/cluster.md says to start every node: each
-replica serves HTTP on its own port, and ``max_replicas_per_node = 1`` puts each on a node. The storage actor and its DuckDB file are on the head node;
-the replica there journals its responses beside them, the one on the second node has no journal
-and writes through the storage actor. The turns of chains and conversations go to both replicas
+replica serves HTTP on its own port, and ``max_replicas_per_node = 1`` puts each on a node. The
+storage actor and its DuckDB file are on the head node; the replica there journals its responses
+beside them, the one on the second node has no journal and writes through the storage actor. The turns of chains and conversations go to both replicas
 in turn, as in tests/e2e/test_replicas.py, which these tests run again here: a turn that lands on
 the replica of the other node is handed to its owner across nodes, and a response acknowledged
 by one node's replica is read at once on the other's.
@@ -13,6 +13,7 @@ by one node's replica is read at once on the other's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -132,22 +133,17 @@ def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
             raise TimeoutError(f"{exc}: serving {found} in ports {first}-{first + PORTS}; troupe serve said:\n"
                                f"{(tmp / 'serve.log').read_text()[-2000:]}") from None  # fmt: skip
         yield TwoNodes(address, replica_roots(APP_NAME, ports), db)
-    finally:
+    finally:  # stopped as a user would (SIGTERM, the cluster shut down); then whatever is left, killed
         if server is not None:
             server.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                kill_session(server.pid)
+            kill_session(server.pid)
         assert holder.stdin is not None
         holder.stdin.close()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             holder.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_session(holder.pid)
-        kill_session(holder.pid)  # any Ray process of the cluster left behind
-        if server is not None:
-            kill_session(server.pid)
+        kill_session(holder.pid)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 

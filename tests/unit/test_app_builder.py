@@ -28,3 +28,17 @@ def test_max_replicas_per_node_reaches_serve_only_when_set(tmp_path):
     spread = app_builder({"config": str(config)})._bound_deployment
     assert spread._replica_config.max_replicas_per_node == 1
     assert app_builder({})._bound_deployment._replica_config.max_replicas_per_node is None
+
+
+def test_troupe_serve_refuses_more_replicas_than_a_local_instance_can_place(tmp_path):
+    """A local Ray instance is one node: two replicas at most one per node would never both
+    start. `troupe serve` says so and exits before it starts Ray."""
+    from click.testing import CliRunner
+
+    from troupe.cli import cli
+
+    config = tmp_path / "troupe.toml"
+    config.write_text("[server]\nnum_replicas = 2\nmax_replicas_per_node = 1\n")
+    result = CliRunner().invoke(cli, ["serve", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "max_replicas_per_node = 1 leaves 1 of num_replicas = 2 without a node" in result.output

@@ -79,6 +79,12 @@ def serve(host: str | None, port: int | None, config: str | None, address: str |
     """
     server, runtime = load_settings(config, "serve")
     server = with_flags(server, host=host, port=port, ray_address=address, ingress=ingress)
+    spread = server.max_replicas_per_node
+    if server.ray_address is None and spread is not None and spread < server.num_replicas:
+        # A local instance is one node: Serve would wait for the other replicas' nodes forever.
+        fail("serve", f"[server] max_replicas_per_node = {spread} leaves {server.num_replicas - spread} of "
+             f"num_replicas = {server.num_replicas} without a node: a local Ray instance is one node "
+             "(set it when joining a cluster with --address)", 2)  # fmt: skip
 
     import logging
 
