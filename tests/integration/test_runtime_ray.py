@@ -68,6 +68,11 @@ def placement(request):
     return request.param
 
 
+POOLED_ONLY = pytest.mark.parametrize("placement", ["pooled"], indirect=True)
+"""For a test of what a host actor does whatever routes turns to it (its tools, its hop to the
+caller, the storage actor): a dedicated host is the same class, and would start a process for it."""
+
+
 @pytest.fixture(scope="module")
 def namespace(placement):
     return f"test-runtime-{placement}-{uuid.uuid4().hex[:8]}"
@@ -94,6 +99,7 @@ async def runtime(placement, namespace, tmp_path_factory):
     kill_namespace(namespace)
 
 
+@POOLED_ONLY
 async def test_the_storage_actor_runs_under_the_configured_memory_limit(runtime, namespace):
     # RuntimeSettings' default, 128MB, reaches DuckDB in the actor (as DuckDB shows it locally).
     expected = DuckDBStore(":memory:", memory_limit=RuntimeSettings().storage_memory_limit).memory()["limit"]
@@ -129,6 +135,7 @@ def _overlap(spans: list[dict]) -> bool:
     return max(t["started_at"] for t in spans) < min(t["started_at"] + t["duration_s"] for t in spans)
 
 
+@POOLED_ONLY
 async def test_parallel_tool_calls_stay_warm_after_an_idle_gap(runtime):
     # Ray ends idle task workers after about a second (idle_worker_killing_time_threshold_ms);
     # the gap is the scenario, not a wait for something. Calls run in the node's tool runner,
@@ -152,6 +159,7 @@ async def test_parallel_tool_calls_stay_warm_after_an_idle_gap(runtime):
     assert pid.startswith("pid -> ") and pid.removeprefix("pid -> ").isdigit(), pid
 
 
+@POOLED_ONLY
 async def test_a_tools_own_timeout_error_is_not_reported_as_ours(runtime):
     """The tool's TimeoutError reaches the model as the tool's, not as "timed out after 60 s"."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts, never answers
@@ -162,11 +170,13 @@ async def test_a_tools_own_timeout_error_is_not_reported_as_ours(runtime):
     assert outputs[0].startswith("Error: TimeoutError: ") and "timed out after" not in outputs[0], outputs
 
 
+@POOLED_ONLY
 async def test_tools_that_reserve_cpus_run_as_parallel_ray_tasks(runtime):
     spans = await _tool_spans(runtime, "sleep_task", 3, 200)
     assert _overlap(spans), "the three tool tasks overlapped"
 
 
+@POOLED_ONLY
 async def test_streaming_batches_several_deltas_per_hop(runtime):
     batches = [b async for b in await runtime.stream("", req(input="[[tokens 64]]"))]
     events = [e for b in batches for e in b]
