@@ -65,16 +65,16 @@ bubblewrap:
 	elif command -v apk >/dev/null 2>&1; then apk add -q bubblewrap; \
 	else echo "bubblewrap (bwrap) is missing and cannot be installed here: install it with your package manager"; fi
 
-# Three runs at once, each in a process of its own: the Ray tests in two halves, each with its
-# own Ray session, and the unit tests (no Ray) on two workers at nice 10. The Ray halves keep a
-# 2-core machine busy but not full (they wait on process starts, time-outs, servers): the unit
-# tests fill those gaps rather than run on their own first, and yield the CPU to the halves
-# when both are busy. RAY_TESTS_A (the suites that start their own servers, and the integration
-# suite) logs to .test-logs/ray-a.log, the unit tests to .test-logs/unit.log, both printed when
-# they end; every other e2e file runs in the foreground. Whatever fails, every part runs; any
-# failing fails the target. PYTEST_ARGS runs just what it names, in one process.
-# On 2 cores (measured on 2026-12-05, from a fresh clone): units first, then the halves, took
-# 10 min 56 s (unit 90 s; each half about 8 min); the three at once: README, Development.
+# The unit tests (no Ray) run on every core with pytest-xdist. Then the Ray tests, in two halves
+# at once, each in a process of its own with its own Ray session: they keep a 2-core machine
+# only half busy one at a time (waiting on process starts, time-outs, servers), so the halves
+# overlap almost whole. RAY_TESTS_A (the suites that start their own servers, and the
+# integration suite) logs to .test-logs/ray-a.log, printed when it ends; every other e2e file
+# runs in the foreground. Whatever fails, every part runs; any failing fails the target.
+# PYTEST_ARGS runs just what it names, in one process. On 2 cores the target takes 8 to 10
+# minutes from a fresh clone (measured on 2026-11-28: 8 min 7 s to 9 min 38 s; one half at a
+# time took 11 min 55 s); on 2026-12-04, on a machine whose unit tests ran 20% slower, 12 min
+# 40 s (each half about 10 min, both cores busy throughout).
 RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check troupe tests benchmarks
@@ -85,11 +85,9 @@ ifdef PYTEST_ARGS
 else
 	@mkdir -p .test-logs
 	status=0; \
+	$(BIN)/python -m pytest tests/unit -n auto || status=$$?; \
 	$(BIN)/python -m pytest $(RAY_TESTS_A) > .test-logs/ray-a.log 2>&1 & a=$$!; \
-	nice -n 10 $(BIN)/python -m pytest tests/unit -n 2 > .test-logs/unit.log 2>&1 & u=$$!; \
 	$(BIN)/python -m pytest tests/e2e $(addprefix --ignore=,$(filter tests/e2e/%,$(RAY_TESTS_A))) || status=$$?; \
-	wait $$u || status=$$?; \
-	echo "== tests/unit (.test-logs/unit.log) =="; cat .test-logs/unit.log; \
 	wait $$a || status=$$?; \
 	echo "== $(RAY_TESTS_A) (.test-logs/ray-a.log) =="; cat .test-logs/ray-a.log; \
 	exit $$status
