@@ -327,10 +327,12 @@ class _Run:
         context_window: int | None = None,
         resume: ResumePoint | None = None,
         checkpoints: bool = False,
+        live: bool = True,
     ) -> None:
         self.p = prepared
         self.resume = resume
         self.checkpoints = checkpoints
+        self.live = live
         self.context_window = context_window
         self.threshold: int | None = None
         """The request's ``compact_threshold`` (module :mod:`.compaction`), set as the run starts."""
@@ -569,6 +571,7 @@ class _Run:
             top_p=req.top_p,
             response_format=chat_response_format(req.text),
             extra={k: v for k, v in extra.items() if v},
+            stream=self.live,
         )
 
     def _open_call(
@@ -1121,6 +1124,7 @@ def run_loop(
     context_window: int | None = None,
     resume: ResumePoint | None = None,
     checkpoints: bool = False,
+    live: bool = True,
 ) -> AsyncGenerator[ev.LoopEvent, None]:
     """Run one response's agent loop.
 
@@ -1141,6 +1145,10 @@ def run_loop(
             writer must be restored to the steps' wire events.
         checkpoints: yield a ``Checkpoint`` at every step boundary (a durable run), for the
             caller to store before it takes the next event.
+        live: someone takes the events as they come (a stream, a background run that may be
+            followed). False: each model call asks upstream for one JSON completion instead of
+            a stream (``ChatRequest.stream``), and its answer comes as one delta: for a
+            non-streamed request, which sees only the end.
 
     Returns:
         The loop's semantic events, ending with one ``ResponseFinished``.
@@ -1156,5 +1164,6 @@ def run_loop(
         context_window=context_window,
         resume=resume,
         checkpoints=checkpoints,
+        live=live,
     )
     return run.run()

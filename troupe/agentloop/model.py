@@ -61,9 +61,13 @@ class ChatRequest:
     """Chat Completions ``response_format`` (``json_object`` / ``json_schema``)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Further body fields passed through verbatim (e.g. ``reasoning_effort``)."""
+    stream: bool = True
+    """Ask the upstream to stream its answer; False: one JSON completion, for a call whose tokens
+    nobody watches as they come (its answer then reaches the loop as one chunk)."""
 
-    def to_payload(self, *, stream: bool = True) -> dict[str, Any]:
-        """The JSON body for ``POST /v1/chat/completions``."""
+    def to_payload(self, *, stream: bool | None = None) -> dict[str, Any]:
+        """The JSON body for ``POST /v1/chat/completions`` (``stream``: default :attr:`stream`)."""
+        stream = self.stream if stream is None else stream
         body: dict[str, Any] = {"model": self.model, "messages": self.messages, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
@@ -102,6 +106,7 @@ class ChatRequest:
             top_p=body.get("top_p"),
             response_format=body.get("response_format"),
             extra={k: v for k, v in body.items() if k not in known},
+            stream=bool(body.get("stream")),
         )
 
 

@@ -1,8 +1,9 @@
 """A :class:`~troupe.agentloop.model.ModelClient` for any OpenAI-compatible server.
 
-:class:`OpenAIChatClient` POSTs a streaming ``/chat/completions`` request with aiohttp,
-parses the Server-Sent Events and turns each upstream chunk into Troupe's small chunk
-values (``TextChunk``, ``ReasoningChunk``, ``ToolCallStart``, ``ToolCallArgumentsDelta``),
+:class:`OpenAIChatClient` POSTs a ``/chat/completions`` request with aiohttp, streaming
+unless the request says not to (``ChatRequest.stream``: a call whose tokens nobody watches gets
+one JSON completion, recast as one chunk), parses the Server-Sent Events and turns each upstream
+chunk into Troupe's small chunk values (``TextChunk``, ``ReasoningChunk``, ``ToolCallStart``, ``ToolCallArgumentsDelta``),
 ending with exactly one ``TurnEnd`` that carries the assembled turn. (aiohttp rather than
 httpx: a 64-token streamed reply costs ~1.7 ms of client CPU with it, ~5.5 ms with httpx.)
 
@@ -176,7 +177,7 @@ class OpenAIChatClient:
         await self.aclose()
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[ModelChunk, None]:
-        """Run one streaming model call.
+        """Run one model call, streamed from upstream unless ``request.stream`` is False.
 
         Args:
             request: the upstream payload for this turn.
@@ -190,7 +191,7 @@ class OpenAIChatClient:
             RuntimeError: the client was closed.
         """
         session = self._http()
-        body = _dumps(request.to_payload(stream=True))
+        body = _dumps(request.to_payload())
         attempt = 0
         while True:
             retry_delay = 0.0

@@ -429,6 +429,8 @@ class ConversationHost:
             resume=run.resume,
             # A stored response is durable from its first checkpoint (a background one from its start).
             checkpoints=request.background or (request.store and self.settings.durable_foreground),
+            # A background run may be followed; a non-streamed one is seen only at its end.
+            live=stream or request.background or spec.streaming == "always",
         )
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)
