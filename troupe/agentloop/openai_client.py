@@ -2,10 +2,11 @@
 
 :class:`OpenAIChatClient` POSTs a ``/chat/completions`` request with aiohttp, streaming
 unless the request says not to (``ChatRequest.stream``: a call whose tokens nobody watches gets
-one JSON completion, recast as one chunk), parses the Server-Sent Events and turns each upstream
-chunk into Troupe's small chunk values (``TextChunk``, ``ReasoningChunk``, ``ToolCallStart``, ``ToolCallArgumentsDelta``),
-ending with exactly one ``TurnEnd`` that carries the assembled turn. (aiohttp rather than
-httpx: a 64-token streamed reply costs ~1.7 ms of client CPU with it, ~5.5 ms with httpx.)
+one JSON completion, recast as one chunk), parses the Server-Sent Events and turns each
+upstream chunk into Troupe's small chunk values (``TextChunk``, ``ReasoningChunk``,
+``ToolCallStart``, ``ToolCallArgumentsDelta``), ending with exactly one ``TurnEnd`` that
+carries the assembled turn. (aiohttp rather than httpx: a 64-token streamed reply costs
+~1.7 ms of client CPU with it, ~5.5 ms with httpx.)
 
 Error translation (every failure surfaces as ``ModelError``)::
 

@@ -110,8 +110,8 @@ class ModelSpec(BaseModel):
     streaming: Literal["when_watched", "always"] = "when_watched"
     """How the model is called. ``when_watched``: streamed when someone takes the tokens as they
     come (a streamed response, a background one, which may be followed), else one JSON
-    completion (a non-streamed request sees only the end: about a third less CPU a response
-    here, and the model server spares its streaming). ``always``: every call streamed, for an
+    completion (a non-streamed request sees only the end: measured, a quarter less of the
+    replica's CPU a response, and the model server spares its streaming). ``always``: every call streamed, for an
     upstream that may stay silent longer than the read timeout (300 s between bytes) while it
     makes a whole answer."""
 
