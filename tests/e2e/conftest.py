@@ -41,7 +41,7 @@ REPLICAS2 = "replicas2"
 # 2 cores): the tests of what that routing does differently (a running response found by its
 # conversation's actor for cancel and follow, a host's death, idle exit) run on it too, marked
 # `every_placement` (the `url` fixture) or parametrized over PLACEMENTS;
-# tests/integration/test_runtime_ray.py runs its suite on it. One ingress replica alone serves
+# tests/integration/test_runtime_ray.py runs its routing tests on it. One ingress replica alone serves
 # the `root` fixture's suites and those parametrized over PLACEMENTS.
 PART_PLACEMENTS = (REPLICAS2, "pooled")
 
