@@ -5,7 +5,8 @@ recorded (:class:`~tests.servers.RecordingUpstream`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -32,9 +33,15 @@ def upstream() -> Iterator[tuple[str, RecordingUpstream]]:
         yield f"{url}/v1", recording
 
 
-def _runtime(tmp_path: Any, url: str, **spec: Any) -> Runtime:
+@contextlib.asynccontextmanager
+async def _runtime(tmp_path: Any, url: str, **spec: Any) -> AsyncIterator[Runtime]:
+    """An in-process runtime whose model ``m`` is the recorded sim at ``url``; closed after."""
     models = (ModelSpec(name="m", base_url=url, upstream_model="sim", **spec),)
-    return Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), models=models))
+    runtime = Runtime.local(RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), models=models))
+    try:
+        yield runtime
+    finally:
+        await runtime.close()
 
 
 def _streamed(upstream: RecordingUpstream, since: int) -> list[bool]:
@@ -44,8 +51,7 @@ def _streamed(upstream: RecordingUpstream, since: int) -> list[bool]:
 
 async def test_a_non_streamed_request_asks_upstream_for_one_completion_and_answers_the_same(tmp_path, upstream) -> None:
     url, recording = upstream
-    runtime = _runtime(tmp_path, url)
-    try:
+    async with _runtime(tmp_path, url) as runtime:
         since = len(recording.bodies)
         plain = await runtime.respond("", parse_create_request({"model": "m", "input": "[[say one two three]]"}))
         assert _streamed(recording, since) == [False]
@@ -65,14 +71,11 @@ async def test_a_non_streamed_request_asks_upstream_for_one_completion_and_answe
         events = [e async for batch in await runtime.follow_response("", plain["id"]) for e in batch]
         assert [e["delta"] for e in events if e["type"] == "response.output_text.delta"] == ["one two three"]
         assert events[-1]["response"] == plain
-    finally:
-        await runtime.close()
 
 
 async def test_a_streamed_or_background_request_streams_from_upstream(tmp_path, upstream) -> None:
     url, recording = upstream
-    runtime = _runtime(tmp_path, url)
-    try:
+    async with _runtime(tmp_path, url) as runtime:
         since = len(recording.bodies)
         stream = await runtime.stream("", parse_create_request({"model": "m", "input": "[[say one two three]]"}))
         events = [e async for batch in stream for e in batch]
@@ -85,17 +88,12 @@ async def test_a_streamed_or_background_request_streams_from_upstream(tmp_path, 
         async for _ in await runtime.follow_response("", started["id"]):
             pass
         assert _streamed(recording, since) == [True]
-    finally:
-        await runtime.close()
 
 
 async def test_a_model_set_to_always_stream_streams_a_non_streamed_request(tmp_path, upstream) -> None:
     url, recording = upstream
-    runtime = _runtime(tmp_path, url, streaming="always")
-    try:
+    async with _runtime(tmp_path, url, streaming="always") as runtime:
         since = len(recording.bodies)
         out = await asyncio.wait_for(runtime.respond("", parse_create_request({"model": "m", "input": "[[say hi]]"})), 30)
         assert _streamed(recording, since) == [True]
         assert out["output"][0]["content"][0]["text"] == "hi"
-    finally:
-        await runtime.close()
