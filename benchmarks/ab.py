@@ -81,12 +81,14 @@ def _worktree(ref: str) -> tuple[str, str]:
     return path, commit
 
 
-def _start_troupe(lab: Lab, name: str, checkout: str, sim_url: str) -> tuple[Target, str]:
+def _start_troupe(
+    lab: Lab, name: str, checkout: str, sim_url: str, env: dict[str, str] | None = None
+) -> tuple[Target, str]:
     """Start ``checkout``'s benchmark server; the target of the app measured (the first of
     :data:`_APPS` it offers) and that app's name."""
     if not os.path.isfile(os.path.join(checkout, "benchmarks", "troupe_server.py")):
         raise SystemExit(f"{checkout} has no benchmarks/troupe_server.py: pick a commit from after the benchmarks landed")
-    lab.start_troupe(sim_url, name=name, checkout=checkout)
+    lab.start_troupe(sim_url, name=name, checkout=checkout, env=env)
     for app in _APPS:
         if (target := lab.targets.get(f"{name}-{app}")) is not None:
             return target, app
@@ -152,6 +154,8 @@ def render(doc: dict[str, Any]) -> str:
         + f", {doc['seconds']:.0f} s).",
         f"- App measured: before `{apps['before']}`, after `{apps['after']}` (each side runs `{MAIN_APP}`, the "
         "placement `troupe serve` uses by default, when its benchmark server offers it, else `pooled`).",
+        *([f"- After side's environment: {', '.join(f'`{k}={v}`' for k, v in doc['after']['env'].items())}."]
+          if doc["after"].get("env") else []),
         "- Both versions ran at once, each on its own local Ray instance, in front of one "
         f"`troupe sim` server; each load ran on one then the other, the order alternating by round ({doc.get('first', 'before')} "
         "first in round 1). Figures are "
@@ -238,7 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", choices=("before", "after"), default="before",
                         help="the side each load runs on first in odd rounds (default before): a "
                              "difference that follows the order, not the side, is the harness's")
+    parser.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in the after side's environment (repeatable): with --before HEAD, "
+                             "measures a setting such as MALLOC_ARENA_MAX=2 against none")
     args = parser.parse_args(argv)
+    after_env = dict(item.split("=", 1) for item in args.after_env if "=" in item)
+    if len(after_env) != len(args.after_env):
+        parser.error("--after-env takes NAME=VALUE")
     # SIGTERM unwinds like Ctrl-C, so the servers started below are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -257,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         sim = lab.start_sim()
         started_sides = {
             "before": _start_troupe(lab, "troupe-before", before_path, sim.base_url),
-            "after": _start_troupe(lab, "troupe-after", after_path, sim.base_url),
+            "after": _start_troupe(lab, "troupe-after", after_path, sim.base_url, after_env),
         }
         sides = {side: target for side, (target, _) in started_sides.items()}
         apps = {side: app for side, (_, app) in started_sides.items()}
@@ -269,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "date": time.strftime("%Y-%m-%d"),
         "before": {"ref": args.before, "commit": before_commit, "app": apps["before"]},
-        "after": {"ref": args.after, "commit": after_commit, "app": apps["after"]},
+        "after": {"ref": args.after, "commit": after_commit, "app": apps["after"], "env": after_env},
         "rounds": args.rounds,
         "warmup_rounds": args.warmup_rounds,
         "first": args.first,
@@ -287,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         doc["notes"] = [f"the two sides ran different apps (before `{apps['before']}`, after `{apps['after']}`): "
                         "the change includes that of the placement, not only of the code."]
     os.makedirs(out_dir, exist_ok=True)
-    subset = "".join(f"-{re.sub(r'[^a-z0-9]+', '-', str(part).lower()).strip('-')}" for part in (args.only, args.requests) if part)
+    parts = (args.only, args.requests, *args.after_env)
+    subset = "".join(f"-{re.sub(r'[^a-z0-9]+', '-', str(part).lower()).strip('-')}" for part in parts if part)
     stem = os.path.join(out_dir, f"{doc['date']}-{after_commit}-ab-{before_commit}{subset}")
     with open(stem + ".json", "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)

@@ -114,13 +114,15 @@ class Lab:
         return target
 
     def start_troupe(
-        self, sim_url: str, *, name: str = "troupe", checkout: str = ROOT, extra_args: tuple[str, ...] = ()
+        self, sim_url: str, *, name: str = "troupe", checkout: str = ROOT, extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         """Troupe from ``checkout`` (another commit's worktree runs on this environment, its
         own code first on ``PYTHONPATH``). Each Troupe app becomes target ``<name>-<app>`` at its
         direct-ingress URL and ``<name>-<app>-proxy`` through Serve's proxy; the Serve floor
         becomes ``serve-floor`` (direct). A checkout whose server prints no URLs (from before
-        direct ingress) gives ``<name>-pooled`` and ``<name>-dedicated`` through the proxy."""
+        direct ingress) gives ``<name>-pooled`` and ``<name>-dedicated`` through the proxy.
+        ``env`` is set in the server's environment (and so in its Ray processes) over this one's."""
         port = free_port()
         data = os.path.join(self.scratch, f"{name}-data")
         if os.path.isdir(data):  # fresh databases every run
@@ -132,7 +134,7 @@ class Lab:
             name,
             [sys.executable, "-m", "benchmarks.troupe_server", "--port", str(port), "--sim-url", sim_url,
              "--data-dir", data, *extra_args],
-            cwd=checkout, env=None if checkout == ROOT else {"PYTHONPATH": checkout},
+            cwd=checkout, env={**(env or {}), **({} if checkout == ROOT else {"PYTHONPATH": checkout})},
         )
         proc.wait_log("READY", timeout_s=300)
         urls = _printed_urls(proc) or {app: {"proxy": f"http://127.0.0.1:{port}/{app}/v1"} for app in _OLD_APPS}
