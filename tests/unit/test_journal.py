@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -48,8 +49,19 @@ def test_a_record_survives_the_round_trip_through_its_journal_line() -> None:
         response_id="resp_1", seq=0, kind="tool", name="sleep", started_at=T0, duration_s=0.4, call_id="call_1",
         error="boom",
     )
-    record = make_record("resp_1", conversation="conv_1", traces=[trace], append=False)
+    guard = StepTrace(
+        response_id="resp_1", seq=1, kind="guardrail", name="pii", started_at=T0, duration_s=0.001,
+        detail={"stage": "output", "verdict": "redacted", "categories": ["email"]},
+    )
+    record = make_record("resp_1", conversation="conv_1", traces=[trace, guard], append=False)
     assert decode_record(encode_record(record)) == record
+
+
+def test_a_journal_line_written_before_step_traces_had_a_detail_still_reads() -> None:
+    trace = StepTrace(response_id="resp_1", seq=0, kind="model", name="sim", started_at=T0, duration_s=0.1)
+    line = json.loads(encode_record(make_record("resp_1", traces=[trace])))
+    line["traces"] = [fields[:-1] for fields in line["traces"]]  # as an older Troupe wrote it: no detail
+    assert decode_record(json.dumps(line).encode()).traces == [trace]
 
 
 @pytest.mark.parametrize(

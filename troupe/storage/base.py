@@ -184,14 +184,14 @@ def json_value(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTrace:
-    """One model call or tool call of a response, timed."""
+    """One model call, tool call or guardrail check of a response, timed."""
 
     response_id: str
     seq: int
     """Position within the response (0, 1, …)."""
-    kind: Literal["model", "tool"]
+    kind: Literal["model", "tool", "guardrail"]
     name: str
-    """The model name, or the tool name."""
+    """The model name, the tool name, or the guardrail's name."""
     started_at: float
     """Unix seconds."""
     duration_s: float
@@ -200,6 +200,9 @@ class StepTrace:
     input_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    detail: dict[str, Any] | None = None
+    """A guardrail check's ``{"stage", "verdict", "categories"}`` (``verdict``: ``passed``,
+    ``redacted`` or ``blocked``; ``categories``: those flagged); None for other steps."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

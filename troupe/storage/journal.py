@@ -122,7 +122,8 @@ def encode_record(record: ResponseRecord) -> bytes:
 def decode_record(data: bytes) -> ResponseRecord:
     """The inverse of :func:`encode_record`."""
     value = json.loads(data)
-    value["traces"] = [StepTrace(**dict(zip(_TRACE_FIELDS, t, strict=True))) for t in value["traces"]]
+    # Not strict: a journal written before ``detail`` was added has a field fewer (the last).
+    value["traces"] = [StepTrace(**dict(zip(_TRACE_FIELDS, t, strict=False))) for t in value["traces"]]
     return ResponseRecord(**value)
 
 

@@ -635,8 +635,14 @@ _V19 = [
     """,
 ]
 
+_V20 = [
+    # What a guardrail step found (troupe.agentloop.guardrails): its stage, verdict and
+    # categories, JSON; null for model and tool steps.
+    "ALTER TABLE step_traces ADD COLUMN detail JSON",
+]
+
 MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-                               _V16, _V17, _V18, _V19]
+                               _V16, _V17, _V18, _V19, _V20]
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema
@@ -666,7 +672,8 @@ LONG_VALUE_CHARS = 8192
 PART_CHARS = 8192
 """The characters per row of ``value_parts``."""
 TRACE_COLUMNS = (
-    "tenant, response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens, error"
+    "tenant, response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens, error, "
+    "detail"
 )
 
 
@@ -729,7 +736,7 @@ def trace_row(tenant: str, t: StepTrace) -> tuple[Any, ...]:
     """The ``step_traces`` row of ``t`` (columns :data:`TRACE_COLUMNS`)."""
     return (
         tenant, t.response_id, t.seq, t.kind, t.name, t.call_id, t.started_at, t.duration_s, t.ttft_s,
-        t.input_tokens, t.output_tokens, t.error,
+        t.input_tokens, t.output_tokens, t.error, None if t.detail is None else dump_json(t.detail),
     )  # fmt: skip
 
 

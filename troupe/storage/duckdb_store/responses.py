@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -205,12 +206,15 @@ class ResponseTables(Connection, Responses):
         """See :meth:`Responses.step_traces`."""
         rows = self._fetchall(
             "SELECT response_id, seq, kind, name, call_id, started_at, duration_s, ttft_s, input_tokens, output_tokens,"
-            " error FROM step_traces WHERE tenant = ? AND response_id = ? ORDER BY seq",
+            " error, detail FROM step_traces WHERE tenant = ? AND response_id = ? ORDER BY seq",
             [tenant, response_id],
         )
         fields = ("response_id", "seq", "kind", "name", "call_id", "started_at", "duration_s", "ttft_s",
                   "input_tokens", "output_tokens", "error")  # fmt: skip
-        return [StepTrace(**dict(zip(fields, row, strict=True))) for row in rows]
+        return [
+            StepTrace(**dict(zip(fields, row[:-1], strict=True)), detail=None if row[-1] is None else json.loads(row[-1]))
+            for row in rows
+        ]
 
     def _end_runs(self, conn: duckdb.DuckDBPyConnection, records: Sequence[ResponseRecord]) -> int:
         """Delete the runs of ``records`` (inside their transaction); how many there were."""
