@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from troupe.runtime.settings import DEFAULT_TOOLS, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
+from troupe.runtime.settings import DEFAULT_TOOLS, GuardrailRule, McpServerSpec, ModelSpec, RuntimeSettings, ToolSpec
 from troupe.serve.config import (
     ENV_SHORT_NAMES,
     ConfigError,
@@ -301,16 +301,17 @@ def _tables() -> dict[str, type[BaseModel]]:
     """Each table of the file and the model that declares its options."""
     tables = {}
     for name, field in TroupeConfig.model_fields.items():
-        model = typing.get_args(field.annotation)[0] if name in ("models", "tools") else field.annotation
+        model = typing.get_args(field.annotation)[0] if name in ("models", "tools", "guardrails") else field.annotation
         tables[name] = model
     tables["mcp.servers"] = McpServerSpec
+    tables["guardrails.rules"] = GuardrailRule
     return tables
 
 
 def test_every_option_is_documented_in_its_model():
     tables = _tables()
-    assert set(tables) == {"server", "limits", "auth", "runtime", "models", "tools", "mcp", "mcp.servers", "telemetry",
-                           "containers"}
+    assert set(tables) == {"server", "limits", "auth", "runtime", "models", "tools", "guardrails", "guardrails.rules",
+                           "mcp", "mcp.servers", "telemetry", "containers"}
     for table, model in tables.items():
         assert model.__doc__, f"[{table}] has no description"
         for name, field in model.model_fields.items():

@@ -66,6 +66,7 @@ from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
 from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
+from .guardrails import Guardrails, OutputGate, Verdict, refusal_text, withheld_text
 from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import (
     ChatRequest,
@@ -328,8 +329,11 @@ class _Run:
         resume: ResumePoint | None = None,
         checkpoints: bool = False,
         live: bool = True,
+        guardrails: Guardrails | None = None,
     ) -> None:
         self.p = prepared
+        self.rails = guardrails if guardrails is not None and guardrails.checks else None
+        self.rails_traced = 0  # the verdicts already told as steps
         self.resume = resume
         self.checkpoints = checkpoints
         self.live = live
@@ -395,6 +399,14 @@ class _Run:
                 # Before the first event too: a thread that does not fit is OpenAI's HTTP 400.
                 check_fits(*self._messages_and_tools(), budget, self.upstream_model)
             yield ev.ResponseStarted()
+            if self.rails is not None:
+                refused = self._check_input()
+                for step in self._verdicts():
+                    yield step
+                if refused is not None:  # no model call: the answer is the refusal
+                    yield ev.RefusalMessage(item_id=new_id("msg"), refusal=refusal_text(refused))
+                    yield ev.ResponseFinished(status="completed", usage=self.state.usage)
+                    return
             if self.mcp is not None:
                 async for event in self._list_mcp_tools():
                     yield event
@@ -442,6 +454,32 @@ class _Run:
                     incomplete_reason=action.incomplete_reason,
                 )
                 return
+
+    # -- guardrails --------------------------------------------------------------
+
+    def _check_input(self) -> Verdict | None:
+        """The ``input`` stage over each text part of the new input's messages, redacted in
+        place (the transcript and the input items stored share the parts, so the model and
+        the history see the redacted text); the verdict that refused the input, if one did."""
+        assert self.rails is not None
+        for item in self.p.input_items:
+            for part in item.get("content") or () if item.get("type") == "message" else ():
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    part["text"], refused = self.rails.check("input", part["text"])
+                    if refused is not None:
+                        return refused
+        return None
+
+    def _verdicts(self, call_id: str | None = None) -> Iterator[ev.StepTraced]:
+        """The guardrails' verdicts not yet told, as steps."""
+        assert self.rails is not None
+        for v in self.rails.verdicts[self.rails_traced :]:
+            verdict = "blocked" if v.blocked else "redacted" if v.redacted else "passed"
+            yield ev.StepTraced(
+                kind="guardrail", name=v.guardrail, started_at=v.started_at, ended_at=v.ended_at, call_id=call_id,
+                detail={"stage": v.stage, "verdict": verdict, "categories": v.flagged},
+            )  # fmt: skip
+        self.rails_traced = len(self.rails.verdicts)
 
     # -- MCP listing -------------------------------------------------------------
 
@@ -656,6 +694,8 @@ class _Run:
         starts: dict[int, ToolCallStart] = {}
         turn: TurnEnd | None = None
         error: dict[str, Any] | None = None
+        gate = OutputGate(self.rails) if self.rails is not None else None
+        gate = gate if gate else None  # no guardrail looks at the output
         try:
             chat = self._chat_request(action)  # a thread grown past the context window fails here
             async with contextlib.aclosing(self.model.stream(chat)) as chunks:
@@ -669,11 +709,16 @@ class _Run:
                             reasoning += delta
                             yield ev.ReasoningDelta(item_id=reasoning_id, delta=delta)
                         case TextChunk(text=delta):
-                            if message_id is None:
-                                message_id = new_id("msg")
-                                yield ev.MessageStarted(item_id=message_id)
                             text += delta
-                            yield ev.MessageDelta(item_id=message_id, delta=delta)
+                            if gate is not None:  # what the output guardrails let through, when they do
+                                delta = gate.feed(delta)
+                                if gate.verdict is not None:
+                                    break  # blocked: nothing more is read or sent
+                            if delta:
+                                if message_id is None:
+                                    message_id = new_id("msg")
+                                    yield ev.MessageStarted(item_id=message_id)
+                                yield ev.MessageDelta(item_id=message_id, delta=delta)
                         case ToolCallStart(index=index, call_id=call_id, name=name):
                             starts[index] = chunk
                             # A call over max_tool_calls is ignored, as OpenAI does: no item ever opens.
@@ -704,9 +749,21 @@ class _Run:
             error = response_error(exc)
         ended = self.clock()
         finished = turn if error is None else None  # the turn, when the model ended it
+        if gate is not None and error is None:
+            if finished is not None and (rest := gate.end()):
+                if message_id is None:
+                    message_id = new_id("msg")
+                    yield ev.MessageStarted(item_id=message_id)
+                yield ev.MessageDelta(item_id=message_id, delta=rest)
+            if gate.verdict is not None:  # the text stops where it was blocked, and so does the response
+                finished = TurnEnd(text=gate.sent, reasoning=reasoning, finish_reason="content_filter",
+                                   usage=turn.usage if turn is not None else TokenUsage())  # fmt: skip
+            elif finished is not None:
+                finished = replace(finished, text=gate.sent)  # redacted, as the client saw it
         item_status: Literal["completed", "incomplete"] = (
-            "completed" if finished is not None and finished.finish_reason != "length" else "incomplete"
-        )
+            "completed" if finished is not None and finished.finish_reason != "length"
+            and (gate is None or gate.verdict is None) else "incomplete"
+        )  # fmt: skip
         # Close every item this turn opened, so clients never see a dangling item.
         if reasoning_id is not None:
             yield ev.ReasoningDone(item_id=reasoning_id, text=finished.reasoning if finished else reasoning, status=item_status)
@@ -760,6 +817,9 @@ class _Run:
             input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
             error=None if error is None else error["message"],
         )
+        if self.rails is not None:
+            for checked in self._verdicts():
+                yield checked
         if finished is None:
             cancelled = error is None
             self.state = replace(self.state, cancelled=cancelled, error=error)
@@ -879,6 +939,15 @@ class _Run:
                     yield _tool_checkpoint(call, results[call.call_id])
         self.settled, self.in_flight = {}, frozenset()
         to_run = [call for call in action.calls if call.call_id not in results]
+        if self.rails is not None and self.rails.at("tool_call"):  # a call a guardrail blocks does not run
+            for call in list(to_run):
+                _, refused = self.rails.check("tool_call", call.arguments)
+                for step in self._verdicts(call.call_id):
+                    yield step
+                if refused is not None:
+                    to_run.remove(call)
+                    now, told = self.clock(), withheld_text(refused)
+                    results[call.call_id] = _ToolOutcome(told, now, now, GuardrailBlocked(told), told)
         for call in to_run:
             if call.call_id in self.fs_items:
                 yield ev.FileSearchCallSearching(item_id=self.fs_items[call.call_id])
@@ -932,8 +1001,14 @@ class _Run:
                 started_output = self._open_shell_output(call)  # a call answered without running (rejected)
                 sh_output = started_output.item_id
                 yield started_output
+            if self.rails is not None and self.rails.at("tool_output") and call.call_id in results:
+                output, refused = self.rails.check("tool_output", output)
+                for step in self._verdicts(call.call_id):
+                    yield step
+                if refused is not None:
+                    output = withheld_text(refused)
             outcome = results.get(call.call_id)
-            if outcome is not None:
+            if outcome is not None and not isinstance(outcome.error, GuardrailBlocked):  # a blocked call never ran
                 yield ev.StepTraced(
                     kind="tool", name=call.name, call_id=call.call_id, started_at=outcome.started,
                     ended_at=outcome.ended, error=outcome.error_text, server=self._server_of(call), output=output,
@@ -1081,6 +1156,10 @@ class _Run:
             return _ToolOutcome(f"Error: {described}", started, self.clock(), exc, described)
 
 
+class GuardrailBlocked(Exception):
+    """A tool call a ``tool_call`` guardrail blocked: it did not run."""
+
+
 def _tool_checkpoint(call: ToolCall, outcome: _ToolOutcome, detail: dict[str, Any] | None = None) -> ev.Checkpoint:
     return ev.Checkpoint(step=ToolResultStep(
         call_id=call.call_id, output=outcome.output, error=outcome.error_text, started=outcome.started,
@@ -1125,6 +1204,7 @@ def run_loop(
     resume: ResumePoint | None = None,
     checkpoints: bool = False,
     live: bool = True,
+    guardrails: Guardrails | None = None,
 ) -> AsyncGenerator[ev.LoopEvent, None]:
     """Run one response's agent loop.
 
@@ -1149,6 +1229,9 @@ def run_loop(
             followed). False: each model call asks upstream for one JSON completion instead of
             a stream (``ChatRequest.stream``), and its answer comes as one delta: for a
             non-streamed request, which sees only the end.
+        guardrails: the request's guardrails (module :mod:`.guardrails`): its input is
+            refused, its output stopped or redacted, its server-side tool calls and results
+            checked, as they say; each check is a ``guardrail`` step.
 
     Returns:
         The loop's semantic events, ending with one ``ResponseFinished``.
@@ -1165,5 +1248,6 @@ def run_loop(
         resume=resume,
         checkpoints=checkpoints,
         live=live,
+        guardrails=guardrails,
     )
     return run.run()

@@ -22,6 +22,7 @@ __all__ = [
     "MessageStarted",
     "MessageDelta",
     "MessageDone",
+    "RefusalMessage",
     "ReasoningStarted",
     "ReasoningDelta",
     "ReasoningDone",
@@ -89,6 +90,15 @@ class MessageDone:
     status: Literal["completed", "incomplete"] = "completed"
     annotations: tuple[dict[str, Any], ...] = ()
     """The text's annotations (``file_citation``), known once it is whole."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefusalMessage:
+    """An assistant message whose one part is a refusal (a guardrail refused the input), told
+    whole: added, the refusal's one delta and its end."""
+
+    item_id: str
+    refusal: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -352,9 +362,9 @@ class StepStarted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTraced:
-    """One model call or tool call, timed; not a wire event (storage keeps these)."""
+    """One model call, tool call or guardrail check, timed; not a wire event (storage keeps these)."""
 
-    kind: Literal["model", "tool"]
+    kind: Literal["model", "tool", "guardrail"]
     name: str
     started_at: float
     """Seconds on the loop's clock (``time.time()`` by default)."""
@@ -369,6 +379,8 @@ class StepTraced:
     """MCP calls: the server's label."""
     output: str | None = None
     """Tool calls: what the model is shown."""
+    detail: dict[str, Any] | None = None
+    """Guardrail checks: ``{"stage", "verdict", "categories"}`` (``StepTrace.detail``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,6 +413,7 @@ LoopEvent = (
     | MessageStarted
     | MessageDelta
     | MessageDone
+    | RefusalMessage
     | ReasoningStarted
     | ReasoningDelta
     | ReasoningDone

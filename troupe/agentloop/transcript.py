@@ -213,6 +213,28 @@ def _output_text(output: Any) -> str:
     return output if isinstance(output, str) else content_text(output)
 
 
+def _is_refusal(item: dict[str, Any]) -> bool:
+    """An assistant message that is a refusal only (a guardrail's, or the model's)."""
+    content = item.get("content")
+    return (item.get("type", "message") == "message" and item.get("role") == "assistant" and isinstance(content, list)
+            and bool(content) and all(isinstance(p, dict) and p.get("type") == "refusal" for p in content))  # fmt: skip
+
+
+def _without_refused(history: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+    """``history`` without its refused exchanges: a refusal and the input messages just before
+    it. What a guardrail refused never goes upstream, in its own turn or a later one."""
+    if not any(_is_refusal(item) for item in history):
+        return history
+    kept: list[dict[str, Any]] = []
+    for item in history:
+        if _is_refusal(item):
+            while kept and kept[-1].get("type", "message") == "message" and kept[-1].get("role") != "assistant":
+                kept.pop()
+        else:
+            kept.append(item)
+    return kept
+
+
 def build_transcript(
     history: Sequence[dict[str, Any]], new_input: Sequence[dict[str, Any]]
 ) -> tuple[Transcript, list[dict[str, Any]]]:
@@ -240,6 +262,8 @@ def build_transcript(
     approved: dict[str, dict[str, Any]] = {}  # approved in this input, not yet run
     markers = [0]  # the next file_search passage marker, numbered across the thread
     shell_calls: dict[str, list[str]] = {}  # shell_call call_id -> its commands
+
+    history = _without_refused(history)
 
     def take(item: dict[str, Any], index: int | None) -> None:
         kind = item.get("type", "message")

@@ -174,6 +174,16 @@ class WireWriter:
                     self._content_part_event("response.content_part.done", item_id, part),
                     self._done(_message(item_id, status, [part])),
                 ]
+            case ev.RefusalMessage(item_id=item_id, refusal=refusal):
+                added = self._add(_message(item_id, "in_progress", []))
+                return [
+                    added,
+                    self._content_part_event("response.content_part.added", item_id, _refusal_part("")),
+                    self._refusal_event("response.refusal.delta", item_id, delta=refusal),
+                    self._refusal_event("response.refusal.done", item_id, refusal=refusal),
+                    self._content_part_event("response.content_part.done", item_id, _refusal_part(refusal)),
+                    self._done(_message(item_id, "completed", [_refusal_part(refusal)])),
+                ]
             case ev.ReasoningStarted(item_id=item_id):
                 added = self._add(_reasoning(item_id, "in_progress", []))
                 return [added, self._content_part_event("response.content_part.added", item_id, _reasoning_part(""))]
@@ -396,6 +406,17 @@ class WireWriter:
             "type": "response.output_text.annotation.added",
         }
 
+    def _refusal_event(self, type_: str, item_id: str, **field: str) -> dict[str, Any]:
+        """``ResponseRefusalDeltaEvent`` (``delta=``), ``ResponseRefusalDoneEvent`` (``refusal=``)."""
+        return {
+            "content_index": 0,
+            **field,
+            "item_id": item_id,
+            "output_index": self._index[item_id],
+            "sequence_number": self._next_seq(),
+            "type": type_,
+        }
+
     def _reasoning_delta(self, item_id: str, delta: str) -> dict[str, Any]:
         """``ResponseReasoningTextDeltaEvent``."""
         return {
@@ -528,6 +549,11 @@ def _message(item_id: str, status: str, content: list[dict[str, Any]]) -> dict[s
 def _text_part(text: str, annotations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A ``ResponseOutputText`` (a message's content part)."""
     return {"annotations": annotations or [], "text": text, "type": "output_text", "logprobs": []}
+
+
+def _refusal_part(refusal: str) -> dict[str, Any]:
+    """A ``ResponseOutputRefusal`` (a message's content part)."""
+    return {"refusal": refusal, "type": "refusal"}
 
 
 def _file_search_call(

@@ -36,9 +36,9 @@ class Bar:
 
     seq: int
     """The step's position within the response (its ``step_traces.seq``)."""
-    kind: Literal["model", "tool"]
+    kind: Literal["model", "tool", "guardrail"]
     name: str
-    """The model name, or the tool name."""
+    """The model name, the tool name, or the guardrail's name."""
     call_id: str | None
     start_s: float
     end_s: float
@@ -48,6 +48,8 @@ class Bar:
     ttft_s: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    detail: dict[str, Any] | None = None
+    """A guardrail check's stage, verdict and categories."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -83,7 +85,7 @@ def timeline(traces: Sequence[StepTrace]) -> list[Bar]:
             seq=t.seq, kind=t.kind, name=t.name, call_id=t.call_id,
             start_s=t.started_at - origin, end_s=t.started_at - origin + t.duration_s,
             critical=t.seq in critical, error=t.error, ttft_s=t.ttft_s,
-            input_tokens=t.input_tokens, output_tokens=t.output_tokens,
+            input_tokens=t.input_tokens, output_tokens=t.output_tokens, detail=t.detail,
         )  # fmt: skip
         for t in sorted(traces, key=lambda t: t.seq)
     ]

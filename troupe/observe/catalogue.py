@@ -90,6 +90,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                help="MCP calls that stopped their response to ask for approval."),
     MetricSpec(name="troupe_approval_responses_total", kind="counter", group="loop", labels=("decision",),
                help="Approval answers received (mcp_approval_response input items), approved or denied."),
+    MetricSpec(name="troupe_guardrail_checks_total", kind="counter", group="loop",
+               labels=("guardrail", "stage", "verdict"),
+               help="Guardrail checks (docs/guardrails.md) by stage (input, output, tool_call, tool_output) and "
+                    "verdict (passed, redacted, blocked); a streamed output's clean windows count once, at its end."),
     MetricSpec(name="troupe_approvals_pending", kind="gauge", group="loop",
                help="Approval requests not answered yet, as the hosts saw them since they started."),
     MetricSpec(name="troupe_container_starts_total", kind="counter", group="loop",

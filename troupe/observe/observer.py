@@ -74,6 +74,7 @@ class Observer:
         self.mcp_call = r.histogram("troupe_mcp_call_duration_seconds")
         self.approvals_asked = r.counter("troupe_approval_requests_total")
         self.approvals_answered = r.counter("troupe_approval_responses_total")
+        self.guardrail_checks = r.counter("troupe_guardrail_checks_total")
         self.container_starts = r.counter("troupe_container_starts_total")
         self.container_limits = r.counter("troupe_container_limit_hits_total")
         self.cache_hits = r.counter("troupe_message_cache_hits_total")
@@ -183,6 +184,12 @@ class TurnObserver:
 
     def step_ended(self, event: StepTraced) -> None:
         took = event.ended_at - event.started_at
+        if event.kind == "guardrail":  # counted; a check is no model or tool call for the hooks
+            if self.metrics and event.detail is not None:
+                self.o.guardrail_checks.inc((event.name, event.detail["stage"], event.detail["verdict"]))
+            if self.steps is not None:
+                self.steps.append(event)
+            return
         if event.kind == "model":
             self.calls += 1
             if event.error is None and event.output_tokens:

@@ -45,9 +45,9 @@ class SpanSpec:
 
 
 def step_span(
-    *, kind: Literal["model", "tool"], name: str, started_at: float, ended_at: float, model: str | None = None,
-    call_id: str | None = None, ttft_s: float | None = None, input_tokens: int = 0, output_tokens: int = 0,
-    error: str | None = None, server: str | None = None,
+    *, kind: Literal["model", "tool", "guardrail"], name: str, started_at: float, ended_at: float,
+    model: str | None = None, call_id: str | None = None, ttft_s: float | None = None, input_tokens: int = 0,
+    output_tokens: int = 0, error: str | None = None, server: str | None = None, detail: dict[str, Any] | None = None,
 ) -> SpanSpec:  # fmt: skip
     """The span of one step of a response: a model call (``chat <model>``), a tool call
     (``execute_tool <name>``) or an MCP call (``mcp_call <name>``, ``server`` its label).
@@ -63,6 +63,13 @@ def step_span(
             attributes["troupe.ttft_s"] = ttft_s
         return SpanSpec(name=f"chat {name}", kind="client", attributes=attributes, start=started_at, end=ended_at,
                         error=error)  # fmt: skip
+    if kind == "guardrail":  # Troupe's own: no GenAI convention names a guardrail check
+        attributes = {"troupe.guardrail.name": name}
+        if detail is not None:
+            attributes |= {"troupe.guardrail.stage": detail["stage"], "troupe.guardrail.verdict": detail["verdict"],
+                           "troupe.guardrail.categories": list(detail["categories"])}  # fmt: skip
+        return SpanSpec(name=f"guardrail {name}", kind="internal", attributes=attributes, start=started_at,
+                        end=ended_at, error=error)  # fmt: skip
     attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
     if call_id:
         attributes["gen_ai.tool.call.id"] = call_id

@@ -91,7 +91,8 @@ def emit_response(
     for step in steps:
         spec = step_span(kind=step.kind, name=step.name, started_at=step.started_at, ended_at=step.ended_at,
                          model=model, call_id=step.call_id, ttft_s=step.ttft_s, input_tokens=step.input_tokens,
-                         output_tokens=step.output_tokens, error=step.error, server=step.server)  # fmt: skip
+                         output_tokens=step.output_tokens, error=step.error, server=step.server,
+                         detail=step.detail)  # fmt: skip
         span = tracer.start_span(spec.name, context=inside, kind=SpanKind.CLIENT, start_time=_ns(spec.start),
                                  attributes=spec.attributes)  # fmt: skip
         if spec.error is not None:

@@ -94,7 +94,7 @@ NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
 
 
 UNSUPPORTED_PARAMETERS: dict[str, str] = {
-    "moderation": "moderation of the input and output is not available yet",
+    "moderation": "no moderation model is served yet; regex guardrails are, by the 'guardrails' field",
     "access_programs": "it selects OpenAI's access programs",
     "image": "image context compression is not available",
     "prompt_cache_options": "prompt cache breakpoints, diagnostics and prewarming are not available",
@@ -243,6 +243,9 @@ class CreateResponseRequest(BaseModel):
     """Prompt cache options: refused (:data:`UNSUPPORTED_PARAMETERS`)."""
     max_infer_iters: int = Field(default=10, ge=1)
     """Troupe extension: the most model calls the server-side loop makes for this response."""
+    guardrails: list[str] | None = None
+    """Troupe extension (Llama Stack's name): ``[[guardrails]]`` this response runs besides
+    those its tenant and model must have; an unknown name is a 400 naming it (docs/guardrails.md)."""
 
     _items: list[dict[str, Any]] | None = PrivateAttr(default=None)
     _prelude: list[dict[str, Any]] | None = PrivateAttr(default=None)

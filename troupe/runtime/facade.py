@@ -466,6 +466,11 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         thread_id = await self._thread_of(tenant, request)
         if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
             raise model_not_found(request.model)  # the host checks the model; no process starts for that
+        for i, name in enumerate(request.guardrails or ()):
+            if self.settings.guardrail(name) is None:
+                known = ", ".join(repr(g.name) for g in self.settings.guardrails) or "none is configured"
+                raise InvalidRequest(f"Invalid value for 'guardrails[{i}]': unknown guardrail {name!r} ({known}).",
+                                     param=f"guardrails[{i}]", code="invalid_value")  # fmt: skip
         if self.settings.telemetry.traces == "off":
             trace = None
         return TurnJob(

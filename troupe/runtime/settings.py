@@ -36,6 +36,9 @@ from troupe.observe.settings import TelemetrySettings
 __all__ = [
     "ContainersSettings",
     "DEFAULT_TOOLS",
+    "GuardrailRule",
+    "GuardrailSpec",
+    "GuardrailStage",
     "SETTINGS_CONFIG",
     "McpServerSpec",
     "NonEmpty",
@@ -156,6 +159,74 @@ class ToolSpec(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"parameters: not valid JSON: {exc}") from exc
         return data
+
+
+GuardrailStage = Literal["input", "output", "tool_call", "tool_output"]
+"""Where a guardrail looks: the turn's new ``input`` before the first model call, the model's
+``output`` text as it streams, a server-side tool's arguments before it runs (``tool_call``),
+a tool's result before the model sees it (``tool_output``)."""
+
+
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression ({exc}): {pattern!r}") from None
+    return pattern
+
+
+class GuardrailRule(BaseModel):
+    """One pattern of a ``regex`` guardrail (a ``[[guardrails.rules]]`` entry)."""
+
+    model_config = SETTINGS_CONFIG
+
+    category: NonEmpty
+    """What a match is, as the refusal and the verdicts name it (``email``, ``card_number``…);
+    never the matched text."""
+    pattern: Annotated[str, AfterValidator(_regex)]
+    """A Python regular expression (``re``), searched for anywhere in the text."""
+    action: Literal["block", "redact"] = "block"
+    """``block``: a match stops what it is found in (the stage says how); ``redact``: each match
+    is replaced by ``replacement`` and the text goes on."""
+    replacement: str | None = None
+    """What a redacted match becomes; default ``[<category>]``."""
+    ignore_case: bool = False
+    """Match letters whatever their case."""
+
+
+class GuardrailSpec(BaseModel):
+    """A named check of the text that goes into and comes out of the loop (a ``[[guardrails]]``
+    entry; docs/guardrails.md).
+
+    A request runs the guardrails its tenant and its model must have (``tenants``, ``models``)
+    and those it names itself (the ``guardrails`` extension field); it may add, never remove."""
+
+    model_config = SETTINGS_CONFIG
+
+    name: NonEmpty
+    """The name requests and verdicts use."""
+    kind: Literal["regex"] = "regex"
+    """``regex``: ``rules``, checked in the server's process (no call, no model)."""
+    stages: tuple[GuardrailStage, ...] = ("input", "output")
+    """The stages it checks."""
+    tenants: tuple[str, ...] = ()
+    """The tenants whose every request it checks (``"*"``: every tenant; with no ``[auth]``
+    keys the one tenant is ``""``)."""
+    models: tuple[str, ...] = ()
+    """The models (``[[models]]`` names) whose every request it checks."""
+    rules: tuple[GuardrailRule, ...] = ()
+    """For ``regex``: its patterns, each blocking or redacting."""
+    window: PositiveInt = 64
+    """Characters of streamed output held back from the client until they are checked: a
+    match no longer than this is blocked before any of it is sent, or redacted whole."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> GuardrailSpec:
+        if self.kind == "regex" and not self.rules:
+            raise ValueError("a 'regex' guardrail needs 'rules'")
+        if not self.stages:
+            raise ValueError("'stages' names no stage")
+        return self
 
 
 class McpServerSpec(BaseModel):
@@ -369,6 +440,8 @@ class RuntimeSettings(RuntimeOptions):
     """The models clients can name."""
     tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
     """The server-side Python tools."""
+    guardrails: tuple[GuardrailSpec, ...] = ()
+    """The guardrails requests may run or must run (docs/guardrails.md)."""
     mcp: McpSettings = McpSettings()
     """MCP servers and policy."""
     telemetry: TelemetrySettings = TelemetrySettings()
@@ -378,6 +451,14 @@ class RuntimeSettings(RuntimeOptions):
     ingress_replicas: PositiveInt = 1
     """How many ingress replicas share the threads with the ``replica`` placement (``[server]
     num_replicas``): each hosts those whose id hashes to its rank (:mod:`troupe.runtime.ray.replicas`)."""
+
+    def guardrail(self, name: str) -> GuardrailSpec | None:
+        """The guardrail called ``name``; None if there is none."""
+        return next((g for g in self.guardrails if g.name == name), None)
+
+    def required_guardrails(self, tenant: str, model: str) -> tuple[GuardrailSpec, ...]:
+        """The guardrails every request of ``tenant`` to ``model`` runs."""
+        return tuple(g for g in self.guardrails if "*" in g.tenants or tenant in g.tenants or model in g.models)
 
     def model(self, name: str) -> ModelSpec | None:
         """The chat model clients call ``name``; None if there is none (an embedder is none)."""

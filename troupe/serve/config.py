@@ -62,6 +62,7 @@ from troupe.runtime.settings import (
     DEFAULT_TOOLS,
     SETTINGS_CONFIG,
     ContainersSettings,
+    GuardrailSpec,
     McpSettings,
     ModelSpec,
     NonEmpty,
@@ -227,11 +228,13 @@ class TroupeConfig(BaseSettings):
     """Models clients can name, added to the built-in ``sim`` (an entry named ``sim`` replaces it)."""
     tools: tuple[ToolSpec, ...] = ()
     """Server-side Python tools, added to the example tools (the same name replaces one)."""
+    guardrails: tuple[GuardrailSpec, ...] = ()
+    """Guardrails: checks of the text going into and out of the loop (docs/guardrails.md)."""
     mcp: McpSettings = McpSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     containers: ContainersSettings = ContainersSettings()
 
-    @field_validator("models", "tools")
+    @field_validator("models", "tools", "guardrails")
     @classmethod
     def _unique_names(cls, entries: tuple[Any, ...]) -> tuple[Any, ...]:
         names = [e.name for e in entries]
@@ -251,6 +254,7 @@ class TroupeConfig(BaseSettings):
             ingress_replicas=self.server.num_replicas,
             models=_merge(RuntimeSettings().models if self.runtime.sim_model else (), self.models),
             tools=_merge(DEFAULT_TOOLS if self.runtime.example_tools else (), self.tools),
+            guardrails=self.guardrails,
             mcp=self.mcp,
             telemetry=self.telemetry,
             containers=self.containers,

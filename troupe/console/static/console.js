@@ -415,13 +415,14 @@
     bars.forEach((b, row) => {
       const y = top + row * rowH;
       if (row % 2 === 0) chart.append(s("rect", { class: "band", x: 0, y, width, height: rowH }));
-      chart.append(s("text", { x: labels - 8, y: y + rowH / 2 + 4, "text-anchor": "end" }, `${b.kind === "model" ? "model" : "tool"} · ${b.name}`));
+      chart.append(s("text", { x: labels - 8, y: y + rowH / 2 + 4, "text-anchor": "end" }, `${b.kind} · ${b.name}`));
       const classes = ["step", b.kind, b.error ? "failed" : "", b.critical ? "critical" : ""].filter(Boolean).join(" ");
       const left = x(b.start_s);
       const barWidth = Math.max(2, x(b.end_s) - left);
       const details = [`#${b.seq} ${b.kind} ${b.name}`, `start +${secs(b.start_s)}, ${secs(b.end_s - b.start_s)}`];
       if (b.ttft_s !== null) details.push(`TTFT ${secs(b.ttft_s)}, tokens ${b.input_tokens} in / ${b.output_tokens} out`);
       if (b.call_id) details.push(b.call_id);
+      if (b.detail) details.push(`${b.detail.stage}: ${b.detail.verdict}${b.detail.categories.length ? " (" + b.detail.categories.join(", ") + ")" : ""}`);
       if (b.error) details.push(`error: ${b.error}`);
       if (b.critical) details.push("on the critical path");
       chart.append(
@@ -442,6 +443,7 @@
       { class: "legend" },
       h("span", {}, h("i", { style: "background:var(--model)" }), "model call"),
       h("span", {}, h("i", { style: "background:var(--tool)" }), "tool call"),
+      h("span", {}, h("i", { style: "background:var(--guardrail)" }), "guardrail check"),
       h("span", {}, h("i", { style: "background:var(--error)" }), "failed"),
       h("span", {}, h("i", { style: "background:#fff;outline:2.5px solid var(--critical)" }), "critical path"),
     );
@@ -467,7 +469,8 @@
               h("td", {}, b.seq), h("td", {}, b.kind), h("td", {}, b.name), h("td", { class: "num" }, "+" + secs(b.start_s)),
               h("td", { class: "num" }, secs(b.end_s - b.start_s)), h("td", { class: "num" }, secs(b.ttft_s)),
               h("td", { class: "num" }, b.kind === "model" ? `${b.input_tokens} / ${b.output_tokens}` : ""),
-              h("td", {}, b.critical ? "yes" : ""), h("td", { class: "error" }, b.error || ""),
+              h("td", {}, b.critical ? "yes" : ""),
+              h("td", { class: "error" }, b.error || (b.detail && b.detail.verdict !== "passed" ? `${b.detail.stage}: ${b.detail.verdict} (${b.detail.categories.join(", ")})` : "")),
             ),
           ),
         ),
@@ -613,6 +616,7 @@
       h("span", {}, h("i", { style: "background:var(--response)" }), "response"),
       h("span", {}, h("i", { style: "background:var(--model)" }), "model call"),
       h("span", {}, h("i", { style: "background:var(--tool)" }), "tool call"),
+      h("span", {}, h("i", { style: "background:var(--guardrail)" }), "guardrail check"),
       h("span", {}, h("i", { style: "background:var(--error)" }), "failed"),
     );
     return h("div", {}, legend, chart);

@@ -1,0 +1,117 @@
+"""Guardrails through the ``openai`` SDK against the HTTP app (in process), its model the sim
+over loopback HTTP with every body the upstream received recorded: what a client sees, what is
+stored, and what the model was sent, for each stage, streamed and not."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.servers import RecordingUpstream, serve_app, served_local
+from troupe.runtime.settings import GuardrailSpec, ModelSpec
+from troupe.serve.config import ServerSettings
+from troupe.sim.model import SimSettings
+from troupe.sim.server import create_sim_app
+
+SECRET = {"category": "secret", "pattern": r"sk-[A-Za-z0-9]{12,}"}
+EMAIL = {"category": "email", "pattern": r"[\w.+-]+@[\w-]+(\.[\w-]+)+", "action": "redact"}
+GUARDRAILS = (
+    # Every request of tenant "acme" runs this one; "other" may ask for it.
+    GuardrailSpec(name="no-secrets", stages=["input", "tool_call"], tenants=["acme"], rules=[SECRET]),
+    GuardrailSpec(name="pii-out", stages=["output", "tool_output"], rules=[EMAIL, SECRET]),
+    GuardrailSpec(name="safe-math", stages=["tool_call"], rules=[{"category": "power", "pattern": r"\*\*"}]),
+)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[str, RecordingUpstream]]:
+    recording = RecordingUpstream(create_sim_app(SimSettings()))
+    with serve_app(recording) as url:
+        yield f"{url}/v1", recording
+
+
+@pytest.fixture(scope="module")
+def root(upstream: tuple[str, RecordingUpstream]) -> Iterator[str]:
+    models = (ModelSpec(name="m", base_url=upstream[0], upstream_model="sim"),)
+    keys = {"sk-acme-key": "acme", "sk-other-key": "other"}
+    yield from served_local(ServerSettings(api_keys=keys), models=models, guardrails=GUARDRAILS)
+
+
+def _client(root: str, key: str) -> OpenAI:
+    return OpenAI(base_url=f"{root}/v1", api_key=key, max_retries=0)
+
+
+def test_a_tenants_guardrail_refuses_its_input_before_the_model_streamed_and_not(root, upstream) -> None:
+    _, recording = upstream
+    acme = _client(root, "sk-acme-key")
+    since = len(recording.bodies)
+    refused = acme.responses.create(model="m", input="here is sk-abcdefghijklmnop [[say hi]]")
+    [message] = refused.output
+    assert message.type == "message" and message.content[0].type == "refusal"
+    assert "no-secrets" in message.content[0].refusal and "sk-abc" not in message.content[0].refusal
+    assert refused.status == "completed" and refused.output_text == ""
+
+    with acme.responses.stream(model="m", input="again sk-abcdefghijklmnop [[say hi]]") as stream:
+        events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[kinds.index("response.output_item.added"):] == [
+        "response.output_item.added", "response.content_part.added", "response.refusal.delta",
+        "response.refusal.done", "response.content_part.done", "response.output_item.done", "response.completed",
+    ]  # fmt: skip
+    assert len(recording.bodies) == since  # the model never saw either
+
+    # Another tenant's request does not run it (its tenant is not named), unless it asks.
+    other = _client(root, "sk-other-key")
+    assert other.responses.create(model="m", input="sk-abcdefghijklmnop [[say fine]]").output_text == "fine"
+    asked = other.responses.create(model="m", input="sk-abcdefghijklmnop [[say no]]",
+                                   extra_body={"guardrails": ["no-secrets"]})  # fmt: skip
+    assert asked.output[0].content[0].type == "refusal"
+
+
+def test_output_is_redacted_as_it_streams_and_blocked_where_it_must_be(root) -> None:
+    other = _client(root, "sk-other-key")
+    with other.responses.stream(model="m", input="[[say write to ann@example.org soon]]",
+                                extra_body={"guardrails": ["pii-out"]}) as stream:  # fmt: skip
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == "write to [email] soon"
+
+    blocked = other.responses.create(model="m", input="[[say the key: sk-abcdefghijklmnop and the rest]]",
+                                     extra_body={"guardrails": ["pii-out"]})  # fmt: skip
+    assert blocked.status == "incomplete" and blocked.incomplete_details.reason == "content_filter"
+    # What comes before the match is within the window held back (64 characters): none of it was sent.
+    assert blocked.output == [] and "sk-" not in blocked.model_dump_json()
+    assert other.responses.retrieve(blocked.id).output == []
+    traces = httpx.get(f"{root}/v1/responses/{blocked.id}/step_traces",
+                       headers={"Authorization": "Bearer sk-other-key"}, timeout=10).json()  # fmt: skip
+    assert [(t["kind"], t["name"]) for t in traces] == [("model", "sim"), ("guardrail", "pii-out")]
+    assert traces[-1]["detail"] == {"stage": "output", "verdict": "blocked", "categories": ["secret"]}
+
+
+def test_a_tool_call_is_blocked_before_it_runs_and_the_model_is_told(root, upstream) -> None:
+    _, recording = upstream
+    other = _client(root, "sk-other-key")
+    since = len(recording.bodies)
+    response = other.responses.create(model="m", input='[[call calculator {"expression": "9 ** 9 ** 9"}]]',
+                                      extra_body={"guardrails": ["safe-math"]})  # fmt: skip
+    call, output = response.output[0], response.output[1]
+    assert call.type == "function_call" and output.type == "function_call_output"
+    assert "blocked by guardrail 'safe-math' (power)" in output.output
+    told = [m["content"] for b in recording.bodies[since:] for m in b["messages"] if m["role"] == "tool"]
+    assert told == [output.output]  # what the client sees is what the model was told
+    assert response.output_text.startswith("calculator -> Error: the tool call was blocked")
+
+
+def test_an_unknown_guardrail_is_a_400_naming_it(root) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        _client(root, "sk-other-key").responses.create(
+            model="m", input="x", extra_body={"guardrails": ["pii-out", "x"]}
+        )
+    body = caught.value.body
+    assert body["param"] == "guardrails[1]" and body["code"] == "invalid_value" and "'x'" in body["message"]
+    assert json.dumps(body).count("pii-out") == 1  # the known names are listed

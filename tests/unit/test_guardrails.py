@@ -1,0 +1,261 @@
+"""Guardrails (troupe.agentloop.guardrails): the regex check and the output gate alone, then
+the in-process runtime against ``troupe sim`` over loopback HTTP with every body the upstream
+received recorded, so that what a guardrail keeps from the model is checked where it matters."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.servers import RecordingUpstream, serve_app
+from troupe.agentloop.guardrails import Guardrails, OutputGate, RegexCheck
+from troupe.protocol import InvalidRequest, parse_create_request
+from troupe.runtime import Runtime, RuntimeSettings
+from troupe.runtime.settings import GuardrailSpec, ModelSpec
+from troupe.sim.model import SimSettings
+from troupe.sim.server import create_sim_app
+
+EMAIL = {"category": "email", "pattern": r"[\w.+-]+@[\w-]+(\.[\w-]+)+", "action": "redact"}
+SECRET = {"category": "secret", "pattern": r"sk-[A-Za-z0-9]{8,}", "action": "block"}
+PII = GuardrailSpec(name="pii", kind="regex", rules=[EMAIL, SECRET], window=32)
+PII_OUT = PII.model_copy(update={"name": "pii-out", "stages": ("output",)})
+"""The same rules on the output only (the sim's input scripts what it says)."""
+
+
+# -- the check and the gate, alone ----------------------------------------------------
+
+
+def _check(spec: GuardrailSpec) -> RegexCheck:
+    return RegexCheck(spec.name, spec.stages, spec.rules, spec.window)
+
+
+def test_a_regex_check_blocks_and_redacts_by_category_never_echoing_the_match() -> None:
+    check = _check(PII)
+    found = check.find("write to ann@example.org or bob@corp.example.com")
+    assert found.text == "write to [email] or [email]"
+    assert found.categories == {"email": True, "secret": False} and not found.block
+    blocked = check.find("the key is sk-ABCDEFGH1234")
+    assert blocked.block and blocked.categories == {"email": False, "secret": True}
+    assert check.find("nothing to see").categories == {"email": False, "secret": False}
+    # Each rule keeps its own flags inside the alternation.
+    loud = _check(GuardrailSpec(name="x", kind="regex", rules=[
+        {"category": "shout", "pattern": "forbidden", "ignore_case": True}, {"category": "exact", "pattern": "Exact"},
+    ]))  # fmt: skip
+    assert loud.find("FORBIDDEN").block and not loud.find("EXACT").block
+
+
+def _through(gate: OutputGate, text: str, size: int) -> tuple[list[str], str]:
+    """``text`` fed to ``gate`` in pieces of ``size``: what each piece released, and the whole."""
+    released = [gate.feed(text[i : i + size]) for i in range(0, len(text), size)]
+    released.append(gate.end())
+    return released, "".join(released)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 13, 1000])
+def test_the_output_gate_redacts_whatever_the_deltas_and_holds_back_no_more_than_its_window(size: int) -> None:
+    text = "Hello bob@example.com, write to alice.smith@corp.example.org today, then rest a while."
+    gate = OutputGate(Guardrails([_check(PII)]))
+    released, whole = _through(gate, text, size)
+    assert whole == "Hello [email], write to [email] today, then rest a while."
+    assert gate.sent == whole and gate.verdict is None
+    if size < len(text):  # streamed: the text came out along the way, not all at the end
+        assert len(released[-1]) <= PII.window + len("[email]")
+        assert sum(map(len, released[:-1])) > 0
+
+
+@pytest.mark.parametrize("size", [1, 4, 9, 1000])
+def test_the_output_gate_sends_nothing_of_a_blocked_match_and_nothing_after_it(size: int) -> None:
+    text = "Here is the key you asked for: sk-ABCDEFGHIJKLMNOP and some words after it."
+    gate = OutputGate(Guardrails([_check(PII)]))
+    _, whole = _through(gate, text, size)
+    assert "sk-" not in whole and "words after" not in whole
+    assert text.startswith(whole)
+    assert gate.verdict is not None and gate.verdict.flagged == ["secret"]
+    assert gate.feed("more") == "" and gate.end() == ""
+
+
+def test_a_gate_without_output_checks_is_false_and_every_check_is_a_verdict() -> None:
+    rails = Guardrails([_check(GuardrailSpec(name="in", kind="regex", stages=["input"], rules=[SECRET]))])
+    assert not OutputGate(rails)
+    text, refused = rails.check("input", "use sk-0123456789")
+    assert refused is not None and refused.stage == "input" and refused.flagged == ["secret"]
+    assert [v.guardrail for v in rails.verdicts] == ["in"]
+    assert rails.check("output", "sk-0123456789") == ("sk-0123456789", None)  # not its stage
+
+
+# -- through the runtime, the upstream recorded ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[str, RecordingUpstream]]:
+    recording = RecordingUpstream(create_sim_app(SimSettings()))
+    with serve_app(recording) as url:
+        yield f"{url}/v1", recording
+
+
+@contextlib.asynccontextmanager
+async def _runtime(tmp_path: Any, url: str, *guardrails: GuardrailSpec) -> AsyncIterator[Runtime]:
+    """An in-process runtime whose model ``m`` is the recorded sim at ``url``, with ``guardrails``."""
+    models = (ModelSpec(name="m", base_url=url, upstream_model="sim"),)
+    settings = RuntimeSettings(storage_path=str(tmp_path / "t.duckdb"), models=models, guardrails=guardrails)
+    runtime = Runtime.local(settings)
+    try:
+        yield runtime
+    finally:
+        await runtime.close()
+
+
+def _sent(recording: RecordingUpstream, since: int) -> str:
+    """Every body the upstream got since the ``since``-th, as one JSON text."""
+    return json.dumps(recording.bodies[since:])
+
+
+async def _events(runtime: Runtime, body: dict[str, Any]) -> list[dict[str, Any]]:
+    stream = await runtime.stream("", parse_create_request({**body, "stream": True}))
+    return [event async for batch in stream for event in batch]
+
+
+@pytest.mark.asyncio
+async def test_a_blocked_input_never_reaches_the_model_now_or_in_a_later_turn(tmp_path, upstream) -> None:
+    url, recording = upstream
+    async with _runtime(tmp_path, url, PII) as runtime:
+        conversation = await runtime.create_conversation("")
+        since = len(recording.bodies)
+        body = {"model": "m", "input": "my key is sk-SECRET123456, [[say ok]]", "guardrails": ["pii"],
+                "conversation": conversation["id"]}  # fmt: skip
+        events = await _events(runtime, body)
+        assert len(recording.bodies) == since  # no model call
+        types = [e["type"] for e in events]
+        assert types == [
+            "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+            "response.refusal.delta", "response.refusal.done", "response.content_part.done",
+            "response.output_item.done", "response.completed",
+        ]  # fmt: skip
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        response = events[-1]["response"]
+        [message] = response["output"]
+        [part] = message["content"]
+        assert part["type"] == "refusal" and "pii" in part["refusal"] and "secret" in part["refusal"]
+        assert "sk-SECRET" not in json.dumps(response)
+        assert response["status"] == "completed" and response["usage"]["total_tokens"] == 0
+        stored = await runtime.get_response("", response["id"])
+        assert stored["output"] == response["output"]
+
+        # The next turn of the conversation: the refused exchange is not sent upstream.
+        since = len(recording.bodies)
+        answer = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "[[say fine]]", "conversation": conversation["id"]}))  # fmt: skip
+        assert answer["output"][0]["content"][0]["text"] == "fine"
+        assert "sk-SECRET" not in _sent(recording, since) and "refusal" not in _sent(recording, since)
+        traces = await runtime.step_traces("", response["id"])
+        assert [(t["kind"], t["name"], t["detail"]) for t in traces] == [
+            ("guardrail", "pii", {"stage": "input", "verdict": "blocked", "categories": ["secret"]})
+        ]
+
+
+@pytest.mark.asyncio
+async def test_a_blocked_output_stops_the_stream_and_the_response_is_incomplete(tmp_path, upstream) -> None:
+    url, _ = upstream
+    async with _runtime(tmp_path, url, PII_OUT) as runtime:
+        body = {"model": "m", "input": "[[say here you go: sk-ABCDEFGHIJKL and more words after that]]",
+                "guardrails": ["pii-out"]}  # fmt: skip
+        events = await _events(runtime, body)
+        deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert "sk-" not in json.dumps(events[1:]) and "after" not in deltas  # (the first holds the input)
+        response = events[-1]["response"]
+        assert events[-1]["type"] == "response.incomplete"
+        assert response["incomplete_details"] == {"reason": "content_filter"}
+        [message] = response["output"]
+        assert message["status"] == "incomplete" and message["content"][0]["text"] == deltas
+        assert (await runtime.get_response("", response["id"]))["output"] == response["output"]
+
+        # Not streamed, the same end.
+        plain = await runtime.respond("", parse_create_request(body))
+        assert plain["status"] == "incomplete" and "sk-" not in json.dumps(plain)
+
+
+@pytest.mark.asyncio
+async def test_redacted_output_is_what_the_client_sees_what_is_stored_and_what_the_model_sees_next(
+    tmp_path, upstream
+) -> None:
+    url, recording = upstream
+    async with _runtime(tmp_path, url, PII_OUT) as runtime:
+        body = {"model": "m", "input": "[[say mail ann@example.org or bob@corp.example.com today]]",
+                "guardrails": ["pii-out"]}  # fmt: skip
+        events = await _events(runtime, body)
+        deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert deltas == "mail [email] or [email] today"
+        done = next(e for e in events if e["type"] == "response.output_text.done")
+        response = events[-1]["response"]
+        assert done["text"] == deltas == response["output"][0]["content"][0]["text"]
+        assert response["status"] == "completed"
+        since = len(recording.bodies)
+        await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "[[say ok]]", "previous_response_id": response["id"]}))  # fmt: skip
+        sent = json.dumps([m for m in recording.bodies[since]["messages"] if m["role"] == "assistant"])
+        assert "[email]" in sent and "ann@" not in sent
+
+
+@pytest.mark.asyncio
+async def test_redacted_input_is_what_the_model_is_sent_and_what_is_stored(tmp_path, upstream) -> None:
+    url, recording = upstream
+    async with _runtime(tmp_path, url, PII) as runtime:
+        since = len(recording.bodies)
+        answer = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "reach me at ann@example.org", "guardrails": ["pii"]}))  # fmt: skip
+        assert "ann@" not in _sent(recording, since) and "reach me at [email]" in _sent(recording, since)
+        items = (await runtime.list_input_items("", answer["id"])).data
+        assert "ann@" not in json.dumps(items) and "reach me at [email]" in json.dumps(items)
+        traces = await runtime.step_traces("", answer["id"])
+        assert traces[0]["detail"] == {"stage": "input", "verdict": "redacted", "categories": ["email"]}
+
+
+@pytest.mark.asyncio
+async def test_tool_calls_and_results_are_checked_before_they_run_and_before_the_model_sees_them(
+    tmp_path, upstream
+) -> None:
+    url, recording = upstream
+    math = GuardrailSpec(name="math", kind="regex", stages=["tool_call"],
+                         rules=[{"category": "forbidden_math", "pattern": r"6\s*\*\s*7"}])  # fmt: skip
+    numbers = GuardrailSpec(name="numbers", kind="regex", stages=["tool_output"],
+                            rules=[{"category": "number", "pattern": r"\d+", "action": "redact"}])  # fmt: skip
+    async with _runtime(tmp_path, url, math, numbers) as runtime:
+        since = len(recording.bodies)
+        blocked = await runtime.respond("", parse_create_request({
+            "model": "m", "input": '[[call calculator {"expression": "6*7"}]]', "guardrails": ["math"],
+        }))  # fmt: skip
+        call, output = blocked["output"][0], blocked["output"][1]
+        assert call["type"] == "function_call" and output["type"] == "function_call_output"
+        assert "blocked by guardrail 'math'" in output["output"] and "42" not in output["output"]
+        assert "blocked by guardrail 'math'" in _sent(recording, since)  # the model was told
+        traces = await runtime.step_traces("", blocked["id"])
+        assert [t["kind"] for t in traces] == ["model", "guardrail", "model"]  # the tool never ran
+        assert traces[1]["call_id"] == call["call_id"] and traces[1]["detail"]["verdict"] == "blocked"
+
+        since = len(recording.bodies)
+        redacted = await runtime.respond("", parse_create_request({
+            "model": "m", "input": '[[call calculator {"expression": "40+2"}]]', "guardrails": ["numbers"],
+        }))  # fmt: skip
+        assert redacted["output"][1]["output"] == "[number]"
+        tool_messages = [m for b in recording.bodies[since:] for m in b["messages"] if m["role"] == "tool"]
+        assert [m["content"] for m in tool_messages] == ["[number]"]
+
+
+@pytest.mark.asyncio
+async def test_guardrails_a_tenant_or_model_must_have_run_without_being_asked_and_unknown_names_are_a_400(
+    tmp_path, upstream
+) -> None:
+    url, recording = upstream
+    everyone = GuardrailSpec(name="everyone", kind="regex", stages=["input"], tenants=["*"],
+                             rules=[{"category": "banned", "pattern": "forbidden"}])  # fmt: skip
+    async with _runtime(tmp_path, url, everyone) as runtime:
+        since = len(recording.bodies)
+        refused = await runtime.respond("", parse_create_request({"model": "m", "input": "something forbidden"}))
+        assert refused["output"][0]["content"][0]["type"] == "refusal" and len(recording.bodies) == since
+        with pytest.raises(InvalidRequest) as caught:
+            await runtime.respond("", parse_create_request({"model": "m", "input": "x", "guardrails": ["nope"]}))
+        assert caught.value.param == "guardrails[0]" and "'nope'" in str(caught.value)

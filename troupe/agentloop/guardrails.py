@@ -1,0 +1,278 @@
+"""Guardrails: checks of the text that goes into and comes out of the agent loop.
+
+A request's guardrails (:class:`Guardrails`, built by the runtime from the ``[[guardrails]]``
+its tenant, its model and the request itself name) look at four stages:
+
+* ``input``: the turn's new input, before the first model call. A block means no model call:
+  the response completes with a message whose one part is a ``refusal`` naming the category.
+* ``output``: the model's text as it streams. :class:`OutputGate` holds back the last
+  ``window`` characters until they are checked; a block stops the text there (what was
+  refused is never sent) and the response ends ``incomplete``, reason ``content_filter``.
+  Redaction rewrites the text before it is sent.
+* ``tool_call``: a server-side tool call's arguments, before it runs. A block means the call
+  does not run; the model is told why.
+* ``tool_output``: a tool's result, before the model sees it (where prompt injection comes
+  in). Redaction rewrites it; a block replaces it with a notice.
+
+A verdict names categories, never the matched text. Each check is also a step of the
+response's step traces (``kind = "guardrail"``), timed.
+
+The checks are pure and in process (``regex``). Example (a ``[[guardrails]]`` entry's
+``GuardrailSpec`` has the fields a :class:`RegexCheck` takes)::
+
+    rails = Guardrails([RegexCheck(spec.name, spec.stages, spec.rules, spec.window)])
+    verdicts = await rails.check("input", "my card is 4111 1111 1111 1111")
+    if blocked(verdicts): ...
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+__all__ = [
+    "Check",
+    "Finding",
+    "Guardrails",
+    "OutputGate",
+    "RegexCheck",
+    "Rule",
+    "Verdict",
+    "blocked",
+    "refusal_text",
+    "withheld_text",
+]
+
+Stage = Literal["input", "output", "tool_call", "tool_output"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What one check found in a text."""
+
+    categories: dict[str, bool]
+    """Each category the check knows → whether the text is flagged under it."""
+    block: bool
+    """The text must not go on."""
+    text: str
+    """The text as it may go on: redacted where a redact rule matched, else the text given."""
+    settled: int
+    """How much of :attr:`text` is settled: its end, or for a part (``end`` given), past the
+    last match that began before ``end``."""
+
+
+class Check(Protocol):
+    """One guardrail's check (a kind of ``[[guardrails]]`` entry)."""
+
+    name: str
+    stages: frozenset[str]
+    window: int
+    """Characters of streamed output held back until checked."""
+
+    def find(self, text: str, start: int = 0, end: int | None = None) -> Finding:
+        """Check the matches in ``text`` that begin in ``[start, end)`` (``end`` None: the
+        whole text from ``start``); the characters around them are context (a look-behind sees
+        them). A redacted match is replaced whole, even where it runs past ``end``; with ``end``
+        given, one that reaches the end of the text (it may grow) is left for later."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One check of one text at one stage, timed: a step of the response's traces."""
+
+    guardrail: str
+    stage: Stage
+    categories: dict[str, bool]
+    blocked: bool
+    redacted: bool
+    started_at: float
+    ended_at: float
+
+    @property
+    def flagged(self) -> list[str]:
+        """The categories the text was flagged under."""
+        return [c for c, hit in self.categories.items() if hit]
+
+
+def blocked(verdicts: Sequence[Verdict]) -> Verdict | None:
+    """The first verdict that blocks; None if the text may go on."""
+    return next((v for v in verdicts if v.blocked), None)
+
+
+def refusal_text(verdict: Verdict) -> str:
+    """What the client is told when ``verdict`` refuses the input: the guardrail and the
+    categories, never the text that matched."""
+    return f"I can't help with that: the request was blocked by guardrail '{verdict.guardrail}' ({', '.join(verdict.flagged)})."
+
+
+def withheld_text(verdict: Verdict) -> str:
+    """What the model is told in place of a tool's arguments' or result's use, when blocked."""
+    what = "call" if verdict.stage == "tool_call" else "result"
+    return (
+        f"Error: the tool {what} was blocked by guardrail '{verdict.guardrail}' "
+        f"({', '.join(verdict.flagged)}); it was not {'run' if what == 'call' else 'shown'}."
+    )
+
+
+class Rule(Protocol):
+    """One pattern of a ``regex`` guardrail (``GuardrailRule`` in the settings)."""
+
+    @property
+    def category(self) -> str: ...
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def action(self) -> Literal["block", "redact"]: ...
+    @property
+    def replacement(self) -> str | None: ...
+    @property
+    def ignore_case(self) -> bool: ...
+
+
+class RegexCheck:
+    """A ``regex`` guardrail: its rules, searched in process.
+
+    The block rules are one alternation, and so are the redact rules (each rule a named group
+    with its own flags), so a text is scanned once for each."""
+
+    def __init__(self, name: str, stages: Iterable[str], rules: Sequence[Rule], window: int) -> None:
+        self.name = name
+        self.stages: frozenset[str] = frozenset(stages)
+        self.window = window
+        self.categories = tuple(dict.fromkeys(r.category for r in rules))
+        self._category: dict[str, str] = {}
+        self._replacement: dict[str, str] = {}
+        block: list[str] = []
+        redact: list[str] = []
+        for i, rule in enumerate(rules):
+            group = f"r{i}"
+            self._category[group] = rule.category
+            flags = "(?i:" if rule.ignore_case else "(?:"
+            (block if rule.action == "block" else redact).append(f"(?P<{group}>{flags}{rule.pattern}))")
+            if rule.action == "redact":
+                self._replacement[group] = rule.replacement if rule.replacement is not None else f"[{rule.category}]"
+        self._block = re.compile("|".join(block)) if block else None
+        self._redact = re.compile("|".join(redact)) if redact else None
+
+    def find(self, text: str, start: int = 0, end: int | None = None) -> Finding:
+        stop = len(text) if end is None else end
+        hits = dict.fromkeys(self.categories, False)
+        block = False
+        if self._block is not None:
+            for match in self._block.finditer(text, start):
+                if match.start() >= stop:
+                    break
+                hits[self._category[match.lastgroup or ""]] = block = True
+        settled = stop
+        if self._redact is not None:
+            parts, last = [text[:start]], start
+            for match in self._redact.finditer(text, start):
+                if match.start() >= stop:
+                    break
+                if end is not None and match.end() == len(text):  # it may grow with the next delta: hold it
+                    settled = match.start()
+                    break
+                group = match.lastgroup or ""
+                hits[self._category[group]] = True
+                parts += [text[last : match.start()], self._replacement[group]]
+                last = match.end()
+                settled = max(settled, last)
+            if last != start:  # a redaction: positions from the last match on move by the difference
+                head = "".join(parts)
+                text, settled = head + text[last:], settled + len(head) - last
+        return Finding(hits, block, text, settled)
+
+
+@dataclass(slots=True)
+class Guardrails:
+    """The checks one request runs, and the verdicts they gave (in order)."""
+
+    checks: Sequence[Check]
+    clock: Callable[[], float] = time.time
+    verdicts: list[Verdict] = field(default_factory=list)
+    """Every verdict so far; the driver turns new ones into step traces."""
+
+    def at(self, stage: Stage) -> list[Check]:
+        """The checks that look at ``stage``."""
+        return [c for c in self.checks if stage in c.stages]
+
+    def check(self, stage: Stage, text: str) -> tuple[str, Verdict | None]:
+        """Check ``text`` at ``stage`` with each of its checks in turn: the text as it may go on
+        (redacted), and the verdict that blocked it (None: it may go on)."""
+        for check in self.at(stage):
+            started = self.clock()
+            found = check.find(text)
+            verdict = Verdict(
+                check.name, stage, found.categories, found.block, found.text != text, started, self.clock()
+            )
+            self.verdicts.append(verdict)
+            text = found.text
+            if verdict.blocked:
+                return text, verdict
+        return text, None
+
+
+class OutputGate:
+    """The ``output`` stage over a stream of text: what of the model's text may be sent.
+
+    :meth:`feed` takes each delta and answers what may go to the client now; :meth:`end` the
+    rest. The last ``window`` characters (the largest of the checks') are held back until the
+    text after them is known, so that a blocked pattern no longer than the window is caught
+    before any of it is sent, and a redacted one is rewritten before it is. Once a check
+    blocks, :attr:`verdict` says which and nothing more is released.
+    """
+
+    def __init__(self, rails: Guardrails) -> None:
+        self.rails = rails
+        self.checks = rails.at("output")
+        self.window = max((c.window for c in self.checks), default=0)
+        self.text = ""
+        """The model's text so far, redacted up to :attr:`done`."""
+        self.done = 0
+        """How much of :attr:`text` is released."""
+        self.verdict: Verdict | None = None
+        """The verdict that blocked the text, if one did."""
+
+    def __bool__(self) -> bool:
+        return bool(self.checks)
+
+    @property
+    def sent(self) -> str:
+        """The text released so far, as the client sees it."""
+        return self.text[: self.done]
+
+    def feed(self, delta: str) -> str:
+        """Take a delta of the model's text; the text that may be sent now ("" for none)."""
+        self.text += delta
+        return self._release(len(self.text) - self.window, final=False)
+
+    def end(self) -> str:
+        """The model's text is whole: the rest that may be sent."""
+        return self._release(len(self.text), final=True)
+
+    def _release(self, upto: int, *, final: bool) -> str:
+        if self.verdict is not None or upto <= self.done:
+            return ""
+        text, cut = self.text, upto
+        for (
+            check
+        ) in self.checks:  # the matches that begin in the part to release; each check's redactions feed the next
+            started = self.rails.clock()
+            found = check.find(text, self.done, cut)
+            changed = found.text != text
+            if found.block or changed or final:  # a clean part of the stream is not worth a step
+                verdict = Verdict(
+                    check.name, "output", found.categories, found.block, changed, started, self.rails.clock()
+                )
+                self.rails.verdicts.append(verdict)
+                if verdict.blocked:
+                    self.verdict = verdict
+                    return ""
+            text, cut = found.text, found.settled
+        released = text[self.done : cut]
+        self.text, self.done = text, cut
+        return released
