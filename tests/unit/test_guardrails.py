@@ -259,3 +259,49 @@ async def test_guardrails_a_tenant_or_model_must_have_run_without_being_asked_an
         with pytest.raises(InvalidRequest) as caught:
             await runtime.respond("", parse_create_request({"model": "m", "input": "x", "guardrails": ["nope"]}))
         assert caught.value.param == "guardrails[0]" and "'nope'" in str(caught.value)
+
+
+# -- a durable run resumed on another host ------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_resumed_run_sends_the_redacted_input_again_and_tells_no_step_twice() -> None:
+    from tests.fakes import RecordingModel
+    from troupe.agentloop.checkpoint import ResumePoint
+    from troupe.agentloop.driver import prepare, run_loop
+    from troupe.agentloop.events import Checkpoint, StepTraced
+    from troupe.agentloop.tools import LocalFunctionExecutor
+    from troupe.agentloop.writer import WireWriter
+    from troupe.sim.model import SimModel
+
+    body = {"model": "sim", "input": 'mail ann@example.org [[call add {"a": 2, "b": 40}]]'}
+    tools = LocalFunctionExecutor({"add": lambda a, b: a + b})
+
+    def rails() -> Guardrails:
+        return Guardrails([_check(PII)])
+
+    # The first host: stopped right after the model turn that calls the tool was stored.
+    request = parse_create_request(body)
+    writer, events, steps = WireWriter(request, response_id="resp_1", created_at=1_700_000_000), [], []
+    first = RecordingModel(SimModel())
+    async for event in run_loop(prepare(request, [], [tools]), model=first, executors=[tools], checkpoints=True,
+                                guardrails=rails()):  # fmt: skip
+        if isinstance(event, Checkpoint):
+            steps.append(event.step.to_data())
+            break
+        if not isinstance(event, StepTraced):
+            events.extend(writer.write(event))
+    assert "ann@" not in json.dumps(first.calls[0].messages)
+    # The next host, from the stored request (its input as the client sent it) and steps.
+    request = parse_create_request(body)
+    resumed = WireWriter(request, response_id="resp_1", created_at=1_700_000_000)
+    resumed.restore(events)
+    second = RecordingModel(SimModel())
+    traced = []
+    async for event in run_loop(prepare(request, [], [tools]), model=second, executors=[tools], checkpoints=True,
+                                resume=ResumePoint.from_stored(steps, output=resumed.output), guardrails=rails()):  # fmt: skip
+        if isinstance(event, StepTraced):
+            traced.append(event)
+    assert second.calls and "ann@" not in json.dumps(second.calls[0].messages)
+    assert "[email]" in json.dumps(second.calls[0].messages)
+    assert [s.kind for s in traced if s.kind == "guardrail" and s.detail["stage"] == "input"] == []

@@ -385,6 +385,9 @@ class _Run:
         if self.resume is not None and self.resume.steps:
             # The response was announced, and its servers listed, before the steps it resumes from.
             self._restore(self.resume)
+            if self.rails is not None:  # its input passed, redacted: redacted again, its steps told already
+                self._check_input()
+                self.rails_traced = len(self.rails.verdicts)
         else:
             if self.mcp is not None:
                 # Before the first event: a request's MCP server that cannot be listed is an HTTP 424.
