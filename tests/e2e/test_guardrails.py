@@ -25,6 +25,7 @@ GUARDRAILS = (
     GuardrailSpec(name="no-secrets", stages=["input", "tool_call"], tenants=["acme"], rules=[SECRET]),
     GuardrailSpec(name="pii-out", stages=["output", "tool_output"], rules=[EMAIL, SECRET]),
     GuardrailSpec(name="safe-math", stages=["tool_call"], rules=[{"category": "power", "pattern": r"\*\*"}]),
+    GuardrailSpec(name="mod", kind="moderation", stages=["input"]),  # the sim's moderation model, in process
 )
 
 
@@ -115,3 +116,35 @@ def test_an_unknown_guardrail_is_a_400_naming_it(root) -> None:
     body = caught.value.body
     assert body["param"] == "guardrails[1]" and body["code"] == "invalid_value" and "'x'" in body["message"]
     assert json.dumps(body).count("pii-out") == 1  # the known names are listed
+
+
+def test_a_moderation_guardrail_refuses_what_its_model_flags(root, upstream) -> None:
+    _, recording = upstream
+    other = _client(root, "sk-other-key")
+    since = len(recording.bodies)
+    with other.responses.stream(model="m", input="[[flag self-harm/intent]] [[say hi]]",
+                                extra_body={"guardrails": ["mod"]}) as stream:  # fmt: skip
+        refusal = "".join(e.delta for e in stream if e.type == "response.refusal.delta")
+    assert refusal.endswith("blocked by guardrail 'mod' (self-harm/intent).") and len(recording.bodies) == since
+    assert (
+        other.responses.create(model="m", input="[[say calm]]", extra_body={"guardrails": ["mod"]}).output_text
+        == "calm"
+    )
+
+
+def test_client_moderations_create_is_answered_by_a_configured_guardrail(root) -> None:
+    client = _client(root, "sk-other-key")
+    answer = client.moderations.create(input=["a calm text", "[[flag violence 0.8]] a threat"])
+    assert answer.model == "mod" and answer.id.startswith("modr-")
+    calm, threat = answer.results
+    assert not calm.flagged and threat.flagged and threat.categories.violence
+    assert threat.category_scores.violence == 0.8 and not threat.categories.hate
+    # A regex guardrail answers too, with its own categories.
+    regex = client.moderations.create(input="mail ann@example.org", model="pii-out")
+    assert regex.results[0].flagged and regex.results[0].categories.model_extra == {"email": True, "secret": False}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.moderations.create(input="x", model="omni-moderation-latest-but-not-here")
+    assert caught.value.body["param"] == "model" and "'mod'" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.moderations.create(input=[{"type": "image_url", "image_url": {"url": "https://x/y.png"}}])
+    assert caught.value.body["param"] == "input[0]"

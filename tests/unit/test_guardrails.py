@@ -48,18 +48,19 @@ def test_a_regex_check_blocks_and_redacts_by_category_never_echoing_the_match() 
     assert loud.find("FORBIDDEN").block and not loud.find("EXACT").block
 
 
-def _through(gate: OutputGate, text: str, size: int) -> tuple[list[str], str]:
+async def _through(gate: OutputGate, text: str, size: int) -> tuple[list[str], str]:
     """``text`` fed to ``gate`` in pieces of ``size``: what each piece released, and the whole."""
-    released = [gate.feed(text[i : i + size]) for i in range(0, len(text), size)]
-    released.append(gate.end())
+    released = [await gate.feed(text[i : i + size]) for i in range(0, len(text), size)]
+    released.append(await gate.end())
     return released, "".join(released)
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 13, 1000])
-def test_the_output_gate_redacts_whatever_the_deltas_and_holds_back_no_more_than_its_window(size: int) -> None:
+async def test_the_output_gate_redacts_whatever_the_deltas_and_holds_back_no_more_than_its_window(size: int) -> None:
     text = "Hello bob@example.com, write to alice.smith@corp.example.org today, then rest a while."
     gate = OutputGate(Guardrails([_check(PII)]))
-    released, whole = _through(gate, text, size)
+    released, whole = await _through(gate, text, size)
     assert whole == "Hello [email], write to [email] today, then rest a while."
     assert gate.sent == whole and gate.verdict is None
     if size < len(text):  # streamed: the text came out along the way, not all at the end
@@ -67,24 +68,26 @@ def test_the_output_gate_redacts_whatever_the_deltas_and_holds_back_no_more_than
         assert sum(map(len, released[:-1])) > 0
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("size", [1, 4, 9, 1000])
-def test_the_output_gate_sends_nothing_of_a_blocked_match_and_nothing_after_it(size: int) -> None:
+async def test_the_output_gate_sends_nothing_of_a_blocked_match_and_nothing_after_it(size: int) -> None:
     text = "Here is the key you asked for: sk-ABCDEFGHIJKLMNOP and some words after it."
     gate = OutputGate(Guardrails([_check(PII)]))
-    _, whole = _through(gate, text, size)
+    _, whole = await _through(gate, text, size)
     assert "sk-" not in whole and "words after" not in whole
     assert text.startswith(whole)
     assert gate.verdict is not None and gate.verdict.flagged == ["secret"]
-    assert gate.feed("more") == "" and gate.end() == ""
+    assert await gate.feed("more") == "" and await gate.end() == ""
 
 
-def test_a_gate_without_output_checks_is_false_and_every_check_is_a_verdict() -> None:
+@pytest.mark.asyncio
+async def test_a_gate_without_output_checks_is_false_and_every_check_is_a_verdict() -> None:
     rails = Guardrails([_check(GuardrailSpec(name="in", kind="regex", stages=["input"], rules=[SECRET]))])
     assert not OutputGate(rails)
-    text, refused = rails.check("input", "use sk-0123456789")
+    text, refused = await rails.check("input", "use sk-0123456789")
     assert refused is not None and refused.stage == "input" and refused.flagged == ["secret"]
     assert [v.guardrail for v in rails.verdicts] == ["in"]
-    assert rails.check("output", "sk-0123456789") == ("sk-0123456789", None)  # not its stage
+    assert await rails.check("output", "sk-0123456789") == ("sk-0123456789", None)  # not its stage
 
 
 # -- through the runtime, the upstream recorded ------------------------------------------
@@ -305,3 +308,97 @@ async def test_a_resumed_run_sends_the_redacted_input_again_and_tells_no_step_tw
     assert second.calls and "ann@" not in json.dumps(second.calls[0].messages)
     assert "[email]" in json.dumps(second.calls[0].messages)
     assert [s.kind for s in traced if s.kind == "guardrail" and s.detail["stage"] == "input"] == []
+
+
+# -- moderation: the sim's model in process, and a server over HTTP ---------------------
+
+
+def test_the_sims_moderation_is_scripted_by_the_text() -> None:
+    from troupe.sim.moderation import CATEGORIES, moderate
+
+    calm = moderate("a calm sentence")
+    assert not calm["flagged"] and set(calm["categories"]) == set(CATEGORIES) and not any(calm["categories"].values())
+    angry = moderate("[[flag violence]] and [[flag hate 0.4]] and [[flag house-rule 0.6]]")
+    assert angry["flagged"] and angry["categories"]["violence"] and not angry["categories"]["hate"]
+    assert angry["category_scores"]["hate"] == 0.4 and angry["categories"]["house-rule"]
+
+
+class _Counting:
+    """A moderation function over the sim's model that counts its calls, or fails."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.texts: list[str] = []
+        self.fail = fail
+
+    async def __call__(self, text: str) -> dict[str, Any]:
+        from troupe.agentloop.guardrails import GuardrailUnavailable
+        from troupe.sim.moderation import moderate
+
+        self.texts.append(text)
+        if self.fail:
+            raise GuardrailUnavailable("the moderation server answered HTTP 503")
+        return moderate(text)
+
+
+@pytest.mark.asyncio
+async def test_a_moderation_check_classifies_streamed_output_a_window_at_a_time_and_blocks_what_it_flags() -> None:
+    from troupe.agentloop.guardrails import ModerationCheck
+
+    counting = _Counting()
+    check = ModerationCheck("mod", ["output"], 20, counting)
+    gate = OutputGate(Guardrails([check]))
+    text = "one two three four five six seven eight nine ten eleven twelve"
+    released, whole = await _through(gate, text, 3)
+    assert whole == text and gate.verdict is None
+    assert 2 <= len(counting.texts) <= len(text) // 20 + 1  # one call per window, and one at the end
+    assert all(text.startswith(t) for t in counting.texts) and counting.texts[-1] == text
+    assert released[0] == ""  # held until a window gathered
+
+    gate = OutputGate(Guardrails([check]))
+    _, whole = await _through(gate, "all fine so far, then [[flag violence]] comes and more", 4)
+    assert "[[flag" not in whole and gate.verdict is not None and gate.verdict.flagged == ["violence"]
+    assert gate.verdict.scores is not None and gate.verdict.scores["violence"] == 0.9
+
+    # Thresholds: only those categories count, each from its own score.
+    strict = ModerationCheck("strict", ["input"], 64, counting, thresholds={"hate": 0.3})
+    rails = Guardrails([strict])
+    assert (await rails.check("input", "[[flag hate 0.35]]"))[1] is not None
+    assert (await rails.check("input", "[[flag violence 0.99]]"))[1] is None
+
+
+@pytest.mark.asyncio
+async def test_a_moderation_server_that_fails_blocks_the_text_and_says_why() -> None:
+    from troupe.agentloop.guardrails import ModerationCheck, refusal_text
+
+    rails = Guardrails([ModerationCheck("mod", ["input"], 64, _Counting(fail=True))])
+    _, refused = await rails.check("input", "anything")
+    assert refused is not None and refused.error == "the moderation server answered HTTP 503"
+    assert "could not be checked" in refusal_text(refused)
+
+
+@pytest.mark.asyncio
+async def test_a_moderation_guardrail_calls_its_server_over_http_and_is_a_step(tmp_path, upstream) -> None:
+    url, _ = upstream  # the sim server serves /v1/moderations too
+    mod = GuardrailSpec(name="mod", kind="moderation", base_url=url, stages=["input", "output"], window=16)
+    async with _runtime(tmp_path, url, mod) as runtime:
+        refused = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "[[flag harassment]] [[say hi]]", "guardrails": ["mod"]}))  # fmt: skip
+        assert refused["output"][0]["content"][0]["type"] == "refusal"
+        assert "(harassment)" in refused["output"][0]["content"][0]["refusal"]
+        stopped = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "[[say fine words and then trouble]]", "guardrails": ["mod"]}))  # fmt: skip
+        assert (
+            stopped["status"] == "completed"
+            and stopped["output"][0]["content"][0]["text"] == "fine words and then trouble"
+        )
+        traces = await runtime.step_traces("", stopped["id"])
+        assert [(t["kind"], t["detail"] and t["detail"]["stage"]) for t in traces][0] == ("guardrail", "input")
+        assert any(t["kind"] == "guardrail" and t["detail"]["stage"] == "output" for t in traces)
+    down = GuardrailSpec(name="down", kind="moderation", base_url="http://127.0.0.1:9/v1", timeout_s=2)
+    async with _runtime(tmp_path, url, down) as runtime:
+        refused = await runtime.respond(
+            "", parse_create_request({"model": "m", "input": "hello", "guardrails": ["down"]})
+        )
+        assert "could not be checked" in refused["output"][0]["content"][0]["refusal"]
+        [trace] = await runtime.step_traces("", refused["id"])
+        assert trace["detail"]["verdict"] == "blocked" and "could not be reached" in trace["detail"]["error"]

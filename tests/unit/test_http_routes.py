@@ -64,6 +64,7 @@ OPENAPI_ROUTES = {
     *_each("/v1/files/{file_id}", "delete", "get"),
     *_each("/v1/files/{file_id}/content", "get"),
     *_each("/v1/models", "get"),
+    *_each("/v1/moderations", "post"),
     *_each("/v1/prompts", "get", "post"),
     *_each("/v1/prompts/{prompt_id}", "delete", "get", "post"),
     *_each("/v1/prompts/{prompt_id}/set-default-version", "post"),

@@ -386,7 +386,7 @@ class _Run:
             # The response was announced, and its servers listed, before the steps it resumes from.
             self._restore(self.resume)
             if self.rails is not None:  # its input passed, redacted: redacted again, its steps told already
-                self._check_input()
+                await self._check_input()
                 self.rails_traced = len(self.rails.verdicts)
         else:
             if self.mcp is not None:
@@ -403,7 +403,7 @@ class _Run:
                 check_fits(*self._messages_and_tools(), budget, self.upstream_model)
             yield ev.ResponseStarted()
             if self.rails is not None:
-                refused = self._check_input()
+                refused = await self._check_input()
                 for step in self._verdicts():
                     yield step
                 if refused is not None:  # no model call: the answer is the refusal
@@ -460,7 +460,7 @@ class _Run:
 
     # -- guardrails --------------------------------------------------------------
 
-    def _check_input(self) -> Verdict | None:
+    async def _check_input(self) -> Verdict | None:
         """The ``input`` stage over each text part of the new input's messages, redacted in
         place (the transcript and the input items stored share the parts, so the model and
         the history see the redacted text); the verdict that refused the input, if one did."""
@@ -468,7 +468,7 @@ class _Run:
         for item in self.p.input_items:
             for part in item.get("content") or () if item.get("type") == "message" else ():
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    part["text"], refused = self.rails.check("input", part["text"])
+                    part["text"], refused = await self.rails.check("input", part["text"])
                     if refused is not None:
                         return refused
         return None
@@ -480,7 +480,8 @@ class _Run:
             verdict = "blocked" if v.blocked else "redacted" if v.redacted else "passed"
             yield ev.StepTraced(
                 kind="guardrail", name=v.guardrail, started_at=v.started_at, ended_at=v.ended_at, call_id=call_id,
-                detail={"stage": v.stage, "verdict": verdict, "categories": v.flagged},
+                detail={"stage": v.stage, "verdict": verdict, "categories": v.flagged,
+                        **({"error": v.error} if v.error is not None else {})},
             )  # fmt: skip
         self.rails_traced = len(self.rails.verdicts)
 
@@ -714,7 +715,7 @@ class _Run:
                         case TextChunk(text=delta):
                             text += delta
                             if gate is not None:  # what the output guardrails let through, when they do
-                                delta = gate.feed(delta)
+                                delta = await gate.feed(delta)
                                 if gate.verdict is not None:
                                     break  # blocked: nothing more is read or sent
                             if delta:
@@ -753,7 +754,7 @@ class _Run:
         ended = self.clock()
         finished = turn if error is None else None  # the turn, when the model ended it
         if gate is not None and error is None:
-            if finished is not None and (rest := gate.end()):
+            if finished is not None and (rest := await gate.end()):
                 if message_id is None:
                     message_id = new_id("msg")
                     yield ev.MessageStarted(item_id=message_id)
@@ -944,7 +945,7 @@ class _Run:
         to_run = [call for call in action.calls if call.call_id not in results]
         if self.rails is not None and self.rails.at("tool_call"):  # a call a guardrail blocks does not run
             for call in list(to_run):
-                _, refused = self.rails.check("tool_call", call.arguments)
+                _, refused = await self.rails.check("tool_call", call.arguments)
                 for step in self._verdicts(call.call_id):
                     yield step
                 if refused is not None:
@@ -1005,7 +1006,7 @@ class _Run:
                 sh_output = started_output.item_id
                 yield started_output
             if self.rails is not None and self.rails.at("tool_output") and call.call_id in results:
-                output, refused = self.rails.check("tool_output", output)
+                output, refused = await self.rails.check("tool_output", output)
                 for step in self._verdicts(call.call_id):
                     yield step
                 if refused is not None:

@@ -29,14 +29,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "Check",
+    "Classifier",
     "Finding",
+    "GuardrailUnavailable",
     "Guardrails",
+    "ModerationCheck",
     "OutputGate",
     "RegexCheck",
     "Rule",
@@ -65,7 +68,7 @@ class Finding:
 
 
 class Check(Protocol):
-    """One guardrail's check (a kind of ``[[guardrails]]`` entry)."""
+    """A guardrail that matches patterns in process (``regex``)."""
 
     name: str
     stages: frozenset[str]
@@ -80,6 +83,24 @@ class Check(Protocol):
         ...
 
 
+class Classifier(Protocol):
+    """A guardrail that asks a model whether a text may pass (``moderation``): it flags, never
+    rewrites, and costs a call, so streamed output is sent to it a ``window`` at a time."""
+
+    name: str
+    stages: frozenset[str]
+    window: int
+
+    async def classify(self, text: str) -> tuple[dict[str, bool], dict[str, float]]:
+        """The categories ``text`` is flagged under, and their scores. Raises
+        :class:`GuardrailUnavailable` when the model cannot answer."""
+        ...
+
+
+class GuardrailUnavailable(Exception):
+    """A classifier's model could not answer (its server failed, or took too long)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """One check of one text at one stage, timed: a step of the response's traces."""
@@ -91,6 +112,10 @@ class Verdict:
     redacted: bool
     started_at: float
     ended_at: float
+    scores: dict[str, float] | None = None
+    """A classifier's scores by category (a ``moderation`` guardrail's); None for patterns."""
+    error: str | None = None
+    """Why the check could not be made (its server failed): the text did not pass."""
 
     @property
     def flagged(self) -> list[str]:
@@ -106,7 +131,11 @@ def blocked(verdicts: Sequence[Verdict]) -> Verdict | None:
 def refusal_text(verdict: Verdict) -> str:
     """What the client is told when ``verdict`` refuses the input: the guardrail and the
     categories, never the text that matched."""
-    return f"I can't help with that: the request was blocked by guardrail '{verdict.guardrail}' ({', '.join(verdict.flagged)})."
+    return f"I can't help with that: the request was blocked by guardrail '{verdict.guardrail}' ({_why(verdict)})."
+
+
+def _why(verdict: Verdict) -> str:
+    return ", ".join(verdict.flagged) if verdict.error is None else "it could not be checked"
 
 
 def withheld_text(verdict: Verdict) -> str:
@@ -114,7 +143,7 @@ def withheld_text(verdict: Verdict) -> str:
     what = "call" if verdict.stage == "tool_call" else "result"
     return (
         f"Error: the tool {what} was blocked by guardrail '{verdict.guardrail}' "
-        f"({', '.join(verdict.flagged)}); it was not {'run' if what == 'call' else 'shown'}."
+        f"({_why(verdict)}); it was not {'run' if what == 'call' else 'shown'}."
     )
 
 
@@ -187,80 +216,128 @@ class RegexCheck:
         return Finding(hits, block, text, settled)
 
 
+class ModerationCheck:
+    """A ``moderation`` guardrail: OpenAI's moderation verdicts, from ``moderate`` (a
+    ``/v1/moderations`` server, or the sim's model in process), which answers one text's
+    ``Moderation`` JSON. With ``thresholds`` only those categories count, each flagged from its
+    score; without, the model's own ``categories`` decide."""
+
+    def __init__(
+        self, name: str, stages: Iterable[str], window: int,
+        moderate: Callable[[str], Awaitable[dict[str, Any]]], thresholds: dict[str, float] | None = None,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.stages: frozenset[str] = frozenset(stages)
+        self.window = window
+        self.moderate = moderate
+        self.thresholds = thresholds or {}
+
+    async def classify(self, text: str) -> tuple[dict[str, bool], dict[str, float]]:
+        result = await self.moderate(text)
+        try:
+            scores = {str(c): float(v) for c, v in result["category_scores"].items()}
+            if self.thresholds:
+                return {c: scores.get(c, 0.0) >= t for c, t in self.thresholds.items()}, scores
+            return {str(c): bool(v) for c, v in result["categories"].items()}, scores
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise GuardrailUnavailable(f"the moderation answer is not OpenAI's shape ({exc!r})") from None
+
+
 @dataclass(slots=True)
 class Guardrails:
     """The checks one request runs, and the verdicts they gave (in order)."""
 
-    checks: Sequence[Check]
+    checks: Sequence[Check | Classifier]
     clock: Callable[[], float] = time.time
     verdicts: list[Verdict] = field(default_factory=list)
     """Every verdict so far; the driver turns new ones into step traces."""
 
-    def at(self, stage: Stage) -> list[Check]:
+    def at(self, stage: Stage) -> list[Check | Classifier]:
         """The checks that look at ``stage``."""
         return [c for c in self.checks if stage in c.stages]
 
-    def check(self, stage: Stage, text: str) -> tuple[str, Verdict | None]:
+    async def check(self, stage: Stage, text: str) -> tuple[str, Verdict | None]:
         """Check ``text`` at ``stage`` with each of its checks in turn: the text as it may go on
         (redacted), and the verdict that blocked it (None: it may go on)."""
         for check in self.at(stage):
-            started = self.clock()
-            found = check.find(text)
-            verdict = Verdict(
-                check.name, stage, found.categories, found.block, found.text != text, started, self.clock()
-            )
-            self.verdicts.append(verdict)
-            text = found.text
+            if isinstance(check, RegexCheck):
+                started = self.clock()
+                found = check.find(text)
+                verdict = Verdict(
+                    check.name, stage, found.categories, found.block, found.text != text, started, self.clock()
+                )
+                self.verdicts.append(verdict)
+                text = found.text
+            else:
+                verdict = await self.classify(check, stage, text)  # type: ignore[arg-type]
             if verdict.blocked:
                 return text, verdict
         return text, None
+
+    async def classify(self, check: Classifier, stage: Stage, text: str) -> Verdict:
+        """``check``'s verdict on ``text``, kept; a model that cannot answer blocks (fails closed)."""
+        started = self.clock()
+        try:
+            categories, scores = await check.classify(text)
+            verdict = Verdict(check.name, stage, categories, any(categories.values()), False, started, self.clock(),
+                              scores)  # fmt: skip
+        except GuardrailUnavailable as exc:
+            verdict = Verdict(check.name, stage, {}, True, False, started, self.clock(), None, str(exc))
+        self.verdicts.append(verdict)
+        return verdict
 
 
 class OutputGate:
     """The ``output`` stage over a stream of text: what of the model's text may be sent.
 
     :meth:`feed` takes each delta and answers what may go to the client now; :meth:`end` the
-    rest. The last ``window`` characters (the largest of the checks') are held back until the
-    text after them is known, so that a blocked pattern no longer than the window is caught
-    before any of it is sent, and a redacted one is rewritten before it is. Once a check
-    blocks, :attr:`verdict` says which and nothing more is released.
+    rest. Two layers, in turn:
+
+    * patterns (``regex``): the last ``window`` characters (the largest of these checks') are
+      held back until the text after them is known, so that a blocked pattern no longer than
+      the window is caught before any of it is sent, and a redacted one is rewritten before it
+      is;
+    * classifiers (``moderation``): the text the patterns let through waits until a
+      classifier's ``window`` of it has gathered (or the text ends), then the whole text so
+      far is classified, one call per window.
+
+    Once a check blocks, :attr:`verdict` says which and nothing more is released.
     """
 
     def __init__(self, rails: Guardrails) -> None:
         self.rails = rails
-        self.checks = rails.at("output")
-        self.window = max((c.window for c in self.checks), default=0)
+        checks = rails.at("output")
+        self.patterns = [c for c in checks if isinstance(c, RegexCheck)]
+        self.classifiers: list[Classifier] = [c for c in checks if not isinstance(c, RegexCheck)]  # type: ignore[misc]
+        self.window = max((c.window for c in self.patterns), default=0)
+        self.batch = max((c.window for c in self.classifiers), default=0)
         self.text = ""
         """The model's text so far, redacted up to :attr:`done`."""
         self.done = 0
-        """How much of :attr:`text` is released."""
+        """How much of :attr:`text` the patterns let through."""
+        self.sent = ""
+        """The text released so far, as the client sees it."""
         self.verdict: Verdict | None = None
         """The verdict that blocked the text, if one did."""
 
     def __bool__(self) -> bool:
-        return bool(self.checks)
+        return bool(self.patterns or self.classifiers)
 
-    @property
-    def sent(self) -> str:
-        """The text released so far, as the client sees it."""
-        return self.text[: self.done]
-
-    def feed(self, delta: str) -> str:
+    async def feed(self, delta: str) -> str:
         """Take a delta of the model's text; the text that may be sent now ("" for none)."""
         self.text += delta
-        return self._release(len(self.text) - self.window, final=False)
+        return await self._classified(self._release(len(self.text) - self.window, final=False), final=False)
 
-    def end(self) -> str:
+    async def end(self) -> str:
         """The model's text is whole: the rest that may be sent."""
-        return self._release(len(self.text), final=True)
+        return await self._classified(self._release(len(self.text), final=True), final=True)
 
     def _release(self, upto: int, *, final: bool) -> str:
-        if self.verdict is not None or upto <= self.done:
+        """What the patterns let through, up to ``upto`` (or less: a redaction still open)."""
+        if self.verdict is not None or (upto <= self.done and not (final and self.patterns)):
             return ""
-        text, cut = self.text, upto
-        for (
-            check
-        ) in self.checks:  # the matches that begin in the part to release; each check's redactions feed the next
+        text, cut = self.text, max(upto, self.done)
+        for check in self.patterns:  # the matches that begin in the part to release; redactions feed the next
             started = self.rails.clock()
             found = check.find(text, self.done, cut)
             changed = found.text != text
@@ -276,3 +353,20 @@ class OutputGate:
         released = text[self.done : cut]
         self.text, self.done = text, cut
         return released
+
+    async def _classified(self, passed: str, *, final: bool) -> str:
+        """What the classifiers let through of the text the patterns passed: held until a
+        window of it has gathered (or the text ends), then classified with all before it."""
+        if not self.classifiers or self.verdict is not None:
+            self.sent += passed if self.verdict is None else ""
+            return passed if self.verdict is None else ""
+        waiting = self.text[len(self.sent) : self.done]  # passed by the patterns, not yet classified
+        if not waiting or (len(waiting) < self.batch and not final):
+            return ""
+        for check in self.classifiers:
+            verdict = await self.rails.classify(check, "output", self.sent + waiting)
+            if verdict.blocked:
+                self.verdict = verdict
+                return ""
+        self.sent += waiting
+        return waiting

@@ -94,7 +94,7 @@ NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
 
 
 UNSUPPORTED_PARAMETERS: dict[str, str] = {
-    "moderation": "no moderation model is served yet; regex guardrails are, by the 'guardrails' field",
+    "moderation": "name a configured guardrail in the 'guardrails' field instead; OpenAI's moderation policy is not served yet",
     "access_programs": "it selects OpenAI's access programs",
     "image": "image context compression is not available",
     "prompt_cache_options": "prompt cache breakpoints, diagnostics and prewarming are not available",

@@ -58,6 +58,7 @@ from troupe.runtime.console_calls import ConsoleCalls
 from troupe.runtime.containers import ContainerService
 from troupe.runtime.conversations import ConversationCalls, not_found
 from troupe.runtime.environments import EnvironmentService
+from troupe.runtime.guardrails import GuardrailRegistry
 from troupe.runtime.host import HostClient
 from troupe.runtime.hosting import HostFailed, Placement
 from troupe.runtime.prompts import PromptCalls
@@ -175,6 +176,7 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         self._pruner: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._moderation: GuardrailRegistry | None = None  # POST /v1/moderations, made on first use
         """Watchers of the durable runs started here (each resumes its run if the host dies),
         and resumes under way."""
         self._taking_over: set[str] = set()
@@ -267,6 +269,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
                 task.cancel()
         for task in self._tasks:
             task.cancel()
+        if self._moderation is not None:
+            await self._moderation.close()
         await self.automations.close()  # before the sessions, which its deliveries call
         await self.sessions.close()
         await self.vector_stores.close()
@@ -313,6 +317,13 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
 
     def model_names(self) -> list[str]:
         return [m.name for m in self.settings.models]
+
+    async def moderations(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/moderations``: the texts classified by a configured guardrail
+        (:meth:`GuardrailRegistry.moderations`)."""
+        if self._moderation is None:
+            self._moderation = GuardrailRegistry(self.settings)
+        return await self._moderation.moderations(body)
 
     async def stream(self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None) -> EventBatches:
         """Start a response; its wire events in batches, ending with the terminal event.

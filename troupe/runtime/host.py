@@ -37,14 +37,12 @@ from troupe.agentloop.chat import plain
 from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
-from troupe.agentloop.guardrails import Guardrails, RegexCheck
 from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
 from troupe.observe import Observer, TurnObserver
 from troupe.protocol import (
     CreateResponseRequest,
-    InvalidRequest,
     conversation_not_found,
     model_not_found,
     previous_response_not_found,
@@ -54,6 +52,7 @@ from troupe.runtime.artifacts import ArtifactService
 from troupe.runtime.batching import coalesce
 from troupe.runtime.container_runs import ContainerFleet, ContainerRunner, check_code_tool
 from troupe.runtime.containers import ContainerService
+from troupe.runtime.guardrails import GuardrailRegistry
 from troupe.runtime.mcp_policy import resolve_mcp_tool
 from troupe.runtime.models import ModelRegistry
 from troupe.runtime.rag import VectorStores
@@ -152,7 +151,7 @@ class ConversationHost:
         self.vector_stores = VectorStores(settings, store)
         """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
         self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
-        self._checks: dict[str, RegexCheck] = {}  # the guardrails' compiled checks, by name
+        self.guardrails = GuardrailRegistry(settings)
         self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         """What a run's row keeps of its request's credentials (:mod:`troupe.storage.credentials`)."""
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
@@ -434,7 +433,7 @@ class ConversationHost:
             checkpoints=request.background or (request.store and self.settings.durable_foreground),
             # A background run may be followed; a non-streamed one is seen only at its end.
             live=stream or request.background or spec.streaming == "always",
-            guardrails=self._guardrails(job),
+            guardrails=self.guardrails.for_turn(job.tenant, request),
         )
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)
@@ -479,24 +478,6 @@ class ConversationHost:
             if obs is not None:
                 obs.abandoned(writer.response, failed=not isinstance(exc, GeneratorExit | asyncio.CancelledError))
             raise
-
-    def _guardrails(self, job: TurnJob) -> Guardrails | None:
-        """The guardrails the turn runs: those its tenant and model must have, then those the
-        request names (the ingress checked that they exist); None for none."""
-        specs = {g.name: g for g in self.settings.required_guardrails(job.tenant, job.request.model)}
-        for name in job.request.guardrails or ():
-            spec = self.settings.guardrail(name)
-            if spec is None:
-                raise InvalidRequest(f"Unknown guardrail '{name}'.", param="guardrails", code="invalid_value")
-            specs.setdefault(name, spec)
-        if not specs:
-            return None
-        checks = []
-        for name, spec in specs.items():
-            if (check := self._checks.get(name)) is None:
-                check = self._checks[name] = RegexCheck(spec.name, spec.stages, spec.rules, spec.window)
-            checks.append(check)
-        return Guardrails(checks)
 
     async def _checkpoint(
         self, run: LiveRun, checkpoint: Checkpoint, ttft_s: float | None, obs: TurnObserver | None = None
@@ -661,6 +642,7 @@ class ConversationHost:
         self._unwatch()
         await self.runs.close()
         await self.models.close()
+        await self.guardrails.close()
         if self.mcp_client is not None:
             await self.mcp_client.close()
 

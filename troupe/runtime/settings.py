@@ -205,8 +205,11 @@ class GuardrailSpec(BaseModel):
 
     name: NonEmpty
     """The name requests and verdicts use."""
-    kind: Literal["regex"] = "regex"
-    """``regex``: ``rules``, checked in the server's process (no call, no model)."""
+    kind: Literal["regex", "moderation"] = "regex"
+    """``regex``: ``rules``, checked in the server's process (no call, no model);
+    ``moderation``: OpenAI's moderation verdicts, from an OpenAI-compatible ``/v1/moderations``
+    server (``base_url``), or from the sim's moderation model in process when ``base_url`` is
+    unset (its verdicts scripted by ``[[flag CATEGORY]]`` in the text: docs/sim.md)."""
     stages: tuple[GuardrailStage, ...] = ("input", "output")
     """The stages it checks."""
     tenants: tuple[str, ...] = ()
@@ -216,14 +219,34 @@ class GuardrailSpec(BaseModel):
     """The models (``[[models]]`` names) whose every request it checks."""
     rules: tuple[GuardrailRule, ...] = ()
     """For ``regex``: its patterns, each blocking or redacting."""
+    base_url: str | None = None
+    """For ``moderation``: the server, e.g. ``https://api.openai.com/v1``; unset: the sim's
+    moderation model, in process."""
+    upstream_model: str = "omni-moderation-latest"
+    """For ``moderation``: the ``model`` sent to the server."""
+    api_key_env: str | None = None
+    """For ``moderation``: the environment variable holding the server's API key (read where
+    the check runs)."""
+    thresholds: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
+    """For ``moderation``: category → the score from which it is flagged. Empty: the server's
+    own ``categories`` decide; given: only these categories count."""
+    timeout_s: PositiveFloat = 10.0
+    """For ``moderation``: a call taking longer fails the check, and a failed check blocks (the
+    text does not pass unchecked)."""
     window: PositiveInt = 64
-    """Characters of streamed output held back from the client until they are checked: a
-    match no longer than this is blocked before any of it is sent, or redacted whole."""
+    """Characters of streamed output held back from the client until they are checked. For
+    ``regex``: a match no longer than this is blocked before any of it is sent, or redacted
+    whole. For ``moderation``: the output is classified once per this many new characters (each
+    a call; the whole text so far each time), and held back until it is."""
 
     @model_validator(mode="after")
     def _complete(self) -> GuardrailSpec:
         if self.kind == "regex" and not self.rules:
             raise ValueError("a 'regex' guardrail needs 'rules'")
+        if self.kind != "regex" and self.rules:
+            raise ValueError("'rules' are for a 'regex' guardrail")
+        if self.kind != "moderation" and (self.base_url or self.thresholds or self.api_key_env):
+            raise ValueError("'base_url', 'thresholds' and 'api_key_env' are for a 'moderation' guardrail")
         if not self.stages:
             raise ValueError("'stages' names no stage")
         return self

@@ -334,6 +334,18 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         "required": ["items"],
         "properties": {"items": items},
     }
+    schemas["ModerationCreateRequest"] = {
+        "type": "object",
+        "title": "ModerationCreateRequest",
+        "additionalProperties": False,
+        "required": ["input"],
+        "properties": {
+            "input": {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "string"}}],
+                      "description": "A text, or texts, to classify (text only)."},
+            "model": {"type": "string", "description": "A configured guardrail's name, or a `moderation` "
+                      "guardrail's `upstream_model`; default: the first `moderation` guardrail."},
+        },
+    }  # fmt: skip
     schemas.update(_prompt_schemas(ref, nullable))
     schemas.update(_container_schemas())
     schemas.update(_agent_schemas(ref, nullable))
@@ -347,6 +359,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
 
     return {
         ("post", "/v1/responses"): body("CreateResponseRequest"),
+        ("post", "/v1/moderations"): body("ModerationCreateRequest"),
         ("post", "/v1/conversations"): body("ConversationCreateRequest", required=False),  # empty body: {}
         ("post", "/v1/conversations/{conversation_id}"): body("ConversationUpdateRequest"),
         ("post", "/v1/conversations/{conversation_id}/items"): body("ConversationItemsCreateRequest"),

@@ -5,6 +5,7 @@ Routes::
     POST /v1/chat/completions   Chat Completions, streaming (SSE) or not
     POST /v1/responses          stateless Responses, one model turn (see :mod:`.responses`)
     POST /v1/embeddings         the sim embedder, 384 dimensions by default (see :mod:`.embeddings`)
+    POST /v1/moderations        the sim's moderation model, its verdicts scripted (see :mod:`.moderation`)
     GET  /v1/models             lists the model ``sim``
     GET  /health                {"status": "ok"}
 
@@ -43,6 +44,7 @@ from troupe.agentloop.model import (
 )
 from troupe.sim.embeddings import add_embeddings_route
 from troupe.sim.model import SimModel, SimReply, SimSettings, stream_reply
+from troupe.sim.moderation import add_moderations_route
 from troupe.sim.responses import add_responses_route
 
 __all__ = ["create_sim_app", "SIM_MODEL_NAME"]
@@ -120,6 +122,7 @@ def create_sim_app(settings: SimSettings = SimSettings()) -> FastAPI:
 
     add_responses_route(app, sim)
     add_embeddings_route(app)
+    add_moderations_route(app)
     return app
 
 

@@ -2,6 +2,7 @@
 
 - :mod:`.operator` — ``/health``, ``/metrics``, ``POST /v1/troupe/sql``, the console (not in the OpenAPI description)
 - :mod:`.models` — ``/v1/models``
+- :mod:`.moderations` — ``POST /v1/moderations`` (texts classified by a configured guardrail)
 - :mod:`.responses` — ``/v1/responses`` (create, stream, follow, cancel, compact, list, input items, step traces)
 - :mod:`.conversations` — ``/v1/conversations`` and their items
 - :mod:`.files` — ``/v1/files``, ``/v1/vector_stores`` and ``/v1/embeddings``
@@ -32,6 +33,7 @@ from . import (
     environments,
     files,
     models,
+    moderations,
     operator,
     prompts,
     responses,
@@ -44,6 +46,7 @@ __all__ = ["ROUTERS"]
 ROUTERS: tuple[APIRouter, ...] = (
     operator.router,
     models.router,
+    moderations.router,
     responses.router,
     conversations.router,
     files.router,

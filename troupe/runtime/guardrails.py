@@ -1,0 +1,148 @@
+"""The configured guardrails as checks (troupe.agentloop.guardrails), built once per host.
+
+A ``regex`` guardrail compiles its rules; a ``moderation`` one calls its server's
+``/v1/moderations`` over one connection pool the host keeps (or the sim's moderation model in
+process, when it names no server). :meth:`GuardrailRegistry.for_turn` picks a turn's: those
+its tenant and model must have, then those the request names; :meth:`GuardrailRegistry.moderations`
+answers ``POST /v1/moderations`` with one of them.
+
+Example::
+
+    registry = GuardrailRegistry(settings)
+    rails = registry.for_turn("acme", request)   # None when no guardrail applies
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from troupe.agentloop.guardrails import Guardrails, GuardrailUnavailable, ModerationCheck, RegexCheck
+from troupe.protocol import CreateResponseRequest, InvalidRequest
+from troupe.runtime.settings import GuardrailSpec, RuntimeSettings
+from troupe.sim import moderation as sim_moderation
+
+__all__ = ["GuardrailRegistry"]
+
+
+class GuardrailRegistry:
+    """One check per configured guardrail, made on first use; one HTTP client for the
+    moderation servers, opened on first use and closed with the host."""
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.settings = settings
+        self._checks: dict[str, RegexCheck | ModerationCheck] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    def for_turn(self, tenant: str, request: CreateResponseRequest) -> Guardrails | None:
+        """The guardrails a turn runs; None for none. A name the request gives that is not
+        configured is a 400 (the ingress checks it first)."""
+        specs = {g.name: g for g in self.settings.required_guardrails(tenant, request.model)}
+        for i, name in enumerate(request.guardrails or ()):
+            spec = self.settings.guardrail(name)
+            if spec is None:
+                raise InvalidRequest(f"Invalid value for 'guardrails[{i}]': unknown guardrail {name!r}.",
+                                     param=f"guardrails[{i}]", code="invalid_value")  # fmt: skip
+            specs.setdefault(name, spec)
+        if not specs:
+            return None
+        return Guardrails([self.check(spec) for spec in specs.values()])
+
+    def check(self, spec: GuardrailSpec) -> RegexCheck | ModerationCheck:
+        """The check of guardrail ``spec`` (made once)."""
+        if (check := self._checks.get(spec.name)) is None:
+            if spec.kind == "regex":
+                check = RegexCheck(spec.name, spec.stages, spec.rules, spec.window)
+            else:
+                moderate = _sim_moderate if spec.base_url is None else self._moderator(spec)
+                check = ModerationCheck(spec.name, spec.stages, spec.window, moderate, spec.thresholds)
+            self._checks[spec.name] = check
+        return check
+
+    def _moderator(self, spec: GuardrailSpec) -> Any:
+        url = f"{(spec.base_url or '').rstrip('/')}/moderations"
+        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+        async def moderate(text: str) -> dict[str, Any]:
+            if self._http is None:
+                self._http = httpx.AsyncClient()
+            try:
+                answer = await self._http.post(url, json={"model": spec.upstream_model, "input": text},
+                                               headers=headers, timeout=spec.timeout_s)  # fmt: skip
+            except httpx.TimeoutException:
+                raise GuardrailUnavailable(f"the moderation server took longer than {spec.timeout_s:g} s") from None
+            except httpx.HTTPError as exc:
+                raise GuardrailUnavailable(
+                    f"the moderation server could not be reached ({type(exc).__name__})"
+                ) from None
+            if answer.status_code != 200:
+                raise GuardrailUnavailable(f"the moderation server answered HTTP {answer.status_code}")
+            try:
+                return answer.json()["results"][0]
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise GuardrailUnavailable("the moderation server's answer is not OpenAI's shape") from None
+
+        return moderate
+
+    async def moderations(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/moderations``: each text of ``body["input"]`` classified by a configured
+        guardrail, as OpenAI's ``ModerationCreateResponse``.
+
+        ``model`` names the guardrail, by its name or (a ``moderation`` one) its
+        ``upstream_model``; by default the first ``moderation`` guardrail configured. A ``regex``
+        guardrail answers with its own categories (score 1 where a rule matched)."""
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        if not isinstance(texts, list) or not texts:
+            raise InvalidRequest("'input' must be a string or a non-empty array of strings.", param="input",
+                                 code="invalid_type")  # fmt: skip
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InvalidRequest(f"Invalid value for 'input[{i}]': only text is moderated here (a string).",
+                                     param=f"input[{i}]", code="invalid_value")  # fmt: skip
+        spec = self._moderator_spec(body.get("model"))
+        check = self.check(spec)
+        results = []
+        for text in texts:
+            if isinstance(check, RegexCheck):
+                categories = check.find(text).categories
+                scores = {c: 1.0 if hit else 0.0 for c, hit in categories.items()}
+            else:
+                categories, scores = await check.classify(text)
+            results.append({
+                "flagged": any(categories.values()), "categories": categories, "category_scores": scores,
+                "category_applied_input_types": {c: ["text"] for c in categories},
+            })  # fmt: skip
+        model = spec.upstream_model if spec.kind == "moderation" and spec.base_url else spec.name
+        return sim_moderation.moderation_response(results, model)
+
+    def _moderator_spec(self, model: Any) -> GuardrailSpec:
+        if model is None:
+            spec = next((g for g in self.settings.guardrails if g.kind == "moderation"), None)
+            if spec is None:
+                raise InvalidRequest("No moderation model is configured (a [[guardrails]] entry of kind "
+                                     "'moderation'); name a guardrail in 'model'.", param="model",
+                                     code="model_not_found")  # fmt: skip
+            return spec
+        if not isinstance(model, str):
+            raise InvalidRequest("'model' must be a string.", param="model", code="invalid_type")
+        spec = self.settings.guardrail(model) or next(
+            (g for g in self.settings.guardrails if g.kind == "moderation" and g.upstream_model == model), None
+        )
+        if spec is None:
+            known = ", ".join(repr(g.name) for g in self.settings.guardrails) or "none is configured"
+            raise InvalidRequest(f"The model {model!r} is not a guardrail of this server ({known}).", param="model",
+                                 code="model_not_found")  # fmt: skip
+        return spec
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
+async def _sim_moderate(text: str) -> dict[str, Any]:
+    return sim_moderation.moderate(text)
