@@ -18,6 +18,11 @@ loopback ports), Serve's proxy on 127.0.0.1:PORT, and these Serve apps, one repl
   (:func:`troupe.sim.server.create_sim_app`) as the ingress of one Serve deployment: what
   Serve itself costs in front of the same answers.
 
+With ``TROUPE_BENCH_GUARDRAILS=regex`` in its environment (``benchmarks.ab --before HEAD
+--after-env TROUPE_BENCH_GUARDRAILS=regex`` measures it side by side), every Troupe app's every
+request runs :data:`BENCH_GUARDRAILS`: an input and output ``regex`` set, as a deployment that
+redacts e-mail addresses and blocks keys would configure (issue 31's cost target).
+
 Every app is reachable both at its replica's own port (direct ingress, how ``troupe serve``
 serves) and through the proxy at ``/<app>``. The Troupe apps offer
 
@@ -89,11 +94,22 @@ def _serve_floor() -> Any:
     return serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)(ingress).bind()
 
 
+BENCH_GUARDRAILS: tuple[dict[str, Any], ...] = (
+    {"name": "pii", "kind": "regex", "stages": ["input", "output"], "tenants": ["*"], "rules": [
+        {"category": "email", "pattern": r"[\w.+-]+@[\w-]+(\.[\w-]+)+", "action": "redact"},
+        {"category": "card_number", "pattern": r"\b(?:\d[ -]?){13,16}\b", "action": "redact"},
+        {"category": "api_key", "pattern": r"\bsk-[A-Za-z0-9]{16,}"},
+        {"category": "private_key", "pattern": "-----BEGIN [A-Z ]*PRIVATE KEY-----"},
+    ]},
+)  # fmt: skip
+"""The guardrails every request runs under ``TROUPE_BENCH_GUARDRAILS=regex``."""
+
+
 def _run_apps(args: argparse.Namespace) -> None:
     """``serve.run`` the Serve floor, then every Troupe app, each at ``/<name>``."""
     from ray import serve
 
-    from troupe.runtime.settings import ModelSpec, RuntimeSettings, TelemetrySettings
+    from troupe.runtime.settings import GuardrailSpec, ModelSpec, RuntimeSettings, TelemetrySettings
     from troupe.serve.config import ServerSettings
     from troupe.serve.deployment import build_app
 
@@ -102,9 +118,11 @@ def _run_apps(args: argparse.Namespace) -> None:
         ModelSpec(name="sim-local", kind="sim"),
     )
     serve.run(_serve_floor(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
+    guarded = os.environ.get("TROUPE_BENCH_GUARDRAILS") == "regex"
     for name, fields in _apps(args).items():
         settings = RuntimeSettings(
             models=models,
+            guardrails=tuple(GuardrailSpec(**g) for g in BENCH_GUARDRAILS) if guarded else (),
             **{"pool_size": args.pool_size, **fields},
             idle_timeout_s=args.idle_timeout,
             namespace=f"troupe-bench-{name}",

@@ -85,7 +85,7 @@ def test_output_is_redacted_as_it_streams_and_blocked_where_it_must_be(root) -> 
     blocked = other.responses.create(model="m", input="[[say the key: sk-abcdefghijklmnop and the rest]]",
                                      extra_body={"guardrails": ["pii-out"]})  # fmt: skip
     assert blocked.status == "incomplete" and blocked.incomplete_details.reason == "content_filter"
-    # What comes before the match is within the window held back (64 characters): none of it was sent.
+    # Not streamed, the text comes whole: the block is found before any of it is let through.
     assert blocked.output == [] and "sk-" not in blocked.model_dump_json()
     assert other.responses.retrieve(blocked.id).output == []
     traces = httpx.get(f"{root}/v1/responses/{blocked.id}/step_traces",

@@ -57,15 +57,31 @@ async def _through(gate: OutputGate, text: str, size: int) -> tuple[list[str], s
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 13, 1000])
-async def test_the_output_gate_redacts_whatever_the_deltas_and_holds_back_no_more_than_its_window(size: int) -> None:
+async def test_the_output_gate_redacts_whatever_the_deltas(size: int) -> None:
     text = "Hello bob@example.com, write to alice.smith@corp.example.org today, then rest a while."
     gate = OutputGate(Guardrails([_check(PII)]))
     released, whole = await _through(gate, text, size)
     assert whole == "Hello [email], write to [email] today, then rest a while."
     assert gate.sent == whole and gate.verdict is None
     if size < len(text):  # streamed: the text came out along the way, not all at the end
-        assert len(released[-1]) <= PII.window + len("[email]")
-        assert sum(map(len, released[:-1])) > 0
+        assert len(released[-1]) <= len("a while.") and sum(map(len, released[:-1])) > 0
+
+
+@pytest.mark.asyncio
+async def test_the_output_gate_holds_back_only_what_could_still_become_a_match() -> None:
+    gate = OutputGate(Guardrails([_check(PII)]))
+    assert await gate.feed("Hello ") == "Hello "  # a space cannot begin an address: nothing waits
+    assert await gate.feed("bob") == ""  # may be the start of one
+    assert await gate.feed("@example") == ""
+    assert await gate.feed(".com") == ""  # whole, but it may grow (".com.fr")
+    assert await gate.feed(", bye") == "[email], "  # decided; "bye" may begin another
+    assert await gate.feed(" now.") == "bye "  # "now." may still begin one ("now.then@…")
+    assert await gate.end() == "now." and gate.sent == "Hello [email], bye now."
+    # A blocked pattern's start waits too: "sk-" could become a key.
+    gate = OutputGate(Guardrails([_check(PII)]))
+    assert await gate.feed("the key: sk-") == "the key: "
+    assert await gate.feed("ABCDEFGH") == "" and await gate.feed("12345 more") == ""
+    assert gate.verdict is not None and gate.sent == "the key: "
 
 
 @pytest.mark.asyncio

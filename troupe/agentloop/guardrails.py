@@ -5,10 +5,10 @@ its tenant, its model and the request itself name) look at four stages:
 
 * ``input``: the turn's new input, before the first model call. A block means no model call:
   the response completes with a message whose one part is a ``refusal`` naming the category.
-* ``output``: the model's text as it streams. :class:`OutputGate` holds back the last
-  ``window`` characters until they are checked; a block stops the text there (what was
-  refused is never sent) and the response ends ``incomplete``, reason ``content_filter``.
-  Redaction rewrites the text before it is sent.
+* ``output``: the model's text as it streams. :class:`OutputGate` holds back only what could
+  still become a match (or, for a classifier, a window of text until it is classified); a
+  block stops the text there (what was refused is never sent) and the response ends
+  ``incomplete``, reason ``content_filter``. Redaction rewrites the text before it is sent.
 * ``tool_call``: a server-side tool call's arguments, before it runs. A block means the call
   does not run; the model is told why.
 * ``tool_output``: a tool's result, before the model sees it (where prompt injection comes
@@ -27,11 +27,12 @@ The checks are pure and in process (``regex``). Example (a ``[[guardrails]]`` en
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import regex
 
 __all__ = [
     "Check",
@@ -73,13 +74,13 @@ class Check(Protocol):
     name: str
     stages: frozenset[str]
     window: int
-    """Characters of streamed output held back until checked."""
 
-    def find(self, text: str, start: int = 0, end: int | None = None) -> Finding:
-        """Check the matches in ``text`` that begin in ``[start, end)`` (``end`` None: the
-        whole text from ``start``); the characters around them are context (a look-behind sees
-        them). A redacted match is replaced whole, even where it runs past ``end``; with ``end``
-        given, one that reaches the end of the text (it may grow) is left for later."""
+    def find(self, text: str, start: int = 0, end: int | None = None, *, open_end: bool = False) -> Finding:
+        """Check the matches in ``text`` that begin in ``[start, end)`` (``end`` None: its
+        end); the characters around them are context (a look-behind sees them). ``open_end``:
+        the text goes on (a stream), so a match that reaches its end, or that could begin there
+        and grow into one (a partial match), is left for later: :attr:`Finding.settled` stops at
+        its start."""
         ...
 
 
@@ -184,36 +185,42 @@ class RegexCheck:
             (block if rule.action == "block" else redact).append(f"(?P<{group}>{flags}{rule.pattern}))")
             if rule.action == "redact":
                 self._replacement[group] = rule.replacement if rule.replacement is not None else f"[{rule.category}]"
-        self._block = re.compile("|".join(block)) if block else None
-        self._redact = re.compile("|".join(redact)) if redact else None
+        self._block = regex.compile("|".join(block)) if block else None
+        self._redact = regex.compile("|".join(redact)) if redact else None
 
-    def find(self, text: str, start: int = 0, end: int | None = None) -> Finding:
+    def find(self, text: str, start: int = 0, end: int | None = None, *, open_end: bool = False) -> Finding:
         stop = len(text) if end is None else end
         hits = dict.fromkeys(self.categories, False)
         block = False
         if self._block is not None:
-            for match in self._block.finditer(text, start):
+            for match in self._block.finditer(text, start, partial=open_end):
                 if match.start() >= stop:
+                    break
+                if open_end and (match.partial or match.end() == len(text)):  # it may still become (or grow into) one
+                    stop = match.start()
                     break
                 hits[self._category[match.lastgroup or ""]] = block = True
-        settled = stop
-        if self._redact is not None:
-            parts, last = [text[:start]], start
-            for match in self._redact.finditer(text, start):
-                if match.start() >= stop:
-                    break
-                if end is not None and match.end() == len(text):  # it may grow with the next delta: hold it
-                    settled = match.start()
-                    break
-                group = match.lastgroup or ""
-                hits[self._category[group]] = True
-                parts += [text[last : match.start()], self._replacement[group]]
-                last = match.end()
-                settled = max(settled, last)
-            if last != start:  # a redaction: positions from the last match on move by the difference
-                head = "".join(parts)
-                text, settled = head + text[last:], settled + len(head) - last
-        return Finding(hits, block, text, settled)
+        if self._redact is None:
+            return Finding(hits, block, text, stop)
+        parts, last, settled = [text[:start]], start, stop
+        for match in self._redact.finditer(text, start, partial=open_end):
+            if match.start() >= stop:
+                break
+            if open_end and (
+                match.partial or match.end() > stop or self._redact.fullmatch(text, match.start(), partial=True)
+            ):
+                # It could still grow to the end of the text (a greedy pattern stops short of a
+                # trailing "."): redacted once it is whole, and never past what is settled.
+                settled = match.start()
+                break
+            hits[self._category[match.lastgroup or ""]] = True
+            parts += [text[last : match.start()], self._replacement[match.lastgroup or ""]]
+            last = match.end()
+            settled = max(settled, last)
+        if last == start:
+            return Finding(hits, block, text, settled)
+        head = "".join(parts)  # positions from the last match on move by the difference
+        return Finding(hits, block, head + text[last:], settled + len(head) - last)
 
 
 class ModerationCheck:
@@ -293,10 +300,11 @@ class OutputGate:
     :meth:`feed` takes each delta and answers what may go to the client now; :meth:`end` the
     rest. Two layers, in turn:
 
-    * patterns (``regex``): the last ``window`` characters (the largest of these checks') are
-      held back until the text after them is known, so that a blocked pattern no longer than
-      the window is caught before any of it is sent, and a redacted one is rewritten before it
-      is;
+    * patterns (``regex``): a match is only judged whole, so the tail of the text that could
+      still become one (a partial match, or a match that reaches the end and may grow) is held
+      back until the text after it decides; the rest goes. A blocked pattern is caught before
+      any of it is sent, a redacted one is rewritten before it is, and text that cannot begin a
+      match is not held at all;
     * classifiers (``moderation``): the text the patterns let through waits until a
       classifier's ``window`` of it has gathered (or the text ends), then the whole text so
       far is classified, one call per window.
@@ -309,7 +317,6 @@ class OutputGate:
         checks = rails.at("output")
         self.patterns = [c for c in checks if isinstance(c, RegexCheck)]
         self.classifiers: list[Classifier] = [c for c in checks if not isinstance(c, RegexCheck)]  # type: ignore[misc]
-        self.window = max((c.window for c in self.patterns), default=0)
         self.batch = max((c.window for c in self.classifiers), default=0)
         self.text = ""
         """The model's text so far, redacted up to :attr:`done`."""
@@ -326,20 +333,21 @@ class OutputGate:
     async def feed(self, delta: str) -> str:
         """Take a delta of the model's text; the text that may be sent now ("" for none)."""
         self.text += delta
-        return await self._classified(self._release(len(self.text) - self.window, final=False), final=False)
+        return await self._classified(self._release(final=False), final=False)
 
     async def end(self) -> str:
         """The model's text is whole: the rest that may be sent."""
-        return await self._classified(self._release(len(self.text), final=True), final=True)
+        return await self._classified(self._release(final=True), final=True)
 
-    def _release(self, upto: int, *, final: bool) -> str:
-        """What the patterns let through, up to ``upto`` (or less: a redaction still open)."""
-        if self.verdict is not None or (upto <= self.done and not (final and self.patterns)):
+    def _release(self, *, final: bool) -> str:
+        """What the patterns let through: up to the first match that is not whole yet (it
+        reaches the end of the text, or could begin there), everything once ``final``."""
+        if self.verdict is not None:
             return ""
-        text, cut = self.text, max(upto, self.done)
-        for check in self.patterns:  # the matches that begin in the part to release; redactions feed the next
+        text, cut = self.text, None
+        for check in self.patterns:  # each sees what the one before settled, redacted
             started = self.rails.clock()
-            found = check.find(text, self.done, cut)
+            found = check.find(text, self.done, cut, open_end=not final)
             changed = found.text != text
             if found.block or changed or final:  # a clean part of the stream is not worth a step
                 verdict = Verdict(
@@ -350,6 +358,7 @@ class OutputGate:
                     self.verdict = verdict
                     return ""
             text, cut = found.text, found.settled
+        cut = len(text) if cut is None else cut
         released = text[self.done : cut]
         self.text, self.done = text, cut
         return released

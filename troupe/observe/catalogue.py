@@ -93,7 +93,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(name="troupe_guardrail_checks_total", kind="counter", group="loop",
                labels=("guardrail", "stage", "verdict"),
                help="Guardrail checks (docs/guardrails.md) by stage (input, output, tool_call, tool_output) and "
-                    "verdict (passed, redacted, blocked); a streamed output's clean windows count once, at its end."),
+                    "verdict (passed, redacted, blocked); a regex check of streamed output that finds nothing counts once, at its end; each moderation call counts."),
     MetricSpec(name="troupe_approvals_pending", kind="gauge", group="loop",
                help="Approval requests not answered yet, as the hosts saw them since they started."),
     MetricSpec(name="troupe_container_starts_total", kind="counter", group="loop",

@@ -233,11 +233,10 @@ class GuardrailSpec(BaseModel):
     timeout_s: PositiveFloat = 10.0
     """For ``moderation``: a call taking longer fails the check, and a failed check blocks (the
     text does not pass unchecked)."""
-    window: PositiveInt = 64
-    """Characters of streamed output held back from the client until they are checked. For
-    ``regex``: a match no longer than this is blocked before any of it is sent, or redacted
-    whole. For ``moderation``: the output is classified once per this many new characters (each
-    a call; the whole text so far each time), and held back until it is."""
+    window: PositiveInt = 256
+    """For ``moderation``: the streamed output is classified once per this many new characters
+    (each a call, on the whole text so far) and held back until it is. (A ``regex`` guardrail
+    holds back only the tail that could still become a match, however long.)"""
 
     @model_validator(mode="after")
     def _complete(self) -> GuardrailSpec:
