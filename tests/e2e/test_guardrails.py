@@ -148,3 +148,30 @@ def test_client_moderations_create_is_answered_by_a_configured_guardrail(root) -
     with pytest.raises(openai.BadRequestError) as caught:
         client.moderations.create(input=[{"type": "image_url", "image_url": {"url": "https://x/y.png"}}])
     assert caught.value.body["param"] == "input[0]"
+
+
+def test_openais_moderation_parameter_scores_or_blocks_as_its_policy_says(root, upstream) -> None:
+    _, recording = upstream
+    other = _client(root, "sk-other-key")
+    scored = other.responses.create(model="m", input="[[flag violence]] [[say hi]]", moderation={"model": "mod"})
+    assert scored.status == "completed" and scored.output_text == "hi"  # score: recorded, not blocked
+    assert scored.moderation is not None
+    assert scored.moderation.input.type == "moderation_result" and scored.moderation.input.flagged
+    assert scored.moderation.input.category_scores["violence"] == 0.9 and scored.moderation.input.model == "mod"
+    assert scored.moderation.output.type == "moderation_result" and not scored.moderation.output.flagged
+    assert other.responses.retrieve(scored.id).moderation == scored.moderation
+
+    since = len(recording.bodies)
+    block = {"model": "mod", "policy": {"input": {"mode": "block"}, "output": {"mode": "block"}}}
+    with other.responses.stream(model="m", input="[[flag hate]] [[say hi]]", moderation=block) as stream:
+        final = stream.get_final_response()
+    assert final.output[0].content[0].type == "refusal" and len(recording.bodies) == since
+    assert final.moderation.input.flagged and final.moderation.input.categories["hate"]
+
+    # By a regex guardrail's name, too; an unknown one is a 400 naming it.
+    regex = other.responses.create(model="m", input="[[say write to ann@example.org]]",
+                                   moderation={"model": "pii-out"})  # fmt: skip
+    assert regex.moderation.output.flagged and regex.moderation.output.categories == {"email": True, "secret": False}
+    with pytest.raises(openai.BadRequestError) as caught:
+        other.responses.create(model="m", input="x", moderation={"model": "nope"})
+    assert caught.value.body["param"] == "moderation.model"

@@ -418,3 +418,19 @@ async def test_a_moderation_guardrail_calls_its_server_over_http_and_is_a_step(t
         assert "could not be checked" in refused["output"][0]["content"][0]["refusal"]
         [trace] = await runtime.step_traces("", refused["id"])
         assert trace["detail"]["verdict"] == "blocked" and "could not be reached" in trace["detail"]["error"]
+
+
+@pytest.mark.asyncio
+async def test_the_requests_moderation_blocks_streamed_output_only_when_its_policy_says_block() -> None:
+    from troupe.agentloop.guardrails import ModerationCheck, RequestModeration
+
+    check = ModerationCheck("mod", [], 8, _Counting())  # in no stage of its own: the request's only
+    blocking = Guardrails([], moderation=RequestModeration(check, "mod", output="block"))
+    gate = OutputGate(blocking)
+    # A classifier judges what has come so far, a window at a time: what it has passed is sent.
+    assert await gate.feed("calm words, ") == "calm words, "
+    assert await gate.feed("then ") == ""  # less than a window waits
+    assert await gate.feed("[[flag violence]]") == "" and await gate.feed(" and more") == ""
+    assert gate.verdict is not None and gate.verdict.flagged == ["violence"] and gate.sent == "calm words, "
+    scoring = Guardrails([], moderation=RequestModeration(check, "mod", output="score"))
+    assert not OutputGate(scoring)  # score: nothing held back; the whole text is classified at the end

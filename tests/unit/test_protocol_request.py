@@ -216,7 +216,6 @@ def test_every_parameter_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("moderation", {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"}}}),
         ("access_programs", {"cyber": "standard"}),
         ("image", {"context_compression": "auto"}),
         ("prompt_cache_options", {"prewarm": True}),
@@ -227,6 +226,14 @@ def test_a_parameter_troupe_cannot_honour_is_refused_naming_it(name: str, value:
         parse_create_request(body(**{name: value}))
     assert (refused.value.param, refused.value.code) == (name, "unsupported_parameter")
     assert f"'{name}' is not supported by this server" in refused.value.message
+
+
+def test_openais_moderation_parameter_is_taken_and_its_shape_checked() -> None:
+    value = {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"}}}
+    assert parse_create_request(body(moderation=value)).moderation == value
+    with pytest.raises(InvalidRequest) as refused:
+        parse_create_request(body(moderation={"model": "m", "policy": {"input": {"mode": "warn"}}}))
+    assert refused.value.param == "moderation.policy.input.mode"
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from typing import Any, Literal, assert_never
 
 from troupe.protocol import CreateResponseRequest, InvalidRequest, new_id
 from troupe.protocol.ids import CODE_INTERPRETER_CALL, SHELL_CALL, SHELL_CALL_OUTPUT
+from troupe.protocol.items import content_text
 
 from . import events as ev
 from .chat import chat_response_format, chat_tool_choice, chat_tools, plain, response_error
@@ -66,7 +67,7 @@ from .compaction import compact_threshold, encode_summary, summary_messages
 from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
 from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
-from .guardrails import Guardrails, OutputGate, Verdict, refusal_text, withheld_text
+from .guardrails import Guardrails, OutputGate, Verdict, moderation_result, refusal_text, withheld_text
 from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import (
     ChatRequest,
@@ -332,7 +333,9 @@ class _Run:
         guardrails: Guardrails | None = None,
     ) -> None:
         self.p = prepared
-        self.rails = guardrails if guardrails is not None and guardrails.checks else None
+        self.rails = guardrails if guardrails else None
+        self.moderated: dict[str, dict[str, Any]] = {}  # the request's moderation results, by stage
+        self.texts: list[str] = []  # the text of each model turn of this response (resumed ones too)
         self.rails_traced = 0  # the verdicts already told as steps
         self.resume = resume
         self.checkpoints = checkpoints
@@ -386,6 +389,7 @@ class _Run:
             # The response was announced, and its servers listed, before the steps it resumes from.
             self._restore(self.resume)
             if self.rails is not None:  # its input passed, redacted: redacted again, its steps told already
+                await self._moderate_input()
                 await self._check_input()
                 self.rails_traced = len(self.rails.verdicts)
         else:
@@ -403,12 +407,13 @@ class _Run:
                 check_fits(*self._messages_and_tools(), budget, self.upstream_model)
             yield ev.ResponseStarted()
             if self.rails is not None:
-                refused = await self._check_input()
+                refused = await self._moderate_input() or await self._check_input()
+                moderation = await self._moderation() if refused is not None else None
                 for step in self._verdicts():
                     yield step
                 if refused is not None:  # no model call: the answer is the refusal
                     yield ev.RefusalMessage(item_id=new_id("msg"), refusal=refusal_text(refused))
-                    yield ev.ResponseFinished(status="completed", usage=self.state.usage)
+                    yield ev.ResponseFinished(status="completed", usage=self.state.usage, moderation=moderation)
                     return
             if self.mcp is not None:
                 async for event in self._list_mcp_tools():
@@ -450,15 +455,47 @@ class _Run:
                     yield self._code_interpreter_done(item_id, "", None, "incomplete")
                 for item_id in self.sh_outputs.values():  # commands cut short (cancelled)
                     yield ev.ShellOutputDone(item_id=item_id, status="incomplete")
+                moderation = await self._moderation() if self.rails is not None else None
+                if self.rails is not None:
+                    for step in self._verdicts():
+                        yield step
                 yield ev.ResponseFinished(
                     status=action.status,
                     usage=self.state.usage,
                     error=action.error,
                     incomplete_reason=action.incomplete_reason,
+                    moderation=moderation,
                 )
                 return
 
     # -- guardrails --------------------------------------------------------------
+
+    async def _moderate_input(self) -> Verdict | None:
+        """The request's ``moderation`` of its input (its messages' text, whole), recorded; the
+        verdict when its policy blocks and the input is flagged (or could not be checked)."""
+        assert self.rails is not None
+        moderation = self.rails.moderation
+        if moderation is None:
+            return None
+        text = "\n".join(content_text(i.get("content"), sep="\n") for i in self.p.input_items if i.get("type") == "message")
+        verdict = await self.rails.classify(moderation.check, "input", text)
+        self.moderated["input"] = moderation_result(verdict, moderation.model)
+        return verdict if moderation.input == "block" and verdict.blocked else None
+
+    async def _moderation(self) -> dict[str, Any] | None:
+        """The Response's ``moderation``, when the request asked for it: the input's result, and
+        the output's (its last check while it streamed, else its whole text now)."""
+        assert self.rails is not None
+        moderation = self.rails.moderation
+        if moderation is None:
+            return None
+        if "output" not in self.moderated:
+            last = next((v for v in reversed(self.rails.verdicts)
+                         if v.stage == "output" and v.guardrail == moderation.check.name), None)  # fmt: skip
+            if last is None or moderation.output == "score":
+                last = await self.rails.classify(moderation.check, "output", "\n".join(self.texts))
+            self.moderated["output"] = moderation_result(last, moderation.model)
+        return {"input": self.moderated.get("input"), "output": self.moderated["output"]}
 
     async def _check_input(self) -> Verdict | None:
         """The ``input`` stage over each text part of the new input's messages, redacted in
@@ -846,6 +883,7 @@ class _Run:
         ignored = {call.call_id for call in plan.ignored}
         if turn.text:
             self.p.transcript.add_message("assistant", turn.text)
+            self.texts.append(turn.text)
         for call in turn.tool_calls:
             if call.call_id not in ignored:  # the model is never told of an ignored call
                 self.p.transcript.add_call(call)

@@ -406,6 +406,8 @@ class ResponseFinished:
     error: dict[str, Any] | None = None
     """``{"code", "message"}`` when ``status == "failed"``."""
     incomplete_reason: str | None = None
+    moderation: dict[str, Any] | None = None
+    """The response's ``moderation`` (``{"input", "output"}``), when the request asked for it."""
 
 
 LoopEvent = (

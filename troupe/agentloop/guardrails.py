@@ -43,9 +43,11 @@ __all__ = [
     "ModerationCheck",
     "OutputGate",
     "RegexCheck",
+    "RequestModeration",
     "Rule",
     "Verdict",
     "blocked",
+    "moderation_result",
     "refusal_text",
     "withheld_text",
 ]
@@ -222,6 +224,11 @@ class RegexCheck:
         head = "".join(parts)  # positions from the last match on move by the difference
         return Finding(hits, block, head + text[last:], settled + len(head) - last)
 
+    async def classify(self, text: str) -> tuple[dict[str, bool], dict[str, float]]:
+        """Its categories for ``text`` as a classifier answers them: score 1 where a rule matched."""
+        categories = self.find(text).categories
+        return categories, {c: 1.0 if hit else 0.0 for c, hit in categories.items()}
+
 
 class ModerationCheck:
     """A ``moderation`` guardrail: OpenAI's moderation verdicts, from ``moderate`` (a
@@ -250,6 +257,34 @@ class ModerationCheck:
             raise GuardrailUnavailable(f"the moderation answer is not OpenAI's shape ({exc!r})") from None
 
 
+@dataclass(frozen=True, slots=True)
+class RequestModeration:
+    """OpenAI's ``moderation`` request parameter: one classifier on the input and on the
+    output, each ``score`` (the result is recorded on the response's ``moderation``) or
+    ``block`` (recorded, and a flagged text is refused as a guardrail's is)."""
+
+    check: Classifier
+    model: str
+    """The ``model`` the results name."""
+    input: Literal["score", "block"] = "score"
+    output: Literal["score", "block"] = "score"
+
+
+def moderation_result(verdict: Verdict, model: str) -> dict[str, Any]:
+    """A verdict as the Response's ``moderation.input`` or ``.output``: a ``moderation_result``,
+    or an ``error`` when the model could not answer."""
+    if verdict.error is not None:
+        return {"code": "moderation_failed", "message": verdict.error, "type": "error"}
+    return {
+        "categories": dict(verdict.categories),
+        "category_applied_input_types": {c: ["text"] for c in verdict.categories},
+        "category_scores": dict(verdict.scores or {}),
+        "flagged": bool(verdict.flagged),
+        "model": model,
+        "type": "moderation_result",
+    }
+
+
 @dataclass(slots=True)
 class Guardrails:
     """The checks one request runs, and the verdicts they gave (in order)."""
@@ -258,6 +293,11 @@ class Guardrails:
     clock: Callable[[], float] = time.time
     verdicts: list[Verdict] = field(default_factory=list)
     """Every verdict so far; the driver turns new ones into step traces."""
+    moderation: RequestModeration | None = None
+    """The request's own ``moderation`` parameter, if it gave one."""
+
+    def __bool__(self) -> bool:
+        return bool(self.checks) or self.moderation is not None
 
     def at(self, stage: Stage) -> list[Check | Classifier]:
         """The checks that look at ``stage``."""
@@ -317,6 +357,8 @@ class OutputGate:
         checks = rails.at("output")
         self.patterns = [c for c in checks if isinstance(c, RegexCheck)]
         self.classifiers: list[Classifier] = [c for c in checks if not isinstance(c, RegexCheck)]  # type: ignore[misc]
+        if rails.moderation is not None and rails.moderation.output == "block":
+            self.classifiers.append(rails.moderation.check)
         self.batch = max((c.window for c in self.classifiers), default=0)
         self.text = ""
         """The model's text so far, redacted up to :attr:`done`."""

@@ -78,6 +78,7 @@ class WireWriter:
         self._usage: TokenUsage | None = None
         self._error: dict[str, Any] | None = None
         self._incomplete: dict[str, Any] | None = None
+        self._moderation: dict[str, Any] | None = None
         self._completed_at: int | None = None
 
     @property
@@ -94,6 +95,7 @@ class WireWriter:
             incomplete_details=self._incomplete,
             completed_at=self._completed_at,
             conversation_id=self._conversation_id,
+            moderation=self._moderation,
         )
 
     @property
@@ -520,6 +522,7 @@ class WireWriter:
         self._status = finished.status
         self._usage = finished.usage
         self._completed_at = int(self._clock())
+        self._moderation = finished.moderation
         if finished.status == "incomplete":
             self._incomplete = {"reason": finished.incomplete_reason}
         if finished.status == "failed":

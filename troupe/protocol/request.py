@@ -94,7 +94,6 @@ NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
 
 
 UNSUPPORTED_PARAMETERS: dict[str, str] = {
-    "moderation": "name a configured guardrail in the 'guardrails' field instead; OpenAI's moderation policy is not served yet",
     "access_programs": "it selects OpenAI's access programs",
     "image": "image context compression is not available",
     "prompt_cache_options": "prompt cache breakpoints, diagnostics and prewarming are not available",
@@ -231,7 +230,9 @@ class CreateResponseRequest(BaseModel):
     compacts the thread automatically once its estimated input passes N tokens
     (:mod:`troupe.agentloop.compaction`; see :meth:`compaction`)."""
     moderation: dict[str, Any] | None = None
-    """Moderation configuration: refused until Troupe moderates (:data:`UNSUPPORTED_PARAMETERS`)."""
+    """``{"model", "policy"?: {"input"?: {"mode"}, "output"?: {"mode"}}}``: ``model`` names a
+    configured guardrail (docs/guardrails.md); each stage's ``mode`` is ``score`` (the default:
+    the result is recorded on the Response's ``moderation``) or ``block``."""
     access_programs: dict[str, Any] | None = None
     """OpenAI's access programs: refused (:data:`UNSUPPORTED_PARAMETERS`)."""
     background_options: dict[str, Any] | None = None

@@ -102,6 +102,7 @@ def build_response(
     incomplete_details: dict[str, Any] | None = None,
     completed_at: int | None = None,
     conversation_id: str | None = None,
+    moderation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The full Response JSON for ``request`` in its current state.
 
@@ -117,6 +118,8 @@ def build_response(
         completed_at: unix seconds once terminal.
         conversation_id: overrides the request's conversation (e.g. a conversation
             the server resolved); the request's own is used when None.
+        moderation: the ``moderation`` results (``{"input", "output"}``) of a request that
+            asked for them; the key is absent otherwise.
 
     Returns:
         A fresh dict; the caller may mutate it.
@@ -134,7 +137,7 @@ def build_response(
         # Strict clients (Open Responses) require these keys on the echoed format.
         text["format"] = {"description": None, "strict": False, **text["format"]}
     reasoning = {"effort": None, "summary": None, **copy.deepcopy(request.reasoning or {})}
-    return {
+    response = {
         "id": response_id,
         "object": "response",
         "created_at": int(created_at),
@@ -172,3 +175,6 @@ def build_response(
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
     }
+    if moderation is not None:
+        response["moderation"] = copy.deepcopy(moderation)
+    return response

@@ -321,9 +321,12 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
     async def moderations(self, tenant: str, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /v1/moderations``: the texts classified by a configured guardrail
         (:meth:`GuardrailRegistry.moderations`)."""
+        return await self._moderator().moderations(body)
+
+    def _moderator(self) -> GuardrailRegistry:
         if self._moderation is None:
             self._moderation = GuardrailRegistry(self.settings)
-        return await self._moderation.moderations(body)
+        return self._moderation
 
     async def stream(self, tenant: str, request: CreateResponseRequest, *, trace: TraceContext = None) -> EventBatches:
         """Start a response; its wire events in batches, ending with the terminal event.
@@ -477,6 +480,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         thread_id = await self._thread_of(tenant, request)
         if self.placement.would_start_process(thread_id) and self.settings.model(request.model) is None:
             raise model_not_found(request.model)  # the host checks the model; no process starts for that
+        if request.moderation is not None:  # its model must name a guardrail: a 400 before any host
+            self._moderator().moderator(request.moderation.get("model"))
         for i, name in enumerate(request.guardrails or ()):
             if self.settings.guardrail(name) is None:
                 known = ", ".join(repr(g.name) for g in self.settings.guardrails) or "none is configured"

@@ -19,7 +19,13 @@ from typing import Any
 
 import httpx
 
-from troupe.agentloop.guardrails import Guardrails, GuardrailUnavailable, ModerationCheck, RegexCheck
+from troupe.agentloop.guardrails import (
+    Guardrails,
+    GuardrailUnavailable,
+    ModerationCheck,
+    RegexCheck,
+    RequestModeration,
+)
 from troupe.protocol import CreateResponseRequest, InvalidRequest
 from troupe.runtime.settings import GuardrailSpec, RuntimeSettings
 from troupe.sim import moderation as sim_moderation
@@ -40,15 +46,24 @@ class GuardrailRegistry:
         """The guardrails a turn runs; None for none. A name the request gives that is not
         configured is a 400 (the ingress checks it first)."""
         specs = {g.name: g for g in self.settings.required_guardrails(tenant, request.model)}
+        moderation = None
+        if request.moderation is not None:  # OpenAI's parameter: one classifier, its own policy
+            chosen = self.moderator(request.moderation.get("model"))
+            policy = request.moderation.get("policy") or {}
+            moderation = RequestModeration(
+                self.check(chosen), _model_name(chosen),
+                input=(policy.get("input") or {}).get("mode", "score"),
+                output=(policy.get("output") or {}).get("mode", "score"),
+            )  # fmt: skip
         for i, name in enumerate(request.guardrails or ()):
-            spec = self.settings.guardrail(name)
-            if spec is None:
+            named = self.settings.guardrail(name)
+            if named is None:
                 raise InvalidRequest(f"Invalid value for 'guardrails[{i}]': unknown guardrail {name!r}.",
                                      param=f"guardrails[{i}]", code="invalid_value")  # fmt: skip
-            specs.setdefault(name, spec)
-        if not specs:
+            specs.setdefault(name, named)
+        if not specs and moderation is None:
             return None
-        return Guardrails([self.check(spec) for spec in specs.values()])
+        return Guardrails([self.check(spec) for spec in specs.values()], moderation=moderation)
 
     def check(self, spec: GuardrailSpec) -> RegexCheck | ModerationCheck:
         """The check of guardrail ``spec`` (made once)."""
@@ -103,7 +118,7 @@ class GuardrailRegistry:
             if not isinstance(text, str):
                 raise InvalidRequest(f"Invalid value for 'input[{i}]': only text is moderated here (a string).",
                                      param=f"input[{i}]", code="invalid_value")  # fmt: skip
-        spec = self._moderator_spec(body.get("model"))
+        spec = self.moderator(body.get("model"), param="model")
         check = self.check(spec)
         results = []
         for text in texts:
@@ -116,32 +131,39 @@ class GuardrailRegistry:
                 "flagged": any(categories.values()), "categories": categories, "category_scores": scores,
                 "category_applied_input_types": {c: ["text"] for c in categories},
             })  # fmt: skip
-        model = spec.upstream_model if spec.kind == "moderation" and spec.base_url else spec.name
-        return sim_moderation.moderation_response(results, model)
+        return sim_moderation.moderation_response(results, _model_name(spec))
 
-    def _moderator_spec(self, model: Any) -> GuardrailSpec:
+    def moderator(self, model: Any, *, param: str = "moderation.model") -> GuardrailSpec:
+        """The guardrail a moderation ``model`` names: by its name, or a ``moderation``
+        guardrail's ``upstream_model``; None: the first ``moderation`` guardrail. A 400 naming
+        ``param`` when there is none."""
         if model is None:
             spec = next((g for g in self.settings.guardrails if g.kind == "moderation"), None)
             if spec is None:
                 raise InvalidRequest("No moderation model is configured (a [[guardrails]] entry of kind "
-                                     "'moderation'); name a guardrail in 'model'.", param="model",
+                                     f"'moderation'); name a guardrail in '{param}'.", param=param,
                                      code="model_not_found")  # fmt: skip
             return spec
         if not isinstance(model, str):
-            raise InvalidRequest("'model' must be a string.", param="model", code="invalid_type")
+            raise InvalidRequest(f"'{param}' must be a string.", param=param, code="invalid_type")
         spec = self.settings.guardrail(model) or next(
             (g for g in self.settings.guardrails if g.kind == "moderation" and g.upstream_model == model), None
         )
         if spec is None:
             known = ", ".join(repr(g.name) for g in self.settings.guardrails) or "none is configured"
-            raise InvalidRequest(f"The model {model!r} is not a guardrail of this server ({known}).", param="model",
-                                 code="model_not_found")  # fmt: skip
+            raise InvalidRequest(f"Invalid value for '{param}': {model!r} is not a guardrail of this server "
+                                 f"({known}).", param=param, code="model_not_found")  # fmt: skip
         return spec
 
     async def close(self) -> None:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def _model_name(spec: GuardrailSpec) -> str:
+    """The ``model`` a guardrail's moderation results name: its server's model, else its own name."""
+    return spec.upstream_model if spec.kind == "moderation" and spec.base_url else spec.name
 
 
 async def _sim_moderate(text: str) -> dict[str, Any]:
