@@ -229,3 +229,15 @@ class RecordingUpstream:
             return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+@contextlib.contextmanager
+def recorded_sim() -> Iterator[tuple[str, RecordingUpstream]]:
+    """The sim server on a free loopback port, every Chat Completions body it gets recorded:
+    its API root (``…/v1``) and the recording."""
+    from troupe.sim.model import SimSettings
+    from troupe.sim.server import create_sim_app
+
+    recording = RecordingUpstream(create_sim_app(SimSettings()))
+    with serve_app(recording) as url:
+        yield f"{url}/v1", recording

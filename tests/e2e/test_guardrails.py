@@ -12,11 +12,9 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.servers import RecordingUpstream, serve_app, served_local
+from tests.servers import RecordingUpstream, recorded_sim, served_local
 from troupe.runtime.settings import GuardrailSpec, ModelSpec
 from troupe.serve.config import ServerSettings
-from troupe.sim.model import SimSettings
-from troupe.sim.server import create_sim_app
 
 SECRET = {"category": "secret", "pattern": r"sk-[A-Za-z0-9]{12,}"}
 EMAIL = {"category": "email", "pattern": r"[\w.+-]+@[\w-]+(\.[\w-]+)+", "action": "redact"}
@@ -31,9 +29,8 @@ GUARDRAILS = (
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[str, RecordingUpstream]]:
-    recording = RecordingUpstream(create_sim_app(SimSettings()))
-    with serve_app(recording) as url:
-        yield f"{url}/v1", recording
+    with recorded_sim() as recorded:
+        yield recorded
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.loop_harness import both, history_of
-from tests.servers import RecordingUpstream, serve_app
+from tests.servers import RecordingUpstream, recorded_sim, serve_app
 from troupe.agentloop.openai_client import OpenAIChatClient
 from troupe.agentloop.tools import LocalFunctionExecutor
 from troupe.sim.model import SimSettings
@@ -30,9 +30,8 @@ def sim_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def recording() -> Iterator[tuple[str, RecordingUpstream]]:
-    upstream = RecordingUpstream(create_sim_app(SimSettings()))
-    with serve_app(upstream) as url:
-        yield f"{url}/v1", upstream
+    with recorded_sim() as recorded:
+        yield recorded
 
 
 @pytest.fixture

@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.servers import RecordingUpstream, serve_app
+from tests.servers import RecordingUpstream, recorded_sim
 from troupe.agentloop.guardrails import Guardrails, OutputGate, RegexCheck
 from troupe.protocol import InvalidRequest, parse_create_request
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.settings import GuardrailSpec, ModelSpec
-from troupe.sim.model import SimSettings
-from troupe.sim.server import create_sim_app
 
 EMAIL = {"category": "email", "pattern": r"[\w.+-]+@[\w-]+(\.[\w-]+)+", "action": "redact"}
 SECRET = {"category": "secret", "pattern": r"sk-[A-Za-z0-9]{8,}", "action": "block"}
@@ -111,9 +109,8 @@ async def test_a_gate_without_output_checks_is_false_and_every_check_is_a_verdic
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[str, RecordingUpstream]]:
-    recording = RecordingUpstream(create_sim_app(SimSettings()))
-    with serve_app(recording) as url:
-        yield f"{url}/v1", recording
+    with recorded_sim() as recorded:
+        yield recorded
 
 
 @contextlib.asynccontextmanager

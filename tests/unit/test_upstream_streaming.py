@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.servers import RecordingUpstream, serve_app
+from tests.servers import RecordingUpstream, recorded_sim
 from troupe.protocol import parse_create_request
 from troupe.runtime import Runtime, RuntimeSettings
 from troupe.runtime.settings import ModelSpec
-from troupe.sim.model import SimSettings
-from troupe.sim.server import create_sim_app
 
 pytestmark = pytest.mark.asyncio
 
@@ -28,9 +26,8 @@ ADD = {
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[tuple[str, RecordingUpstream]]:
-    recording = RecordingUpstream(create_sim_app(SimSettings()))
-    with serve_app(recording) as url:
-        yield f"{url}/v1", recording
+    with recorded_sim() as recorded:
+        yield recorded
 
 
 @contextlib.asynccontextmanager

@@ -20,16 +20,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from troupe.rag.embedders import SimEmbedder, encode_base64, usage_tokens
+from troupe.sim.bodies import bad_request, json_object, texts
 
 __all__ = ["DEFAULT_DIMENSIONS", "add_embeddings_route"]
 
 DEFAULT_DIMENSIONS = 384
 """The vectors' size when a request names none."""
-
-
-def _error(message: str, param: str) -> JSONResponse:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
-    return JSONResponse(body, status_code=400)
 
 
 def add_embeddings_route(app: FastAPI, *, dimensions: int = DEFAULT_DIMENSIONS) -> None:
@@ -38,19 +34,15 @@ def add_embeddings_route(app: FastAPI, *, dimensions: int = DEFAULT_DIMENSIONS) 
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Any:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error("The request body is not valid JSON.", "body")
-        if not isinstance(body, dict):
-            return _error("The request body must be a JSON object.", "body")
-        inputs = body.get("input")
-        inputs = [inputs] if isinstance(inputs, str) else inputs
-        if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) and i for i in inputs):
-            return _error("'input' must be a non-empty string or array of them.", "input")
+        body = await json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        inputs = texts(body)
+        if not inputs or not all(isinstance(i, str) and i for i in inputs):
+            return bad_request("'input' must be a non-empty string or array of them.", "input")
         size = body.get("dimensions") or dimensions
         if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= 8192:
-            return _error("'dimensions' must be an integer from 2 to 8192.", "dimensions")
+            return bad_request("'dimensions' must be an integer from 2 to 8192.", "dimensions")
         base64 = body.get("encoding_format") == "base64"
         embedder = embedders.setdefault(size, SimEmbedder(size))
         vectors = embedder.embed(inputs)

@@ -23,6 +23,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from troupe.sim.bodies import bad_request, json_object, texts
+
 __all__ = ["CATEGORIES", "MODEL", "add_moderations_route", "moderate", "moderation_response"]
 
 MODEL = "sim-moderation"
@@ -68,24 +70,15 @@ def moderation_response(results: list[dict[str, Any]], model: str) -> dict[str, 
     return {"id": f"modr-{uuid.uuid4().hex}", "model": model, "results": results}
 
 
-def _error(message: str, param: str) -> JSONResponse:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
-    return JSONResponse(body, status_code=400)
-
-
 def add_moderations_route(app: FastAPI) -> None:
     """Add ``POST /v1/moderations`` to the sim app: text inputs (a string or an array of them)."""
 
     @app.post("/v1/moderations")
     async def moderations(request: Request) -> Any:
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error("The request body is not valid JSON.", "body")
-        if not isinstance(body, dict):
-            return _error("The request body must be a JSON object.", "body")
-        inputs = body.get("input")
-        inputs = [inputs] if isinstance(inputs, str) else inputs
-        if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
-            return _error("'input' must be a string or an array of strings.", "input")
+        body = await json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        inputs = texts(body)
+        if not inputs or not all(isinstance(i, str) for i in inputs):
+            return bad_request("'input' must be a string or an array of strings.", "input")
         return moderation_response([moderate(text) for text in inputs], body.get("model") or MODEL)
