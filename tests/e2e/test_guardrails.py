@@ -24,6 +24,7 @@ GUARDRAILS = (
     GuardrailSpec(name="pii-out", stages=["output", "tool_output"], rules=[EMAIL, SECRET]),
     GuardrailSpec(name="safe-math", stages=["tool_call"], rules=[{"category": "power", "pattern": r"\*\*"}]),
     GuardrailSpec(name="mod", kind="moderation", stages=["input"]),  # the sim's moderation model, in process
+    GuardrailSpec(name="judge", kind="judge", judge_model="m", stages=["input", "output"]),  # the recorded sim
 )
 
 
@@ -172,3 +173,32 @@ def test_openais_moderation_parameter_scores_or_blocks_as_its_policy_says(root, 
     with pytest.raises(openai.BadRequestError) as caught:
         other.responses.create(model="m", input="x", moderation={"model": "nope"})
     assert caught.value.body["param"] == "moderation.model"
+
+
+def test_a_judge_guardrail_refuses_streamed_input_and_answers_moderations_and_the_moderation_parameter(
+    root, upstream
+) -> None:
+    _, recording = upstream
+    other = _client(root, "sk-other-key")
+    since = len(recording.bodies)
+    with other.responses.stream(
+        model="m", input="[[flag S10]] [[say hi]]", extra_body={"guardrails": ["judge"]}
+    ) as stream:
+        refusal = "".join(e.delta for e in stream if e.type == "response.refusal.delta")
+        final = stream.get_final_response()
+    assert refusal.endswith("blocked by guardrail 'judge' (hate).") and final.status == "completed"
+    [asked] = recording.bodies[since:]  # the judge's own call upstream, and no turn
+    assert "<BEGIN CONVERSATION>" in asked["messages"][0]["content"] and "S10: Hate." in asked["messages"][0]["content"]
+
+    passed = other.responses.create(model="m", input="[[say calm]]", extra_body={"guardrails": ["judge"]})
+    assert passed.output_text == "calm"
+    assert len(recording.bodies) - since == 1 + 3  # the refused turn's judge, then input judge, turn, output judge
+
+    answer = other.moderations.create(model="judge", input=["calm", "[[flag S1]] [[flag S12]]"])
+    assert answer.model == "judge" and [r.flagged for r in answer.results] == [False, True]
+    assert answer.results[1].categories.model_extra["violent-crimes"]
+    assert answer.results[1].categories.model_extra["sexual-content"]
+
+    scored = other.responses.create(model="m", input="[[flag S1]] [[say hi]]", moderation={"model": "judge"})
+    assert scored.output_text == "hi" and scored.moderation.input.flagged and scored.moderation.input.model == "judge"
+    assert scored.moderation.input.category_scores["violent-crimes"] == 1.0

@@ -431,3 +431,123 @@ async def test_the_requests_moderation_blocks_streamed_output_only_when_its_poli
     assert gate.verdict is not None and gate.verdict.flagged == ["violence"] and gate.sent == "calm words, "
     scoring = Guardrails([], moderation=RequestModeration(check, "mod", output="score"))
     assert not OutputGate(scoring)  # score: nothing held back; the whole text is classified at the end
+
+
+# -- judge: a chat model asked whether a text is safe ---------------------------------------
+
+
+def test_a_judges_answer_is_read_leniently_and_an_answer_that_is_neither_safe_nor_unsafe_blocks() -> None:
+    from troupe.agentloop.guardrails import JUDGE_CATEGORIES, GuardrailUnavailable, JudgeCheck
+
+    async def never(prompt: str) -> str:
+        raise AssertionError("not asked")
+
+    judge = JudgeCheck("guard", ["input"], 256, never, categories={"weapons": "Weapons", "fraud": "Fraud"})
+    assert judge.parse("safe") == judge.parse("  Safe.\n") == judge.parse("**safe**") == []
+    assert judge.parse("unsafe\nS2") == ["fraud"]
+    assert judge.parse("UNSAFE\nS1, fraud,S2") == ["weapons", "fraud"]  # codes, names, titles; once each
+    assert judge.parse("unsafe S1") == ["weapons"]  # the list on the verdict's own line
+    assert judge.parse("unsafe") == ["unsafe"]  # unsafe without a list is still unsafe
+    assert judge.parse("unsafe\nS9") == ["S9"]  # a code it made up is flagged as it wrote it
+    for answer in ("", "I think it is fine", "safe-ish", "safe and sound"):
+        with pytest.raises(GuardrailUnavailable, match="neither 'safe' nor 'unsafe'"):
+            judge.parse(answer)
+
+    prompt = judge.prompt_for("give me a gun", "output")
+    assert "S1: Weapons.\nS2: Fraud." in prompt and "Agent: give me a gun" in prompt
+    assert "User: hi" in judge.prompt_for("hi", "input") and "Tool: out" in judge.prompt_for("out", "tool_output")
+    default = JudgeCheck("guard", ["input"], 256, never)
+    assert list(default.categories) == list(JUDGE_CATEGORIES)
+    assert "S14: Code Interpreter Abuse." in default.prompt_for("x")
+
+
+def test_the_sims_judge_answers_from_the_flags_in_the_judged_text_only() -> None:
+    from troupe.agentloop.guardrails import JudgeCheck
+    from troupe.sim.moderation import judge
+
+    async def never(prompt: str) -> str:
+        raise AssertionError("not asked")
+
+    check = JudgeCheck("guard", ["input"], 256, never)
+    assert judge(check.prompt_for("calm words")) == "safe"
+    assert judge(check.prompt_for("[[flag S1]] and [[flag hate]] [[flag S1]]")) == "unsafe\nS1,hate"
+    assert judge(check.prompt_for("[[flag hate 0.2]]")) == "safe"  # below the sim's 0.5
+    assert judge("[[flag S1]] but no conversation in it") is None  # not a judge's prompt: the sim as usual
+
+
+def test_a_judge_must_name_a_configured_chat_model_and_its_prompt_only_known_fields() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="needs 'judge_model'"):
+        GuardrailSpec(name="j", kind="judge")
+    with pytest.raises(ValidationError, match="only a 'judge' guardrail takes it"):
+        GuardrailSpec(name="j", kind="moderation", judge_model="sim")
+    with pytest.raises(ValidationError, match=r"can fill in only \{role\}"):
+        GuardrailSpec(name="j", kind="judge", judge_model="sim", prompt="judge {texts}")
+    with pytest.raises(ValidationError, match="'nope' is not a configured chat model"):
+        RuntimeSettings(guardrails=[GuardrailSpec(name="j", kind="judge", judge_model="nope")])
+    assert RuntimeSettings(guardrails=[GuardrailSpec(name="j", kind="judge", judge_model="sim")]).guardrails
+
+
+JUDGE = GuardrailSpec(name="judge", kind="judge", judge_model="m", stages=["input", "output"], window=16)
+
+
+def _judged(recording: RecordingUpstream, since: int) -> list[dict[str, Any]]:
+    """The bodies since the ``since``-th that were a judge's call (its prompt, not a turn)."""
+    return [b for b in recording.bodies[since:] if "<BEGIN CONVERSATION>" in json.dumps(b)]
+
+
+@pytest.mark.asyncio
+async def test_a_judge_guardrail_asks_its_chat_model_upstream_and_its_call_is_a_step(tmp_path, upstream) -> None:
+    url, recording = upstream
+    output_only = JUDGE.model_copy(update={"name": "judge-out", "stages": ("output",)})
+    async with _runtime(tmp_path, url, JUDGE, output_only) as runtime:
+        since = len(recording.bodies)
+        refused = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "[[flag S1]] [[say hi]]", "guardrails": ["judge"]}))  # fmt: skip
+        assert refused["output"][0]["content"][0]["type"] == "refusal"
+        assert "guardrail 'judge' (violent-crimes)" in refused["output"][0]["content"][0]["refusal"]
+        [asked] = recording.bodies[since:]  # the judge's call, and no turn
+        assert asked["stream"] is False and asked["temperature"] == 0.0 and asked["model"] == "sim"
+        assert "User: [[flag S1]] [[say hi]]" in asked["messages"][0]["content"]
+        [trace] = await runtime.step_traces("", refused["id"])
+        assert trace["kind"] == "guardrail" and trace["detail"] == {
+            "stage": "input", "verdict": "blocked", "categories": ["violent-crimes"], "model": "m"}  # fmt: skip
+
+        # Output: judged a window at a time as it streams; what it flags is never sent. (The sim
+        # echoes a plain input, "You said: …", flag and all; this judge looks at output only.)
+        since = len(recording.bodies)
+        events = await _events(runtime, {"model": "m", "input": "all calm words here, then [[flag hate]] and more",
+                                         "tool_choice": "none", "guardrails": ["judge-out"]})  # fmt: skip
+        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert text.startswith("You said: all calm") and "[[flag" not in text
+        assert events[-1]["type"] == "response.incomplete"
+        assert events[-1]["response"]["incomplete_details"] == {"reason": "content_filter"}
+        judged = _judged(recording, since)
+        assert len(judged) >= 2 and "Agent: " in judged[-1]["messages"][0]["content"]
+
+
+@pytest.mark.asyncio
+async def test_a_judge_that_fails_or_answers_anything_else_blocks_and_moderations_say_502(tmp_path, upstream) -> None:
+    url, _ = upstream
+    chatty = JUDGE.model_copy(update={"name": "chatty", "prompt": "Is this fine? {text}"})  # the sim just chats
+    async with _runtime(tmp_path, url, JUDGE, chatty) as runtime:
+        failed = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "[[fail 503]]", "guardrails": ["judge"]}))  # fmt: skip
+        assert "could not be checked" in failed["output"][0]["content"][0]["refusal"]
+        [trace] = await runtime.step_traces("", failed["id"])
+        assert "the judge model failed (HTTP 503" in trace["detail"]["error"]
+
+        rambled = await runtime.respond("", parse_create_request(
+            {"model": "m", "input": "hello", "guardrails": ["chatty"]}))  # fmt: skip
+        [trace] = await runtime.step_traces("", rambled["id"])
+        assert trace["detail"]["verdict"] == "blocked" and "neither 'safe' nor 'unsafe'" in trace["detail"]["error"]
+
+        judged = await runtime.moderations("", {"model": "judge", "input": ["fine", "[[flag hate]]"]})
+        assert [r["flagged"] for r in judged["results"]] == [False, True] and judged["model"] == "judge"
+        assert judged["results"][1]["categories"]["hate"] and judged["results"][1]["category_scores"]["hate"] == 1.0
+        from troupe.protocol import ProtocolError
+
+        with pytest.raises(ProtocolError) as caught:
+            await runtime.moderations("", {"model": "chatty", "input": "hello"})
+        assert caught.value.status == 502 and "'chatty' could not classify" in caught.value.message

@@ -518,6 +518,7 @@ class _Run:
             yield ev.StepTraced(
                 kind="guardrail", name=v.guardrail, started_at=v.started_at, ended_at=v.ended_at, call_id=call_id,
                 detail={"stage": v.stage, "verdict": verdict, "categories": v.flagged,
+                        **({"model": v.model} if v.model is not None else {}),
                         **({"error": v.error} if v.error is not None else {})},
             )  # fmt: skip
         self.rails_traced = len(self.rails.verdicts)

@@ -40,6 +40,9 @@ __all__ = [
     "Finding",
     "GuardrailUnavailable",
     "Guardrails",
+    "JUDGE_CATEGORIES",
+    "JUDGE_PROMPT",
+    "JudgeCheck",
     "ModerationCheck",
     "OutputGate",
     "RegexCheck",
@@ -87,16 +90,19 @@ class Check(Protocol):
 
 
 class Classifier(Protocol):
-    """A guardrail that asks a model whether a text may pass (``moderation``): it flags, never
-    rewrites, and costs a call, so streamed output is sent to it a ``window`` at a time."""
+    """A guardrail that asks a model whether a text may pass (``moderation``, ``judge``): it
+    flags, never rewrites, and costs a call, so streamed output is sent to it a ``window`` at a
+    time."""
 
     name: str
     stages: frozenset[str]
     window: int
+    model: str | None
+    """The model that answers, as the verdicts' steps name it."""
 
-    async def classify(self, text: str) -> tuple[dict[str, bool], dict[str, float]]:
-        """The categories ``text`` is flagged under, and their scores. Raises
-        :class:`GuardrailUnavailable` when the model cannot answer."""
+    async def classify(self, text: str, stage: Stage = "input") -> tuple[dict[str, bool], dict[str, float]]:
+        """The categories ``text`` (found at ``stage``) is flagged under, and their scores.
+        Raises :class:`GuardrailUnavailable` when the model cannot answer."""
         ...
 
 
@@ -119,6 +125,8 @@ class Verdict:
     """A classifier's scores by category (a ``moderation`` guardrail's); None for patterns."""
     error: str | None = None
     """Why the check could not be made (its server failed): the text did not pass."""
+    model: str | None = None
+    """The model a classifier asked (its call is this step's time); None for patterns."""
 
     @property
     def flagged(self) -> list[str]:
@@ -170,6 +178,8 @@ class RegexCheck:
 
     The block rules are one alternation, and so are the redact rules (each rule a named group
     with its own flags), so a text is scanned once for each."""
+
+    model: str | None = None  # no model: patterns
 
     def __init__(self, name: str, stages: Iterable[str], rules: Sequence[Rule], window: int) -> None:
         self.name = name
@@ -224,7 +234,7 @@ class RegexCheck:
         head = "".join(parts)  # positions from the last match on move by the difference
         return Finding(hits, block, head + text[last:], settled + len(head) - last)
 
-    async def classify(self, text: str) -> tuple[dict[str, bool], dict[str, float]]:
+    async def classify(self, text: str, stage: Stage = "input") -> tuple[dict[str, bool], dict[str, float]]:
         """Its categories for ``text`` as a classifier answers them: score 1 where a rule matched."""
         categories = self.find(text).categories
         return categories, {c: 1.0 if hit else 0.0 for c, hit in categories.items()}
@@ -239,14 +249,16 @@ class ModerationCheck:
     def __init__(
         self, name: str, stages: Iterable[str], window: int,
         moderate: Callable[[str], Awaitable[dict[str, Any]]], thresholds: dict[str, float] | None = None,
+        model: str | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.stages: frozenset[str] = frozenset(stages)
         self.window = window
         self.moderate = moderate
         self.thresholds = thresholds or {}
+        self.model = model
 
-    async def classify(self, text: str) -> tuple[dict[str, bool], dict[str, float]]:
+    async def classify(self, text: str, stage: Stage = "input") -> tuple[dict[str, bool], dict[str, float]]:
         result = await self.moderate(text)
         try:
             scores = {str(c): float(v) for c, v in result["category_scores"].items()}
@@ -255,6 +267,110 @@ class ModerationCheck:
             return {str(c): bool(v) for c, v in result["categories"].items()}, scores
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise GuardrailUnavailable(f"the moderation answer is not OpenAI's shape ({exc!r})") from None
+
+
+JUDGE_PROMPT = """You are a safety classifier. Decide whether the last {role} message in the conversation below is unsafe under any of these categories.
+
+<BEGIN UNSAFE CONTENT CATEGORIES>
+{categories}
+<END UNSAFE CONTENT CATEGORIES>
+
+<BEGIN CONVERSATION>
+
+{role}: {text}
+
+<END CONVERSATION>
+
+Answer for the last {role} message only:
+- on the first line, 'safe' or 'unsafe';
+- if unsafe, on the second line, the codes of the categories it violates, separated by commas."""
+"""The ``judge`` kind's default prompt, laid out as Llama Guard models expect theirs: the
+``{categories}`` (``S1: Violent Crimes.``, one a line), the ``{role}`` whose text is judged, the
+``{text}``, and the answer's two lines. A deployment's own prompt may use the same three fields
+(``{{`` and ``}}`` for a literal brace)."""
+
+JUDGE_ROLES: dict[str, str] = {"input": "User", "output": "Agent", "tool_call": "Agent", "tool_output": "Tool"}
+"""Whose text each stage judges, as the prompt's ``{role}`` names it."""
+
+JUDGE_CATEGORIES: dict[str, str] = {
+    "violent-crimes": "Violent Crimes",
+    "non-violent-crimes": "Non-Violent Crimes",
+    "sex-related-crimes": "Sex-Related Crimes",
+    "child-sexual-exploitation": "Child Sexual Exploitation",
+    "defamation": "Defamation",
+    "specialized-advice": "Specialized Advice",
+    "privacy": "Privacy",
+    "intellectual-property": "Intellectual Property",
+    "indiscriminate-weapons": "Indiscriminate Weapons",
+    "hate": "Hate",
+    "suicide-and-self-harm": "Suicide & Self-Harm",
+    "sexual-content": "Sexual Content",
+    "elections": "Elections",
+    "code-interpreter-abuse": "Code Interpreter Abuse",
+}
+"""The default categories, by the names verdicts use → their titles in the prompt: the MLCommons
+hazard taxonomy, in the order Llama Guard 3 numbers it (``S1`` … ``S14``)."""
+
+
+class JudgeCheck:
+    """A ``judge`` guardrail: a chat model asked whether a text is safe (the Llama Guard way).
+
+    ``ask`` sends it one prompt (:data:`JUDGE_PROMPT` filled in, or the deployment's) and
+    answers its text. The first line that is not blank must be ``safe`` or ``unsafe``; after
+    ``unsafe``, the next line lists the violated categories, comma-separated, each by its code
+    (``S3``: the third category) or its name or title (any case). A code or name the judge
+    made up is flagged as it wrote it; ``unsafe`` with no list is flagged as ``unsafe``. Any
+    other answer is no verdict: :class:`GuardrailUnavailable`, and the text does not pass.
+
+    Example::
+
+        >>> import asyncio
+        >>> async def ask(prompt): return "unsafe\nS10"
+        >>> asyncio.run(JudgeCheck("guard", ["input"], 256, ask, model="llama-guard").classify("..."))[0]["hate"]
+        True
+    """
+
+    def __init__(
+        self, name: str, stages: Iterable[str], window: int, ask: Callable[[str], Awaitable[str]], *,
+        model: str | None = None, categories: dict[str, str] | None = None, prompt: str = JUDGE_PROMPT,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.stages: frozenset[str] = frozenset(stages)
+        self.window = window
+        self.ask = ask
+        self.model = model
+        self.categories = dict(categories or JUDGE_CATEGORIES)
+        self.prompt = prompt
+        self._listed = "\n".join(f"S{i}: {title}." for i, title in enumerate(self.categories.values(), 1))
+        self._names: dict[str, str] = {}
+        for i, (key, title) in enumerate(self.categories.items(), 1):
+            self._names.update({f"s{i}": key, key.lower(): key, title.lower(): key})
+
+    def prompt_for(self, text: str, stage: Stage = "input") -> str:
+        """The prompt that judges ``text`` found at ``stage``."""
+        return self.prompt.format(role=JUDGE_ROLES[stage], categories=self._listed, text=text)
+
+    async def classify(self, text: str, stage: Stage = "input") -> tuple[dict[str, bool], dict[str, float]]:
+        answer = await self.ask(self.prompt_for(text, stage))
+        flagged = self.parse(answer)
+        categories = dict.fromkeys(self.categories, False) | dict.fromkeys(flagged, True)
+        return categories, {c: 1.0 if hit else 0.0 for c, hit in categories.items()}
+
+    def parse(self, answer: str) -> list[str]:
+        """The categories a judge's ``answer`` flags ([] for ``safe``); raises
+        :class:`GuardrailUnavailable` for an answer that is neither."""
+        lines = [line.strip(" *`'\"") for line in answer.strip().splitlines()]
+        lines = [line for line in lines if line]
+        word, _, rest = (lines[0] if lines else "").partition(" ")
+        verdict = word.strip(".:,").lower()
+        if verdict == "safe" and not rest:
+            return []
+        if verdict != "unsafe":
+            raise GuardrailUnavailable(f"the judge answered neither 'safe' nor 'unsafe' ({answer.strip()[:80]!r})")
+        listed = rest or (lines[1] if len(lines) > 1 else "")
+        named = (c.strip(" .:*`'\"") for c in listed.split(","))
+        flagged = [self._names.get(c.lower(), c) for c in named if c]
+        return list(dict.fromkeys(flagged)) or ["unsafe"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,11 +441,11 @@ class Guardrails:
         """``check``'s verdict on ``text``, kept; a model that cannot answer blocks (fails closed)."""
         started = self.clock()
         try:
-            categories, scores = await check.classify(text)
+            categories, scores = await check.classify(text, stage)
             verdict = Verdict(check.name, stage, categories, any(categories.values()), False, started, self.clock(),
-                              scores)  # fmt: skip
+                              scores, model=check.model)  # fmt: skip
         except GuardrailUnavailable as exc:
-            verdict = Verdict(check.name, stage, {}, True, False, started, self.clock(), None, str(exc))
+            verdict = Verdict(check.name, stage, {}, True, False, started, self.clock(), None, str(exc), check.model)
         self.verdicts.append(verdict)
         return verdict
 

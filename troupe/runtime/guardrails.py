@@ -2,7 +2,8 @@
 
 A ``regex`` guardrail compiles its rules; a ``moderation`` one calls its server's
 ``/v1/moderations`` over one connection pool the host keeps (or the sim's moderation model in
-process, when it names no server). :meth:`GuardrailRegistry.for_turn` picks a turn's: those
+process, when it names no server); a ``judge`` one asks its chat model through the host's
+model clients, as a turn's model calls go. :meth:`GuardrailRegistry.for_turn` picks a turn's: those
 its tenant and model must have, then those the request names; :meth:`GuardrailRegistry.moderations`
 answers ``POST /v1/moderations`` with one of them.
 
@@ -14,19 +15,25 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 from troupe.agentloop.guardrails import (
+    JUDGE_PROMPT,
     Guardrails,
     GuardrailUnavailable,
+    JudgeCheck,
     ModerationCheck,
     RegexCheck,
     RequestModeration,
 )
-from troupe.protocol import CreateResponseRequest, InvalidRequest
+from troupe.agentloop.model import ChatRequest, ModelError, TextChunk, TurnEnd
+from troupe.protocol import CreateResponseRequest, InvalidRequest, ServerError
+from troupe.runtime.models import ModelRegistry
 from troupe.runtime.settings import GuardrailSpec, RuntimeSettings
 from troupe.sim import moderation as sim_moderation
 
@@ -35,12 +42,15 @@ __all__ = ["GuardrailRegistry"]
 
 class GuardrailRegistry:
     """One check per configured guardrail, made on first use; one HTTP client for the
-    moderation servers, opened on first use and closed with the host."""
+    moderation servers, opened on first use and closed with the host. A judge asks its model
+    through ``models`` (the host's clients; without them, clients of the registry's own)."""
 
-    def __init__(self, settings: RuntimeSettings) -> None:
+    def __init__(self, settings: RuntimeSettings, models: ModelRegistry | None = None) -> None:
         self.settings = settings
-        self._checks: dict[str, RegexCheck | ModerationCheck] = {}
+        self._checks: dict[str, RegexCheck | ModerationCheck | JudgeCheck] = {}
         self._http: httpx.AsyncClient | None = None
+        self._own_models = models is None
+        self.models = ModelRegistry(settings.models) if models is None else models
 
     def for_turn(self, tenant: str, request: CreateResponseRequest) -> Guardrails | None:
         """The guardrails a turn runs; None for none. A name the request gives that is not
@@ -65,16 +75,46 @@ class GuardrailRegistry:
             return None
         return Guardrails([self.check(spec) for spec in specs.values()], moderation=moderation)
 
-    def check(self, spec: GuardrailSpec) -> RegexCheck | ModerationCheck:
+    def check(self, spec: GuardrailSpec) -> RegexCheck | ModerationCheck | JudgeCheck:
         """The check of guardrail ``spec`` (made once)."""
         if (check := self._checks.get(spec.name)) is None:
             if spec.kind == "regex":
                 check = RegexCheck(spec.name, spec.stages, spec.rules, spec.window)
+            elif spec.kind == "judge":
+                check = JudgeCheck(spec.name, spec.stages, spec.window, self._judge(spec), model=spec.judge_model,
+                                   categories=spec.categories, prompt=spec.prompt or JUDGE_PROMPT)  # fmt: skip
             else:
                 moderate = _sim_moderate if spec.base_url is None else self._moderator(spec)
-                check = ModerationCheck(spec.name, spec.stages, spec.window, moderate, spec.thresholds)
+                check = ModerationCheck(spec.name, spec.stages, spec.window, moderate, spec.thresholds,
+                                        model=_model_name(spec))  # fmt: skip
             self._checks[spec.name] = check
         return check
+
+    def _judge(self, spec: GuardrailSpec) -> Callable[[str], Awaitable[str]]:
+        """How a judge asks its model: one non-streamed chat call, temperature 0, its answer's text."""
+        model = self.settings.model(spec.judge_model or "")
+        assert model is not None  # the settings check that a judge names a chat model
+
+        async def ask(prompt: str) -> str:
+            request = ChatRequest(model=model.upstream_model or model.name, stream=False, temperature=0.0,
+                                  max_tokens=64, messages=[{"role": "user", "content": prompt}])  # fmt: skip
+            pieces, whole = [], ""
+            try:
+                async with asyncio.timeout(spec.timeout_s):
+                    async for chunk in self.models.client(model).stream(request):
+                        if isinstance(chunk, TextChunk):
+                            pieces.append(chunk.text)
+                        elif isinstance(chunk, TurnEnd):
+                            whole = chunk.text
+            except TimeoutError:
+                raise GuardrailUnavailable(f"the judge model took longer than {spec.timeout_s:g} s") from None
+            except ModelError as exc:
+                raise GuardrailUnavailable(f"the judge model failed (HTTP {exc.status}: {exc.message})") from None
+            except ValueError as exc:  # a model configured wrongly
+                raise GuardrailUnavailable(f"the judge model cannot be called ({exc})") from None
+            return whole or "".join(pieces)
+
+        return ask
 
     def _moderator(self, spec: GuardrailSpec) -> Any:
         url = f"{(spec.base_url or '').rstrip('/')}/moderations"
@@ -107,8 +147,9 @@ class GuardrailRegistry:
         guardrail, as OpenAI's ``ModerationCreateResponse``.
 
         ``model`` names the guardrail, by its name or (a ``moderation`` one) its
-        ``upstream_model``; by default the first ``moderation`` guardrail configured. A ``regex``
-        guardrail answers with its own categories (score 1 where a rule matched)."""
+        ``upstream_model``; by default the first ``moderation`` guardrail configured, else the
+        first ``judge``. A ``regex`` or ``judge`` guardrail answers with its own categories
+        (score 1 where flagged). A model behind it that cannot answer is a 502."""
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else inputs
         if not isinstance(texts, list) or not texts:
@@ -122,11 +163,11 @@ class GuardrailRegistry:
         check = self.check(spec)
         results = []
         for text in texts:
-            if isinstance(check, RegexCheck):
-                categories = check.find(text).categories
-                scores = {c: 1.0 if hit else 0.0 for c, hit in categories.items()}
-            else:
+            try:
                 categories, scores = await check.classify(text)
+            except GuardrailUnavailable as exc:  # the model behind it: 502, as a failed upstream is
+                raise ServerError(f"Guardrail {spec.name!r} could not classify the input: {exc}.", status=502,
+                                  code="moderation_failed") from None  # fmt: skip
             results.append({
                 "flagged": any(categories.values()), "categories": categories, "category_scores": scores,
                 "category_applied_input_types": {c: ["text"] for c in categories},
@@ -135,15 +176,15 @@ class GuardrailRegistry:
 
     def moderator(self, model: Any, *, param: str = "moderation.model") -> GuardrailSpec:
         """The guardrail a moderation ``model`` names: by its name, or a ``moderation``
-        guardrail's ``upstream_model``; None: the first ``moderation`` guardrail. A 400 naming
-        ``param`` when there is none."""
+        guardrail's ``upstream_model``; None: the first ``moderation`` guardrail, else the first
+        ``judge``. A 400 naming ``param`` when there is none."""
         if model is None:
-            spec = next((g for g in self.settings.guardrails if g.kind == "moderation"), None)
-            if spec is None:
+            kinds = [g for kind in ("moderation", "judge") for g in self.settings.guardrails if g.kind == kind]
+            if not kinds:
                 raise InvalidRequest("No moderation model is configured (a [[guardrails]] entry of kind "
-                                     f"'moderation'); name a guardrail in '{param}'.", param=param,
+                                     f"'moderation' or 'judge'); name a guardrail in '{param}'.", param=param,
                                      code="model_not_found")  # fmt: skip
-            return spec
+            return kinds[0]
         if not isinstance(model, str):
             raise InvalidRequest(f"'{param}' must be a string.", param=param, code="invalid_type")
         spec = self.settings.guardrail(model) or next(
@@ -159,6 +200,8 @@ class GuardrailRegistry:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+        if self._own_models:
+            await self.models.close()
 
 
 def _model_name(spec: GuardrailSpec) -> str:

@@ -151,7 +151,7 @@ class ConversationHost:
         self.vector_stores = VectorStores(settings, store)
         """Search of the tenant's vector stores, for tools run here (``file_search``): ``search(tenant, ids, query, …)``."""
         self.loop_settings = LoopSettings(client_tool_status=settings.client_tool_status)
-        self.guardrails = GuardrailRegistry(settings)
+        self.guardrails = GuardrailRegistry(settings, self.models)
         self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         """What a run's row keeps of its request's credentials (:mod:`troupe.storage.credentials`)."""
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()

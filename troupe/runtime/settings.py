@@ -205,11 +205,14 @@ class GuardrailSpec(BaseModel):
 
     name: NonEmpty
     """The name requests and verdicts use."""
-    kind: Literal["regex", "moderation"] = "regex"
+    kind: Literal["regex", "moderation", "judge"] = "regex"
     """``regex``: ``rules``, checked in the server's process (no call, no model);
     ``moderation``: OpenAI's moderation verdicts, from an OpenAI-compatible ``/v1/moderations``
     server (``base_url``), or from the sim's moderation model in process when ``base_url`` is
-    unset (its verdicts scripted by ``[[flag CATEGORY]]`` in the text: docs/sim.md)."""
+    unset (its verdicts scripted by ``[[flag CATEGORY]]`` in the text: docs/sim.md);
+    ``judge``: a configured chat model (``judge_model``) asked with a safety ``prompt`` whether
+    the text is safe, answering ``safe`` or ``unsafe`` and the categories (the Llama Guard way;
+    the sim answers as a judge too)."""
     stages: tuple[GuardrailStage, ...] = ("input", "output")
     """The stages it checks."""
     tenants: tuple[str, ...] = ()
@@ -230,13 +233,23 @@ class GuardrailSpec(BaseModel):
     thresholds: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
     """For ``moderation``: category → the score from which it is flagged. Empty: the server's
     own ``categories`` decide; given: only these categories count."""
+    judge_model: str | None = None
+    """For ``judge``: the chat model (a ``[[models]]`` name, or ``sim``) that judges."""
+    prompt: str | None = None
+    """For ``judge``: the prompt, with ``{role}``, ``{categories}`` and ``{text}`` to fill in;
+    unset: ``troupe.agentloop.guardrails.JUDGE_PROMPT`` (docs/guardrails.md shows it)."""
+    categories: dict[str, str] = Field(default_factory=dict)
+    """For ``judge``: the categories it judges, name → title (the prompt lists them as ``S1:
+    <title>.``, in order; verdicts use the names). Empty: the MLCommons hazard taxonomy that
+    Llama Guard 3 is trained on."""
     timeout_s: PositiveFloat = 10.0
-    """For ``moderation``: a call taking longer fails the check, and a failed check blocks (the
-    text does not pass unchecked)."""
+    """For ``moderation`` and ``judge``: a call taking longer fails the check, and a failed
+    check blocks (the text does not pass unchecked)."""
     window: PositiveInt = 256
-    """For ``moderation``: the streamed output is classified once per this many new characters
-    (each a call, on the whole text so far) and held back until it is. (A ``regex`` guardrail
-    holds back only the tail that could still become a match, however long.)"""
+    """For ``moderation`` and ``judge``: the streamed output is classified once per this many
+    new characters (each a call, on the whole text so far) and held back until it is. (A
+    ``regex`` guardrail holds back only the tail that could still become a match, however
+    long.)"""
 
     @model_validator(mode="after")
     def _complete(self) -> GuardrailSpec:
@@ -246,6 +259,15 @@ class GuardrailSpec(BaseModel):
             raise ValueError("'rules' are for a 'regex' guardrail")
         if self.kind != "moderation" and (self.base_url or self.thresholds or self.api_key_env):
             raise ValueError("'base_url', 'thresholds' and 'api_key_env' are for a 'moderation' guardrail")
+        if (self.kind == "judge") != (self.judge_model is not None):
+            raise ValueError("a 'judge' guardrail needs 'judge_model', and only a 'judge' guardrail takes it")
+        if self.kind != "judge" and (self.prompt is not None or self.categories):
+            raise ValueError("'prompt' and 'categories' are for a 'judge' guardrail")
+        if self.prompt is not None:
+            try:
+                self.prompt.format(role="", categories="", text="")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"'prompt' can fill in only {{role}}, {{categories}} and {{text}} ({exc!r})") from None
         if not self.stages:
             raise ValueError("'stages' names no stage")
         return self
@@ -473,6 +495,15 @@ class RuntimeSettings(RuntimeOptions):
     ingress_replicas: PositiveInt = 1
     """How many ingress replicas share the threads with the ``replica`` placement (``[server]
     num_replicas``): each hosts those whose id hashes to its rank (:mod:`troupe.runtime.ray.replicas`)."""
+
+    @model_validator(mode="after")
+    def _judges_are_models(self) -> RuntimeSettings:
+        for g in self.guardrails:
+            if g.judge_model is not None and self.model(g.judge_model) is None:
+                known = ", ".join(repr(m.name) for m in self.models if m.task == "chat")
+                raise ValueError(f"guardrail {g.name!r}: judge_model {g.judge_model!r} is not a configured chat "
+                                 f"model ({known})")  # fmt: skip
+        return self
 
     def guardrail(self, name: str) -> GuardrailSpec | None:
         """The guardrail called ``name``; None if there is none."""

@@ -37,6 +37,10 @@ Decision order for each turn:
    ``troupe.agentloop.compaction``, the call compaction makes): answer with a summary that
    counts the messages before it, by role, in the order system, user, assistant, tool (roles
    with none left out): ``Summary of 5 messages: 1 system, 2 user, 1 assistant, 1 tool.``
+   Or it is a ``judge`` guardrail's prompt (a conversation between ``<BEGIN CONVERSATION>``
+   and ``<END CONVERSATION>``): answer as a safety judge, ``unsafe`` and the categories of the
+   conversation's ``[[flag CATEGORY]]`` on a second line, else ``safe``
+   (``troupe.sim.moderation.judge``).
 3. Tool results after the last user message: ``then`` cues none of whose tools has a result
    yet -> call them (the second round); else without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
@@ -108,6 +112,7 @@ from troupe.agentloop.model import (
 from troupe.agentloop.shell import SHELL
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
+from troupe.sim.moderation import judge
 from troupe.sim.schema import SchemaError, generate_bounded, generate_from_schema
 
 __all__ = [
@@ -270,6 +275,8 @@ def _plan(
     text, cut = "", False
     if last >= 0 and message_text(messages[last]) == SUMMARY_PROMPT:
         text = _summary(messages[:last])
+    elif last >= 0 and (verdict := judge(message_text(messages[last]))) is not None:
+        text = verdict
     elif results and thens and not {name for name, _ in results} & {c.name for c in thens}:
         calls = thens  # the second round, once the first round's results are in
     elif results and not loops:

@@ -1,10 +1,11 @@
-"""The sim's moderation model: OpenAI's moderation verdicts, scripted by the text itself.
+"""The sim's moderation model and judge: OpenAI's moderation verdicts, and a ``judge``
+guardrail's answers, scripted by the text itself.
 
 A text is flagged under a category when it holds ``[[flag CATEGORY]]`` (score 0.9) or
 ``[[flag CATEGORY SCORE]]``; every other category of OpenAI's scores 0.0. A category the
 sim's model does not know is scored too (a deployment's own). The sim flags from 0.5.
 Served as ``POST /v1/moderations`` by the sim server (``troupe sim``) and called in process
-by a ``moderation`` guardrail that names no server.
+by a ``moderation`` guardrail that names no server. Pure: no HTTP, no FastAPI.
 
 Example::
 
@@ -20,12 +21,7 @@ import re
 import uuid
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-
-from troupe.sim.bodies import bad_request, json_object, texts
-
-__all__ = ["CATEGORIES", "MODEL", "add_moderations_route", "moderate", "moderation_response"]
+__all__ = ["CATEGORIES", "MODEL", "judge", "moderate", "moderation_response"]
 
 MODEL = "sim-moderation"
 """The name the sim's moderation model answers with when a request names none."""
@@ -65,20 +61,21 @@ def moderate(text: str) -> dict[str, Any]:
     }
 
 
+_CONVERSATION = re.compile(r"<BEGIN CONVERSATION>(.*)<END CONVERSATION>", re.DOTALL)
+
+
+def judge(prompt: str) -> str | None:
+    """The sim's answer to a ``judge`` guardrail's prompt (one holding a conversation between
+    ``<BEGIN CONVERSATION>`` and ``<END CONVERSATION>``, as ``JUDGE_PROMPT``'s does): ``unsafe``
+    and, on a second line, the categories the conversation's ``[[flag CATEGORY]]`` name
+    (flagged from 0.5, as :func:`moderate`), else ``safe``; None for any other prompt."""
+    found = _CONVERSATION.search(prompt)
+    if found is None:
+        return None
+    flagged = [c for c, score in _FLAG.findall(found.group(1)) if (float(score) if score else 0.9) >= THRESHOLD]
+    return "unsafe\n" + ",".join(dict.fromkeys(flagged)) if flagged else "safe"
+
+
 def moderation_response(results: list[dict[str, Any]], model: str) -> dict[str, Any]:
     """A ``ModerationCreateResponse`` of ``results`` (one per input)."""
     return {"id": f"modr-{uuid.uuid4().hex}", "model": model, "results": results}
-
-
-def add_moderations_route(app: FastAPI) -> None:
-    """Add ``POST /v1/moderations`` to the sim app: text inputs (a string or an array of them)."""
-
-    @app.post("/v1/moderations")
-    async def moderations(request: Request) -> Any:
-        body = await json_object(request)
-        if isinstance(body, JSONResponse):
-            return body
-        inputs = texts(body)
-        if not inputs or not all(isinstance(i, str) for i in inputs):
-            return bad_request("'input' must be a string or an array of strings.", "input")
-        return moderation_response([moderate(text) for text in inputs], body.get("model") or MODEL)

@@ -42,9 +42,10 @@ from troupe.agentloop.model import (
     ToolCallStart,
     TurnEnd,
 )
+from troupe.sim import moderation
+from troupe.sim.bodies import bad_request, json_object, texts
 from troupe.sim.embeddings import add_embeddings_route
 from troupe.sim.model import SimModel, SimReply, SimSettings, stream_reply
-from troupe.sim.moderation import add_moderations_route
 from troupe.sim.responses import add_responses_route
 
 __all__ = ["create_sim_app", "SIM_MODEL_NAME"]
@@ -122,8 +123,23 @@ def create_sim_app(settings: SimSettings = SimSettings()) -> FastAPI:
 
     add_responses_route(app, sim)
     add_embeddings_route(app)
-    add_moderations_route(app)
+    _add_moderations_route(app)
     return app
+
+
+def _add_moderations_route(app: FastAPI) -> None:
+    """``POST /v1/moderations``: the sim's moderation model on text inputs (a string or an array)."""
+
+    @app.post("/v1/moderations")
+    async def moderations(request: Request) -> Any:
+        body = await json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        inputs = texts(body)
+        if not inputs or not all(isinstance(i, str) for i in inputs):
+            return bad_request("'input' must be a string or an array of strings.", "input")
+        results = [moderation.moderate(text) for text in inputs]
+        return moderation.moderation_response(results, body.get("model") or moderation.MODEL)
 
 
 def _error(status: int, message: str, *, param: str | None = None, code: str | None = None) -> JSONResponse:
