@@ -415,6 +415,11 @@ async def test_a_moderation_guardrail_calls_its_server_over_http_and_is_a_step(t
         assert "could not be checked" in refused["output"][0]["content"][0]["refusal"]
         [trace] = await runtime.step_traces("", refused["id"])
         assert trace["detail"]["verdict"] == "blocked" and "could not be reached" in trace["detail"]["error"]
+        from troupe.protocol import ProtocolError
+
+        with pytest.raises(ProtocolError) as caught:  # and POST /v1/moderations answers 502
+            await runtime.moderations("", {"model": "down", "input": "hello"})
+        assert caught.value.status == 502 and caught.value.code == "moderation_failed"
 
 
 @pytest.mark.asyncio
