@@ -23,6 +23,8 @@ calls that need approval                           InterruptForApproval (respons
 a client-executed function call in the turn        Finish(completed | requires_action)
 output-token budget spent                          Finish(incomplete, max_output_tokens)
 ``max_infer_iters`` model calls made               Finish(incomplete, max_messages)
+a loop guard trips (module :mod:`.loop_guards`)    CallModel (no tools, told why: its last turn)
+the turn after a loop guard tripped                Finish(incomplete, max_messages, loop_guard)
 otherwise (tool results to show the model)         CallModel (tool_choice reset to auto)
 =================================================  ===========================================
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from .events import FinishStatus
+from .loop_guards import LoopGuards, Round, Tripped, round_of, tripped
 from .model import TokenUsage, ToolCall, TurnEnd
 from .tools import RejectedCall, TurnPlan
 
@@ -61,6 +64,8 @@ class CallModel:
     (the Agents SDK's ``reset_tool_choice``)."""
     tools_enabled: bool = True
     """False for the last turn after ``max_tool_calls`` ran out: tools are shown but not callable."""
+    stop: Tripped | None = None
+    """A loop guard tripped: this is the last turn, without tools, and the model is told why."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +88,8 @@ class Finish:
     status: FinishStatus
     incomplete_reason: str | None = None
     error: dict[str, Any] | None = None
+    loop_guard: str | None = None
+    """The loop guard that stopped the loop (``incomplete_details.loop_guard``)."""
 
 
 NextAction = CallModel | ExecuteTools | InterruptForApproval | Finish
@@ -117,12 +124,19 @@ class LoopState:
     (not to be confused with resuming a durable run, module :mod:`.checkpoint`)."""
     approved_ran: bool = False
     """The approved calls' tool step is done."""
+    guards: LoopGuards | None = None
+    """The loop guards on (module :mod:`.loop_guards`); None: none."""
+    rounds: tuple[Round, ...] = ()
+    """The tool calls of each model turn that made some, for the guards (kept only with them)."""
+    stopped_by: Tripped | None = None
+    """The loop guard that tripped: the turn made since is the last."""
 
     def after_model(self, turn: TurnEnd, plan: TurnPlan, *, had_tools: bool) -> LoopState:
         """Fold in a finished model turn and its plan."""
         left = self.output_tokens_left
         if left is not None:
             left -= turn.usage.output_tokens
+        made = _made(turn, plan) if self.guards else None
         return replace(
             self,
             model_calls=self.model_calls + 1,
@@ -134,6 +148,7 @@ class LoopState:
             tools_exhausted=self.tools_exhausted or plan.budget_exhausted,
             output_tokens_left=left,
             usage=self.usage + turn.usage,
+            rounds=self.rounds + (round_of(made),) if made else self.rounds,
         )
 
     def after_compaction(self, usage: TokenUsage) -> LoopState:
@@ -169,6 +184,8 @@ def decide(state: LoopState) -> NextAction:
         return Finish(status="incomplete", incomplete_reason="max_output_tokens")
     if turn.finish_reason == "content_filter":
         return Finish(status="incomplete", incomplete_reason="content_filter")
+    if state.stopped_by is not None:  # the last turn, made after a loop guard tripped
+        return Finish(status="incomplete", incomplete_reason="max_messages", loop_guard=state.stopped_by.guard)
     if not turn.tool_calls or plan.returned_as_is:
         return Finish(status="completed")
     if not state.last_turn_had_tools:
@@ -183,4 +200,12 @@ def decide(state: LoopState) -> NextAction:
         return Finish(status="incomplete", incomplete_reason="max_output_tokens")
     if state.model_calls >= state.max_infer_iters:
         return Finish(status="incomplete", incomplete_reason="max_messages")
+    if state.guards and (trip := tripped(state.rounds, state.guards)) is not None:
+        return CallModel(use_request_tool_choice=False, tools_enabled=False, stop=trip)
     return CallModel(use_request_tool_choice=False, tools_enabled=not state.tools_exhausted)
+
+
+def _made(turn: TurnEnd, plan: TurnPlan) -> list[ToolCall]:
+    """The calls a turn made that count (those over ``max_tool_calls`` were never made)."""
+    ignored = {c.call_id for c in plan.ignored}
+    return [c for c in turn.tool_calls if c.call_id not in ignored]

@@ -68,6 +68,7 @@ from .context import check_fits, estimate_tokens, fit_messages, too_long
 from .decide import CallModel, ExecuteTools, Finish, InterruptForApproval, LoopState, decide
 from .file_search import FILE_SEARCH, FileSearcher, FileSearchTool, citations, next_marker, parse_results, query_of
 from .guardrails import Guardrails, OutputGate, Verdict, moderation_result, refusal_text, withheld_text
+from .loop_guards import LoopGuards
 from .mcp import McpClient, McpError, McpServer, McpToolset
 from .model import (
     ChatRequest,
@@ -331,6 +332,7 @@ class _Run:
         checkpoints: bool = False,
         live: bool = True,
         guardrails: Guardrails | None = None,
+        loop_guards: LoopGuards | None = None,
     ) -> None:
         self.p = prepared
         self.rails = guardrails if guardrails else None
@@ -374,11 +376,13 @@ class _Run:
             for r in prepared.transcript.approved
         )
         self.approved_labels = {r["id"]: r["server_label"] for r in prepared.transcript.approved}
+        guards = (loop_guards or LoopGuards()).tighter(_request_guards(self.req.loop_guards))
         self.state = LoopState(
             max_infer_iters=self.req.max_infer_iters,
             client_tool_status=settings.client_tool_status,
             output_tokens_left=self.req.max_output_tokens,
             approved_calls=approved,
+            guards=guards or None,
         )
 
     async def run(self) -> AsyncGenerator[ev.LoopEvent, None]:
@@ -465,6 +469,7 @@ class _Run:
                     error=action.error,
                     incomplete_reason=action.incomplete_reason,
                     moderation=moderation,
+                    loop_guard=action.loop_guard,
                 )
                 return
 
@@ -640,6 +645,8 @@ class _Run:
             "verbosity": (plain(req.text) or {}).get("verbosity"),
         }
         messages, tools = self._messages_and_tools()
+        if action.stop is not None:  # told to this call only: the transcript does not keep it
+            messages = [*messages, {"role": "system", "content": action.stop.note()}]
         return ChatRequest(
             model=self.upstream_model,
             messages=self._fitted(messages, tools),
@@ -723,6 +730,8 @@ class _Run:
         return any(call.call_id == starts[index].call_id for call in plan.ignored)
 
     async def _call_model(self, action: CallModel) -> AsyncIterator[ev.LoopEvent]:
+        if action.stop is not None:  # a loop guard tripped: the last turn, told why
+            self.state = replace(self.state, stopped_by=action.stop)
         started, first_at = self.clock(), None
         yield ev.StepStarted(kind="model", name=self.upstream_model, started_at=started)
         message_id = reasoning_id = None
@@ -858,6 +867,7 @@ class _Run:
             ttft_s=None if first_at is None else first_at - started,
             input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
             error=None if error is None else error["message"],
+            detail=None if action.stop is None else {"loop_guard": action.stop.detail()},
         )
         if self.rails is not None:
             for checked in self._verdicts():
@@ -1234,6 +1244,11 @@ def _output_item(call: ToolCall, output: str) -> dict[str, Any]:
     }
 
 
+def _request_guards(asked: dict[str, int] | None) -> LoopGuards | None:
+    """The request's ``loop_guards`` (validated at parse time) as :class:`LoopGuards`."""
+    return None if not asked else LoopGuards(**asked)
+
+
 def run_loop(
     prepared: PreparedTurn,
     *,
@@ -1248,6 +1263,7 @@ def run_loop(
     checkpoints: bool = False,
     live: bool = True,
     guardrails: Guardrails | None = None,
+    loop_guards: LoopGuards | None = None,
 ) -> AsyncGenerator[ev.LoopEvent, None]:
     """Run one response's agent loop.
 
@@ -1275,6 +1291,8 @@ def run_loop(
         guardrails: the request's guardrails (module :mod:`.guardrails`): its input is
             refused, its output stopped or redacted, its server-side tool calls and results
             checked, as they say; each check is a ``guardrail`` step.
+        loop_guards: the model's loop guards (module :mod:`.loop_guards`); the request's own
+            (``loop_guards``) may turn more on or tighten them, never loosen them.
 
     Returns:
         The loop's semantic events, ending with one ``ResponseFinished``.
@@ -1292,5 +1310,6 @@ def run_loop(
         checkpoints=checkpoints,
         live=live,
         guardrails=guardrails,
+        loop_guards=loop_guards,
     )
     return run.run()

@@ -380,7 +380,8 @@ class StepTraced:
     output: str | None = None
     """Tool calls: what the model is shown."""
     detail: dict[str, Any] | None = None
-    """Guardrail checks: ``{"stage", "verdict", "categories"}`` (``StepTrace.detail``)."""
+    """Guardrail checks: ``{"stage", "verdict", "categories"}``; the model turn a loop guard
+    asked for: ``{"loop_guard": {"guard", "tools", "rounds"}}`` (``StepTrace.detail``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -408,6 +409,8 @@ class ResponseFinished:
     incomplete_reason: str | None = None
     moderation: dict[str, Any] | None = None
     """The response's ``moderation`` (``{"input", "output"}``), when the request asked for it."""
+    loop_guard: str | None = None
+    """The loop guard that stopped the loop (module :mod:`.loop_guards`), if one did."""
 
 
 LoopEvent = (

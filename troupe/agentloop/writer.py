@@ -525,6 +525,8 @@ class WireWriter:
         self._moderation = finished.moderation
         if finished.status == "incomplete":
             self._incomplete = {"reason": finished.incomplete_reason}
+            if finished.loop_guard is not None:  # which guard: Troupe's own key beside OpenAI's reason
+                self._incomplete["loop_guard"] = finished.loop_guard
         if finished.status == "failed":
             self._error = finished.error or {"code": "server_error", "message": "The response failed."}
         snapshot = self.response

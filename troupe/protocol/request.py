@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from openai.types.responses import response_create_params as create_params
 from openai.types.responses.response_conversation_param_param import ResponseConversationParamParam
@@ -39,6 +39,7 @@ from openai.types.responses.service_tier import ServiceTier
 from openai.types.responses.tool_param import ToolParam
 from openai.types.shared_params.reasoning import Reasoning
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from typing_extensions import TypedDict
 
 from .errors import (
     InvalidRequest,
@@ -75,6 +76,15 @@ _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 METADATA_MAX_KEYS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 """OpenAI's metadata limits: at most 16 string pairs, keys of ≤ 64 characters, values of ≤ 512."""
 
+class LoopGuardsParam(TypedDict, total=False):
+    """Troupe's ``loop_guards`` extension (``troupe.agentloop.loop_guards``): each guard's count."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    repeat: Annotated[int, Field(ge=2, le=1000)]
+    alternate: Annotated[int, Field(ge=2, le=1000)]
+    poll: Annotated[int, Field(ge=2, le=1000)]
+
+
 # Nested parameters validated against the SDK's TypedDicts. They are declared as
 # plain dicts on the model because the model's extra="forbid" would otherwise
 # leak into them and reject keys newer clients add.
@@ -90,6 +100,7 @@ NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
     "background_options": TypeAdapter(create_params.BackgroundOptions),
     "image": TypeAdapter(create_params.Image),
     "prompt_cache_options": TypeAdapter(create_params.PromptCacheOptions),
+    "loop_guards": TypeAdapter(LoopGuardsParam),
 }
 
 
@@ -244,6 +255,10 @@ class CreateResponseRequest(BaseModel):
     """Prompt cache options: refused (:data:`UNSUPPORTED_PARAMETERS`)."""
     max_infer_iters: int = Field(default=10, ge=1)
     """Troupe extension: the most model calls the server-side loop makes for this response."""
+    loop_guards: dict[str, Any] | None = None
+    """Troupe extension: ``{"repeat"?, "alternate"?, "poll"?}``, each a count of 2 or more: the
+    loop guards this response runs (docs/loop-guards.md), on top of its model's; a request may
+    turn a guard on or tighten it, never loosen it."""
     guardrails: list[str] | None = None
     """Troupe extension (Llama Stack's name): ``[[guardrails]]`` this response runs besides
     those its tenant and model must have; an unknown name is a 400 naming it (docs/guardrails.md)."""

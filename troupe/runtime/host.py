@@ -37,6 +37,7 @@ from troupe.agentloop.chat import plain
 from troupe.agentloop.checkpoint import ResumePoint
 from troupe.agentloop.driver import LoopSettings, prepare, run_loop
 from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
+from troupe.agentloop.loop_guards import LoopGuards
 from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
 from troupe.agentloop.writer import WireWriter
@@ -434,6 +435,7 @@ class ConversationHost:
             # A background run may be followed; a non-streamed one is seen only at its end.
             live=stream or request.background or spec.streaming == "always",
             guardrails=self.guardrails.for_turn(job.tenant, request),
+            loop_guards=None if spec.loop_guards is None else LoopGuards(**spec.loop_guards.model_dump()),
         )
         traces = run.traces
         ttft_s: float | None = next((s["ttft_s"] for s in reversed(resumed) if s["ttft_s"] is not None), None)

@@ -76,6 +76,20 @@ def _fernet_keys(keys: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
     return keys
 
 
+class LoopGuardSpec(BaseModel):
+    """A model's loop guards (``[models.loop_guards]``; ``troupe.agentloop.loop_guards``): each a
+    count, unset: off."""
+
+    model_config = SETTINGS_CONFIG
+
+    repeat: Annotated[int, Field(ge=2)] | None = None
+    """Stop when the same calls (tools and arguments) make this many model turns in a row."""
+    alternate: Annotated[int, Field(ge=2)] | None = None
+    """Stop when two different turns of calls take turns this many times each (A B A B)."""
+    poll: Annotated[int, Field(ge=2)] | None = None
+    """Stop when this many turns in a row each call one tool, the same one, whatever its arguments."""
+
+
 class ModelSpec(BaseModel):
     """A model clients can name in ``model`` (a ``[[models]]`` entry)."""
 
@@ -117,6 +131,11 @@ class ModelSpec(BaseModel):
     replica's CPU a response, and the model server spares its streaming). ``always``: every call streamed, for an
     upstream that may stay silent longer than the read timeout (300 s between bytes) while it
     makes a whole answer."""
+
+    loop_guards: LoopGuardSpec | None = None
+    """The loop guards every response of this model runs (docs/loop-guards.md); a request may
+    turn more on or tighten these (``loop_guards``), never loosen them. None: none (the loop's
+    cap, ``max_infer_iters``, still holds)."""
 
     @model_validator(mode="after")
     def _needs_a_server(self) -> ModelSpec:

@@ -33,6 +33,8 @@ class Directives:
     """Every cue found in one message (built up by the parser, hence not frozen)."""
 
     calls: list[CallCue] = field(default_factory=list)
+    cycle: list[CallCue] = field(default_factory=list)
+    """The calls of a ``[[cycle]]``, in order (the last ``cycle`` in the message wins)."""
     answer: tuple[str, str] | None = None
     """(kind, argument) of the first ``say`` / ``tokens`` / ``history``."""
     think: str | None = None
@@ -45,7 +47,7 @@ class Directives:
 
 # Each directive's body, matched right after "[[keyword". `call` is special-cased because
 # its JSON may itself contain "]]" or nested braces.
-_OPEN = re.compile(r"\[\[(call|then|python|shell|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
+_OPEN = re.compile(r"\[\[(call|then|cycle|python|shell|say|tokens|think|loop|history|fail|latency)(?=[\s\]])")
 _BODIES = {
     "say": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
     "think": re.compile(r"(?:\s(.*?))?\]\]", re.DOTALL),
@@ -59,12 +61,24 @@ _PYTHON_OPEN = re.compile(r"\s*\]\]")
 _PYTHON_CLOSE = "[[/python]]"
 _SHELL_CLOSE = "[[/shell]]"
 _CALL_NAME = re.compile(r"\s+([^\s\[\]{}]+)\s*")
+_NEXT_NAME = re.compile(r"\s*([^\s\[\]{}]+)\s*")
 _CLOSE = re.compile(r"\s*\]\]")
 _JSON = json.JSONDecoder()
 
 
 def _parse_call(text: str, start: int) -> tuple[int, CallCue] | None:
-    name = _CALL_NAME.match(text, start)
+    named = _named_call(text, start)
+    if named is None:
+        return None
+    pos, call = named
+    close = _CLOSE.match(text, pos)
+    return None if close is None else (close.end(), call)
+
+
+def _named_call(text: str, start: int, *, first: bool = True) -> tuple[int, CallCue] | None:
+    """``NAME`` and, if given, its ``{JSON}`` arguments, from ``start`` (the first after the
+    keyword and a space; a later one after the one before); the position after them."""
+    name = (_CALL_NAME if first else _NEXT_NAME).match(text, start)
     if name is None:
         return None
     pos, arguments = name.end(), None
@@ -75,10 +89,20 @@ def _parse_call(text: str, start: int) -> tuple[int, CallCue] | None:
             return None
         # Keep the JSON exactly as written: it is what "the model produced".
         arguments, pos = text[pos:end], end
-    close = _CLOSE.match(text, pos)
-    if close is None:
-        return None
-    return close.end(), CallCue(name=name.group(1), arguments=arguments, loop=False)
+    return pos, CallCue(name=name.group(1), arguments=arguments, loop=False)
+
+
+def _parse_cycle(text: str, start: int) -> tuple[int, list[CallCue]] | None:
+    """``[[cycle NAME {JSON} NAME {JSON} ...]]``: one or more calls, each with optional arguments."""
+    calls: list[CallCue] = []
+    pos = start
+    while (close := _CLOSE.match(text, pos)) is None or not calls:
+        named = _named_call(text, pos, first=not calls)
+        if named is None:
+            return None
+        pos, call = named
+        calls.append(call)
+    return close.end(), calls
 
 
 def _block(text: str, start: int, closing: str) -> tuple[int, str] | None:
@@ -130,7 +154,11 @@ def parse_directives(text: str) -> Directives:
     while (opening := _OPEN.search(text, pos)) is not None:
         kind, body_start = opening.group(1), opening.end()
         end: int | None = None
-        if kind in _BLOCKS:
+        if kind == "cycle":
+            cycled = _parse_cycle(text, body_start)
+            if cycled is not None:
+                end, found.cycle = cycled
+        elif kind in _BLOCKS:
             parsed = _BLOCKS[kind](text, body_start)
             if parsed is not None:
                 end, call = parsed

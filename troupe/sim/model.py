@@ -21,6 +21,9 @@ by newlines). Directives in double brackets, anywhere in it::
     [[then NAME {JSON}]]   call NAME (as ``call``) in a second round: after the first round's tool
                            results, instead of answering; then answer (several -> parallel)
     [[loop NAME]]          call NAME (schema arguments) on EVERY turn, even after tool results
+    [[cycle NAME {JSON} NAME {JSON} ...]]  one call a turn, on every turn, in this order and
+                           round again (A B A B ...; JSON optional, as ``call``); unlike ``loop``
+                           it obeys tool_choice "none": it then answers the results (as step 3)
     [[history]]            answer with the raw text of every user message, oldest first, " | "
     [[fail STATUS]]        every call fails with that HTTP status
     [[fail STATUS once]]   only the first call for this conversation fails (key: the text of
@@ -41,6 +44,8 @@ Decision order for each turn:
    and ``<END CONVERSATION>``): answer as a safety judge, ``unsafe`` and the categories of the
    conversation's ``[[flag CATEGORY]]`` on a second line, else ``safe``
    (``troupe.sim.moderation.judge``).
+   Or the message holds a ``cycle`` and tool_choice is not "none": its next call (the one after
+   as many as the turns since the message called tools), whatever the results so far.
 3. Tool results after the last user message: ``then`` cues none of whose tools has a result
    yet -> call them (the second round); else without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
@@ -277,6 +282,9 @@ def _plan(
         text = _summary(messages[:last])
     elif last >= 0 and (verdict := judge(message_text(messages[last]))) is not None:
         text = verdict
+    elif cues.cycle and request.tool_choice != "none":
+        rounds = sum(bool(m.get("tool_calls")) for m in messages[last + 1 :] if m.get("role") == "assistant")
+        calls = [cues.cycle[rounds % len(cues.cycle)]]
     elif results and thens and not {name for name, _ in results} & {c.name for c in thens}:
         calls = thens  # the second round, once the first round's results are in
     elif results and not loops:
