@@ -241,3 +241,47 @@ def recorded_sim() -> Iterator[tuple[str, RecordingUpstream]]:
     recording = RecordingUpstream(create_sim_app(SimSettings()))
     with serve_app(recording) as url:
         yield f"{url}/v1", recording
+
+
+class ScriptedUpstream:
+    """A Chat Completions server that answers each call with the next of ``answers`` (text, as
+    a model without tool calling writes it), streamed in small pieces or whole as asked, and
+    keeps every body it was sent; ``/health`` too. For what the sim does not write: malformed
+    answers."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        if not scope["path"].endswith("/chat/completions"):
+            await _respond(send, 200, b"{}", "application/json")
+            return
+        body = json.loads(b"".join(chunks))
+        self.bodies.append(body)
+        text = self.answers.pop(0) if self.answers else "Final Answer: (no answer scripted)"
+        usage = {"prompt_tokens": 10, "completion_tokens": len(text.split()), "total_tokens": 10 + len(text.split())}
+        if not body.get("stream"):
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            answer = {"id": "chatcmpl-s", "object": "chat.completion", "created": 0, "model": body["model"],
+                      "choices": [choice], "usage": usage}  # fmt: skip
+            await _respond(send, 200, json.dumps(answer).encode(), "application/json")
+            return
+        pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
+        events = [{"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+        events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage})
+        sse = "".join(f"data: {json.dumps({'id': 'chatcmpl-s', 'object': 'chat.completion.chunk', **e})}\n\n"
+                      for e in events) + "data: [DONE]\n\n"  # fmt: skip
+        await _respond(send, 200, sse.encode(), "text/event-stream")
+
+
+async def _respond(send: Any, status: int, body: bytes, media: str) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", media.encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from troupe.agentloop.model import ModelClient
 from troupe.agentloop.openai_client import OpenAIChatClient
+from troupe.agentloop.tool_protocols import TextToolModel
 from troupe.runtime.settings import ModelSpec
 from troupe.sim.model import SimModel, SimSettings
 
@@ -40,19 +41,30 @@ class ModelRegistry:
                 clients.append(self.client(spec))
             except ValueError:
                 continue  # a model configured wrongly fails its own requests, not start-up
-        await asyncio.gather(*(c.warm() for c in clients if isinstance(c, OpenAIChatClient)))
+        await asyncio.gather(*(c.warm() for c in map(_inner, clients) if isinstance(c, OpenAIChatClient)))
 
     async def close(self) -> None:
-        for client in self._clients.values():
+        for client in map(_inner, self._clients.values()):
             if isinstance(client, OpenAIChatClient):
                 await client.aclose()
         self._clients.clear()
 
 
 def _build(spec: ModelSpec) -> ModelClient:
+    client = _client(spec)
+    # A model without tool calling: Troupe speaks a text protocol with it (docs/tool-protocols.md).
+    return client if spec.tool_protocol == "native" else TextToolModel(client, spec.tool_protocol)
+
+
+def _client(spec: ModelSpec) -> ModelClient:
     if spec.kind == "sim":
         return SimModel(SimSettings(ttft_ms=spec.ttft_ms, itl_ms=spec.itl_ms))
     if not spec.base_url:
         raise ValueError(f"model '{spec.name}' needs a base_url")
     api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
     return OpenAIChatClient(spec.base_url, api_key=api_key)
+
+
+def _inner(client: ModelClient) -> ModelClient:
+    """The client a text protocol wraps, or the client."""
+    return client.inner if isinstance(client, TextToolModel) else client

@@ -132,6 +132,12 @@ class ModelSpec(BaseModel):
     upstream that may stay silent longer than the read timeout (300 s between bytes) while it
     makes a whole answer."""
 
+    tool_protocol: Literal["native", "react", "json"] = "native"
+    """How the model calls tools (docs/tool-protocols.md). ``native``: Chat Completions
+    ``tools`` and ``tool_calls``. For a model without them, ``react``: it is told the tools
+    and writes Thought / Action / Action Input / Final Answer, which Troupe reads; ``json``: it
+    answers one JSON object naming an action or a final answer. Clients see the same items and
+    events either way."""
     loop_guards: LoopGuardSpec | None = None
     """The loop guards every response of this model runs (docs/loop-guards.md); a request may
     turn more on or tighten these (``loop_guards``), never loosen them. None: none (the loop's

@@ -91,6 +91,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import json
 import re
 import threading
@@ -115,6 +116,7 @@ from troupe.agentloop.model import (
     TurnEnd,
 )
 from troupe.agentloop.shell import SHELL
+from troupe.agentloop.tool_protocols import Step, TextProtocol, native_request, protocol_of, render_step
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
 from troupe.sim.moderation import judge
@@ -246,6 +248,10 @@ def plan_reply(
         The reply; when ``fail_status`` is set the caller must fail the call instead (and
         remember ``fail_key``, if set).
     """
+    if (protocol := protocol_of(request)) is not None:  # asked to speak a text tool protocol: it does
+        native = native_request(request, protocol)
+        return _in_text(plan_reply(native, settings=settings, failed_keys=failed_keys, new_call_id=new_call_id),
+                        protocol)  # fmt: skip
     messages = request.messages
     last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     key = message_text(messages[last]) if last >= 0 else ""
@@ -452,6 +458,19 @@ def _chunks(reply: SimReply) -> Iterator[ModelChunk]:
         yield ToolCallStart(index=index, call_id=call.call_id, name=call.name)
         for piece in split_arguments(call.arguments):
             yield ToolCallArgumentsDelta(index=index, delta=piece)
+
+
+def _in_text(reply: SimReply, protocol: TextProtocol) -> SimReply:
+    """``reply`` as a model without tool calling writes it in ``protocol``: its calls as actions,
+    its answer as the final answer, its reasoning (or a word of its own) as the thought."""
+    if reply.fail_status is not None:
+        return reply
+    calls = [(c.name, c.arguments) for c in reply.tool_calls]
+    thought = reply.reasoning or (f"I will use {', '.join(n for n, _ in calls)}." if calls else "I can answer now.")
+    text = render_step(protocol, Step(thought=thought, calls=calls, answer=reply.text))
+    usage = TokenUsage(input_tokens=reply.usage.input_tokens, output_tokens=_count(text))
+    return dataclasses.replace(reply, text=text, reasoning="", tool_calls=(), usage=usage,
+                               finish_reason="length" if reply.finish_reason == "length" else "stop")  # fmt: skip
 
 
 async def stream_reply(reply: SimReply, *, sleep: Sleep = asyncio.sleep) -> AsyncGenerator[ModelChunk, None]:
