@@ -85,6 +85,14 @@ class SimFloor:
     """The Serve floor's deployment class: no code of its own, its ingress is the sim app."""
 
 
+def _bench_guardrails(variant: str | None) -> tuple[dict[str, Any], ...]:
+    """The guardrails of ``TROUPE_BENCH_GUARDRAILS``: ``regex`` (:data:`BENCH_GUARDRAILS`), ``keys``
+    (those without the e-mail rule), unset: none."""
+    if variant == "keys":
+        return tuple({**g, "rules": [r for r in g["rules"] if r["category"] != "email"]} for g in BENCH_GUARDRAILS)
+    return BENCH_GUARDRAILS if variant == "regex" else ()
+
+
 def _serve_floor() -> Any:
     """The Serve floor, bound: one replica of a deployment whose ingress is the sim app,
     reserving no CPU and taking as many requests at once as Troupe's ingress does."""
@@ -102,7 +110,9 @@ BENCH_GUARDRAILS: tuple[dict[str, Any], ...] = (
         {"category": "private_key", "pattern": "-----BEGIN [A-Z ]*PRIVATE KEY-----"},
     ]},
 )  # fmt: skip
-"""The guardrails every request runs under ``TROUPE_BENCH_GUARDRAILS=regex``."""
+"""The guardrails every request runs under ``TROUPE_BENCH_GUARDRAILS=regex``; under ``=keys``, the
+same without the e-mail rule, whose match may begin at any word (so the output gate holds each
+word until the next shows it is no address): what the rules that need a telling start cost."""
 
 
 def _run_apps(args: argparse.Namespace) -> None:
@@ -118,11 +128,11 @@ def _run_apps(args: argparse.Namespace) -> None:
         ModelSpec(name="sim-local", kind="sim"),
     )
     serve.run(_serve_floor(), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
-    guarded = os.environ.get("TROUPE_BENCH_GUARDRAILS") == "regex"
+    guarded = _bench_guardrails(os.environ.get("TROUPE_BENCH_GUARDRAILS"))
     for name, fields in _apps(args).items():
         settings = RuntimeSettings(
             models=models,
-            guardrails=tuple(GuardrailSpec(**g) for g in BENCH_GUARDRAILS) if guarded else (),
+            guardrails=tuple(GuardrailSpec(**g) for g in guarded),
             **{"pool_size": args.pool_size, **fields},
             idle_timeout_s=args.idle_timeout,
             namespace=f"troupe-bench-{name}",
