@@ -8,7 +8,7 @@ route added on purpose is added here too.
 
 from __future__ import annotations
 
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIWebSocketRoute
 from starlette.routing import Route
 
 from troupe.serve.app import create_app
@@ -136,4 +136,9 @@ def test_the_routes_outside_the_openapi_document_stay_served_and_undocumented():
 def test_the_app_matches_every_route_itself():
     # No router included lazily (FastAPI's include_router): each would match every request
     # through it once more, 15-90 us a request with the routers of troupe/serve/routes/.
-    assert all(isinstance(r, (APIRoute, Route)) for r in _app().router.routes)
+    assert all(isinstance(r, (APIRoute, Route, APIWebSocketRoute)) for r in _app().router.routes)
+    routes = _app().router.routes
+    sockets = [i for i, r in enumerate(routes) if isinstance(r, APIWebSocketRoute)]
+    assert [routes[i].path for i in sockets] == ["/v1/responses"]  # WebSocket mode (docs/websocket.md)
+    http = [i for i, r in enumerate(routes) if isinstance(r, APIRoute) and r.path.startswith("/v1/responses")]
+    assert http[0] == 0 and max(http) < sockets[0]  # tried after the Responses API's HTTP routes

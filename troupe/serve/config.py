@@ -159,6 +159,9 @@ class Limits(BaseModel):
     stream_keepalive_s: NonNegativeFloat = 15.0
     """A stream that has sent nothing for this long sends an SSE comment (``: keepalive``), so
     that proxies do not close it while a tool or the model takes its time; 0: never."""
+    websocket_idle_timeout_s: PositiveFloat = 300.0
+    """A WebSocket on ``/v1/responses`` with no message in this long, and no response running on
+    it, is closed (docs/websocket.md). Each connection counts as one of ``tenant_max_streams``."""
     sql_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S
     """A read-only SQL query (``POST /v1/troupe/sql``; ``troupe sql``'s default) running longer is
     interrupted. It runs on the storage actor's thread between two write batches, so this is

@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.requests import HTTPConnection
 
 from troupe.console import Viewer
 from troupe.protocol import (
@@ -65,6 +66,7 @@ __all__ = [
     "Tenant",
     "TroupeApp",
     "admin",
+    "authenticate",
     "context",
     "json_body",
     "missing",
@@ -101,8 +103,8 @@ class TroupeApp(FastAPI):
     context: AppContext
 
 
-def context(request: Request) -> AppContext:
-    """The :class:`AppContext` of the app serving ``request``."""
+def context(request: HTTPConnection) -> AppContext:
+    """The :class:`AppContext` of the app serving ``request`` (or socket)."""
     return request.app.context
 
 
@@ -120,6 +122,11 @@ async def tenant(request: Request) -> str:
     who = _authenticate(request, context(request).keys)
     _reject_repeated(request)
     return who
+
+
+def authenticate(connection: HTTPConnection) -> str:
+    """The tenant of a connection that no dependency runs for (a WebSocket's upgrade request)."""
+    return _authenticate(connection, context(connection).keys)
 
 
 Tenant = Annotated[str, Depends(tenant)]
@@ -191,7 +198,7 @@ def _too_large(limit: int) -> ProtocolError:
 # -- authentication -------------------------------------------------------------------------
 
 
-def _authenticate(request: Request, keys: Mapping[str, str]) -> str:
+def _authenticate(request: HTTPConnection, keys: Mapping[str, str]) -> str:
     """The caller's tenant: ``""`` with auth off, else the tenant of its bearer key."""
     if not keys:
         return ""
@@ -218,7 +225,7 @@ def _authenticate_admin(request: Request, admin_keys: tuple[str, ...], keys: Map
     raise _incorrect_key(token)
 
 
-def _bearer_token(request: Request) -> str:
+def _bearer_token(request: HTTPConnection) -> str:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:

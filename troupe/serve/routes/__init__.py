@@ -37,6 +37,7 @@ from . import (
     operator,
     prompts,
     responses,
+    responses_ws,
     sessions,
     vaults,
 )
@@ -48,6 +49,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     moderations.router,
     responses.router,
+    responses_ws.router,  # after the HTTP routes of /v1/responses: a socket's route is tried last
     conversations.router,
     files.router,
     prompts.router,
