@@ -35,3 +35,9 @@ def test_package_reexports_every_public_function_and_class() -> None:
             obj = getattr(module, n)
             if callable(obj) and getattr(obj, "__module__", None) == name:
                 assert n in troupe.protocol.__all__, f"{name}.{n} not re-exported"
+
+
+def test_the_content_part_types_are_those_the_sdk_adapters_take() -> None:
+    from troupe.protocol import CONTENT_PART_TYPES, sdk
+
+    assert CONTENT_PART_TYPES == tuple(sdk.PART_ADAPTERS)

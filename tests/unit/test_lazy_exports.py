@@ -55,3 +55,30 @@ def test_all_and_imports_for_type_checkers_are_the_exports(package: types.Module
     exported = {(home, name) for home, names in package._HOMES.items() for name in names}
     assert imported == exported
     assert sorted(package.__all__) == sorted(name for _, name in exported)
+
+
+TURNS_ONLY = """
+import pickle, sys
+job = pickle.loads(bytes.fromhex(sys.argv[1]))
+import troupe.runtime.ray.placement, troupe.runtime.ray.mcp, troupe.runtime.ray.storage_actor, troupe.runtime.host
+assert job.request.input_items()[0]["content"][0]["text"] == "hi", job
+loaded = sorted(m for m in sys.modules if m == "openai" or m.startswith("openai."))
+assert not loaded, f"imported {loaded[:3]}..."
+print("ok")
+"""
+
+
+def test_a_process_that_only_runs_turns_never_imports_the_openai_sdk() -> None:
+    """Ray's conversation hosts, MCP connection actors and storage actors take a validated
+    request (a pickled TurnJob) and run it: importing ``openai`` (most of a second, each new
+    worker process) is for the ingress, which validates (troupe/protocol/sdk.py)."""
+    import pickle
+
+    from troupe.protocol import TurnJob, parse_create_request
+
+    request = parse_create_request({"model": "sim", "input": "hi", "include": ["reasoning.encrypted_content"],
+                                    "service_tier": "default", "tools": [{"type": "function", "name": "f"}]})  # fmt: skip
+    job = TurnJob(request=request, tenant="", response_id="resp_1", created_at=1, thread_id="resp_1")
+    code = ["-c", TURNS_ONLY, pickle.dumps(job).hex()]
+    done = subprocess.run([sys.executable, *code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -18,9 +18,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, get_args
-
-from openai.types.responses.response_error import ResponseError
+from typing import Any
 
 from .context import ContextOverflow
 from .decide import CallModel
@@ -89,7 +87,6 @@ _CLIENT_FAULTS = frozenset({400, 413, 422})
 # ``Response.error.code`` is a closed enum in the SDK's types (strict clients reject other
 # values), so an upstream's own code is kept when the enum has it, mapped when it means
 # the same, and otherwise named in the message beside ``invalid_prompt``.
-_ERROR_CODES = frozenset(get_args(ResponseError.model_fields["code"].annotation))
 _UPSTREAM_CODES = {"invalid_base64": "invalid_base64_image", "context_length_exceeded": "invalid_prompt"}
 # Chat Completions fields an upstream may name, and the Responses parameter each came from.
 _UPSTREAM_PARAMS = {"response_format.json_schema.schema": "text.format.schema"}
@@ -107,8 +104,10 @@ def response_error(exc: Exception) -> dict[str, Any]:
     if exc.status == 429:
         code = "rate_limit_exceeded"
     elif exc.status in _CLIENT_FAULTS:
+        from troupe.protocol import sdk  # the SDK's enum of codes (imported on first use: sdk.py says why)
+
         code = _UPSTREAM_CODES.get(exc.code or "", exc.code or "")
-        if code not in _ERROR_CODES:
+        if code not in sdk.ERROR_CODES:
             code = "invalid_prompt"
         if exc.code:
             upstream += f", code {exc.code}"

@@ -17,7 +17,8 @@
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
-lack is written here.
+lack is written here. Those types are imported by :mod:`.sdk` on the first validation, not
+with this package: a process that only runs turns never imports ``openai``.
 """
 
 from .agents import (
@@ -121,9 +122,7 @@ from .errors import (
 from .ids import ITEM_ID_PREFIXES, new_id, new_response_id, thread_of_response
 from .items import (
     CONTENT_PART_TYPES,
-    INPUT_ITEM_TYPES,
     MESSAGE_ROLES,
-    by_type,
     content_text,
     infer_item_type,
     item_adapters,
@@ -270,10 +269,8 @@ __all__ = [
     "thread_of_response",
     # items
     "CONTENT_PART_TYPES",
-    "INPUT_ITEM_TYPES",
     "MESSAGE_ROLES",
     "infer_item_type",
-    "by_type",
     "item_adapters",
     "content_text",
     "normalize_input",

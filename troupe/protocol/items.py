@@ -21,20 +21,7 @@ Example::
 from __future__ import annotations
 
 import copy
-import typing
-from functools import cache
-from typing import Any, Literal, Required, Union, get_args, get_origin, get_type_hints
-
-from openai.types.responses import (
-    ResponseInputFileParam,
-    ResponseInputTextParam,
-    ResponseOutputRefusalParam,
-)
-from openai.types.responses.response_input_image_param import ImageDetail
-from openai.types.responses.response_input_item_param import ResponseInputItemParam
-from openai.types.responses.response_output_text_param import Annotation, Logprob
-from pydantic import TypeAdapter
-from typing_extensions import TypedDict
+from typing import Any
 
 from .errors import InvalidRequest, Loc, describe_type, format_param, show_value, validate_as
 from .ids import ITEM, ITEM_ID_PREFIXES, MESSAGE, new_id
@@ -42,87 +29,26 @@ from .ids import ITEM, ITEM_ID_PREFIXES, MESSAGE, new_id
 __all__ = [
     "MESSAGE_ROLES",
     "CONTENT_PART_TYPES",
-    "INPUT_ITEM_TYPES",
     "infer_item_type",
     "validate_input_items",
     "normalize_input",
     "content_text",
-    "by_type",
     "item_adapters",
-    "PART_ADAPTERS",
 ]
 
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 """Roles an input message may carry."""
 
 
-class _MessageItem(TypedDict, total=False):
-    # Lenient union of the SDK's EasyInputMessageParam / Message /
-    # ResponseOutputMessageParam: parts are validated one by one below.
-    type: Literal["message"]
-    role: Required[Literal["user", "assistant", "system", "developer"]]
-    content: Required[str | list[dict[str, Any]]]
-    id: str | None
-    status: Literal["in_progress", "completed", "incomplete"] | None
-    phase: Literal["commentary", "final_answer"] | None
-
-
-class _OutputTextPart(TypedDict, total=False):
-    # SDK ResponseOutputTextParam, with ``annotations`` optional.
-    type: Required[Literal["output_text"]]
-    text: Required[str]
-    annotations: list[Annotation]
-    logprobs: list[Logprob]
-
-
-class _InputImagePart(TypedDict, total=False):
-    # SDK ResponseInputImageParam, with ``detail`` optional (defaults to "auto").
-    type: Required[Literal["input_image"]]
-    image_url: str | None
-    file_id: str | None
-    detail: ImageDetail
-
-
-PART_ADAPTERS: dict[str, TypeAdapter[Any]] = {
-    "input_text": TypeAdapter(ResponseInputTextParam),
-    "input_image": TypeAdapter(_InputImagePart),
-    "input_file": TypeAdapter(ResponseInputFileParam),
-    "output_text": TypeAdapter(_OutputTextPart),
-    "refusal": TypeAdapter(ResponseOutputRefusalParam),
-}
-CONTENT_PART_TYPES = tuple(PART_ADAPTERS)
+CONTENT_PART_TYPES = ("input_text", "input_image", "input_file", "output_text", "refusal")
 """Content part kinds accepted in input messages (any role, to be lenient on replays)."""
 
 
-def _unwrap(tp: Any) -> Any:
-    # Required[X] / NotRequired[X] / Optional[X] → X
-    while get_origin(tp) in (Required, typing.NotRequired, Union):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        tp = args[0]
-    return tp
+def item_adapters() -> dict[str, Any]:
+    """A pydantic adapter per input item ``type`` (:data:`troupe.protocol.sdk.ITEM_ADAPTERS`)."""
+    from . import sdk  # the SDK's types: imported on first validation (sdk.py says why)
 
-
-def by_type(union: Any) -> dict[str, Any]:
-    """Map each member of an SDK TypedDict union by the literal(s) of its ``type``."""
-    out: dict[str, Any] = {}
-    for member in get_args(union):
-        hints = get_type_hints(member, include_extras=True) if hasattr(member, "__annotations__") else {}
-        literal = _unwrap(hints.get("type"))
-        for value in get_args(literal) if get_origin(literal) is Literal else ():
-            out.setdefault(value, member)
-    return out
-
-
-@cache
-def item_adapters() -> dict[str, TypeAdapter[Any]]:
-    """A pydantic adapter per input item ``type`` (the SDK's TypedDicts; messages our own)."""
-    adapters = {kind: TypeAdapter(td) for kind, td in by_type(ResponseInputItemParam).items()}
-    adapters["message"] = TypeAdapter(_MessageItem)
-    return adapters
-
-
-INPUT_ITEM_TYPES = tuple(sorted(by_type(ResponseInputItemParam)))
-"""Every input item ``type`` accepted (those of the SDK's ``ResponseInputItemParam``)."""
+    return sdk.ITEM_ADAPTERS
 
 
 def infer_item_type(item: dict[str, Any]) -> str | None:
@@ -148,7 +74,9 @@ def _validate_message(item: dict[str, Any], loc: Loc) -> None:
         return
     for j, part in enumerate(content):
         kind = part.get("type")
-        adapter = PART_ADAPTERS.get(kind) if isinstance(kind, str) else None
+        from . import sdk
+
+        adapter = sdk.PART_ADAPTERS.get(kind) if isinstance(kind, str) else None
         if adapter is None:
             where = _param(loc + ("content", j, "type"))
             if kind is None:

@@ -46,19 +46,14 @@ from __future__ import annotations
 import copy
 import re
 import secrets
-from typing import Any, Required
-
-from openai.types.responses import ResponseInputFileParam, ResponseInputTextParam
-from pydantic import TypeAdapter
-from typing_extensions import TypedDict
+from typing import Any
 
 from .errors import InvalidRequest, NotFound, describe_type, show_value
-from .items import _InputImagePart, infer_item_type, validate_input_items
+from .items import infer_item_type, validate_input_items
 
 __all__ = [
     "MAX_VERSION",
     "PROMPT",
-    "PROMPT_REFERENCE",
     "VARIABLE_PATTERN",
     "new_prompt_id",
     "parse_prompt_create",
@@ -83,18 +78,6 @@ VARIABLE_PATTERN = f"^{_NAME}$"
 _VARIABLE = re.compile(_NAME + r"\Z")
 _PLACEHOLDER = re.compile(r"\{\{\s*(" + _NAME + r")\s*\}\}")
 _TEXT_PARTS = ("input_text", "output_text")
-
-
-class _PromptReference(TypedDict, total=False):
-    # The SDK's ResponsePromptParam, with an integer version accepted too (the Prompts API
-    # numbers versions) and an input_image variable whose ``detail`` may be left out.
-    id: Required[str]
-    variables: dict[str, str | ResponseInputTextParam | _InputImagePart | ResponseInputFileParam] | None
-    version: str | int | None
-
-
-PROMPT_REFERENCE: TypeAdapter[Any] = TypeAdapter(_PromptReference)
-"""Validates ``prompt`` on ``POST /v1/responses``."""
 
 
 def new_prompt_id() -> str:

@@ -29,17 +29,9 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from openai.types.responses import response_create_params as create_params
-from openai.types.responses.response_conversation_param_param import ResponseConversationParamParam
-from openai.types.responses.response_includable import ResponseIncludable
-from openai.types.responses.response_text_config_param import ResponseTextConfigParam
-from openai.types.responses.service_tier import ServiceTier
-from openai.types.responses.tool_param import ToolParam
-from openai.types.shared_params.reasoning import Reasoning
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
-from typing_extensions import TypedDict
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .errors import (
     InvalidRequest,
@@ -52,8 +44,8 @@ from .errors import (
     validate_as,
 )
 from .ids import CONVERSATION, RESPONSE
-from .items import by_type, normalize_input, validate_input_items
-from .prompts import PROMPT_REFERENCE, prompt_reference
+from .items import normalize_input, validate_input_items
+from .prompts import prompt_reference
 from .schema_refs import dangling_refs
 
 __all__ = [
@@ -63,45 +55,11 @@ __all__ = [
     "METADATA_MAX_KEYS",
     "METADATA_MAX_KEY",
     "METADATA_MAX_VALUE",
-    "NESTED_ADAPTERS",
 ]
 
-_TOOL_TYPES: dict[str, Any] = by_type(ToolParam)
-_FUNCTION_TOOL = TypeAdapter(_TOOL_TYPES["function"])
-_MCP_TOOL = TypeAdapter(_TOOL_TYPES["mcp"])
-_TOOL_CHOICES: dict[str, TypeAdapter[Any]] = {
-    kind: TypeAdapter(td) for kind, td in by_type(create_params.ToolChoice).items()
-}
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 METADATA_MAX_KEYS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
 """OpenAI's metadata limits: at most 16 string pairs, keys of ≤ 64 characters, values of ≤ 512."""
-
-class LoopGuardsParam(TypedDict, total=False):
-    """Troupe's ``loop_guards`` extension (``troupe.agentloop.loop_guards``): each guard's count."""
-
-    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
-    repeat: Annotated[int, Field(ge=2, le=1000)]
-    alternate: Annotated[int, Field(ge=2, le=1000)]
-    poll: Annotated[int, Field(ge=2, le=1000)]
-
-
-# Nested parameters validated against the SDK's TypedDicts. They are declared as
-# plain dicts on the model because the model's extra="forbid" would otherwise
-# leak into them and reject keys newer clients add.
-NESTED_ADAPTERS: dict[str, TypeAdapter[Any]] = {
-    "conversation": TypeAdapter(ResponseConversationParamParam),
-    "stream_options": TypeAdapter(create_params.StreamOptions),
-    "text": TypeAdapter(ResponseTextConfigParam),
-    "reasoning": TypeAdapter(Reasoning),
-    "prompt": PROMPT_REFERENCE,
-    "context_management": TypeAdapter(list[create_params.ContextManagement]),
-    "moderation": TypeAdapter(create_params.Moderation),
-    "access_programs": TypeAdapter(create_params.AccessPrograms),
-    "background_options": TypeAdapter(create_params.BackgroundOptions),
-    "image": TypeAdapter(create_params.Image),
-    "prompt_cache_options": TypeAdapter(create_params.PromptCacheOptions),
-    "loop_guards": TypeAdapter(LoopGuardsParam),
-}
 
 
 UNSUPPORTED_PARAMETERS: dict[str, str] = {
@@ -218,7 +176,7 @@ class CreateResponseRequest(BaseModel):
     """Reasoning configuration: ``{"effort": ..., "summary": ...}``."""
     truncation: Literal["auto", "disabled"] | None = None
     """Context overflow policy; ``disabled`` (the default) fails instead of dropping items."""
-    include: list[ResponseIncludable] | None = None
+    include: list[str] | None = None
     """Extra output data to include (the Agents SDK always sends ``[]``)."""
     metadata: dict[str, Any] | None = None
     """Up to 16 string pairs (key ≤ 64 characters, value ≤ 512), echoed back."""
@@ -232,7 +190,7 @@ class CreateResponseRequest(BaseModel):
     """Prompt cache retention policy; echoed back."""
     safety_identifier: str | None = None
     """A stable end-user identifier for abuse detection; echoed back."""
-    service_tier: ServiceTier | None = None
+    service_tier: str | None = None
     """Requested processing tier; echoed back (``default`` when unset)."""
     user: str | None = None
     """Deprecated end-user identifier; echoed back."""
@@ -287,7 +245,13 @@ class CreateResponseRequest(BaseModel):
                         "(that is how it is retrieved); 'store' must be true.")
         if isinstance(self.input, list):
             validate_input_items(self.input)
-        for name, adapter in NESTED_ADAPTERS.items():
+        from . import sdk  # the SDK's types (imported on the first request validated: sdk.py says why)
+
+        if self.include is not None:
+            validate_as(sdk.INCLUDE, self.include, loc=("include",))
+        if self.service_tier is not None:
+            validate_as(sdk.SERVICE_TIER, self.service_tier, loc=("service_tier",))
+        for name, adapter in sdk.NESTED_ADAPTERS.items():
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 validate_as(adapter, value, loc=(name,))
@@ -352,18 +316,20 @@ class CreateResponseRequest(BaseModel):
         return 0, self.context_management[0].get("compact_threshold")
 
     def _check_tools(self) -> None:
+        from . import sdk
+
         seen: dict[tuple[str, str], int] = {}
         for i, tool in enumerate(self.tools):
             kind = tool.get("type")
             if kind is None:
                 raise _fail(("tools", i, "type"), f"Missing required parameter: 'tools[{i}].type'.",
                             "missing_required_parameter")
-            if not isinstance(kind, str) or kind not in _TOOL_TYPES:
+            if not isinstance(kind, str) or kind not in sdk.TOOL_TYPES:
                 raise _fail(("tools", i, "type"), f"Invalid value for 'tools[{i}].type': {show_value(kind)} is not a "
                             "supported tool type.")
             if kind == "function":
                 # parameters/strict are optional on the wire although the SDK requires them.
-                validate_as(_FUNCTION_TOOL, {"parameters": None, "strict": None, **tool}, loc=("tools", i))
+                validate_as(sdk.FUNCTION_TOOL, {"parameters": None, "strict": None, **tool}, loc=("tools", i))
                 if not _FUNCTION_NAME.match(tool["name"]):
                     raise _fail(("tools", i, "name"), f"Invalid value for 'tools[{i}].name': "
                                 f"{show_value(tool['name'])} must match ^[a-zA-Z0-9_-]{{1,64}}$.")
@@ -372,7 +338,7 @@ class CreateResponseRequest(BaseModel):
             elif kind == "mcp":
                 # No server_url is fine here: the label may name a server the deployment
                 # configures; the runtime resolves it (and refuses unknown labels).
-                validate_as(_MCP_TOOL, tool, loc=("tools", i))
+                validate_as(sdk.MCP_TOOL, tool, loc=("tools", i))
                 key = ("mcp", tool["server_label"])
             else:
                 continue  # hosted tools are accepted as given
@@ -383,6 +349,8 @@ class CreateResponseRequest(BaseModel):
             seen[key] = i
 
     def _check_tool_choice(self) -> None:
+        from . import sdk
+
         choice = self.tool_choice
         if isinstance(choice, str):
             if choice not in ("none", "auto", "required"):
@@ -395,10 +363,10 @@ class CreateResponseRequest(BaseModel):
         if kind is None:
             raise _fail(("tool_choice", "type"), "Missing required parameter: 'tool_choice.type'.",
                         "missing_required_parameter")
-        if not isinstance(kind, str) or kind not in _TOOL_CHOICES:
+        if not isinstance(kind, str) or kind not in sdk.TOOL_CHOICES:
             raise _fail(("tool_choice", "type"), f"Invalid value for 'tool_choice.type': {show_value(kind)} is not a "
                         "supported tool choice type.")
-        validate_as(_TOOL_CHOICES[kind], choice, loc=("tool_choice",))
+        validate_as(sdk.TOOL_CHOICES[kind], choice, loc=("tool_choice",))
         if kind == "allowed_tools":
             for j, entry in enumerate(choice["tools"]):
                 if not isinstance(entry.get("type"), str):

@@ -51,8 +51,7 @@ from openai.types.responses import response_create_params as create_params
 from openai.types.responses.tool_param import ToolParam
 from pydantic import TypeAdapter
 
-from troupe.protocol import items as _items
-from troupe.protocol import request as _request
+from troupe.protocol import sdk as _sdk
 from troupe.protocol.agents import REASONING_EFFORTS, REASONING_SUMMARIES, SERVED_SERVICE_TIERS
 from troupe.protocol.automations import MAX_AUTOMATION_NAME, MAX_RUN_AT
 from troupe.protocol.containers import MAX_EXPIRES_MINUTES, MEMORY_LIMITS
@@ -672,15 +671,15 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     fields against, every input item kind and content part; plus the unions ``InputItem``,
     ``ContentPart``, ``Tool`` and ``ToolChoice``. Also the schema (a ``$ref``) of each nested
     create parameter, by name."""
-    item_adapters = _items.item_adapters()
+    item_adapters = _sdk.ITEM_ADAPTERS
     inputs: list[tuple[tuple[str, str], Any, TypeAdapter[Any]]] = [
         (("request", "CreateResponseRequest"), "validation", TypeAdapter(CreateResponseRequest)),
         (("union", "Tool"), "validation", TypeAdapter(ToolParam)),
         (("union", "ToolChoice"), "validation", TypeAdapter(create_params.ToolChoice)),
     ]
-    inputs += [(("nested", name), "validation", adapter) for name, adapter in _request.NESTED_ADAPTERS.items()]
+    inputs += [(("nested", name), "validation", adapter) for name, adapter in _sdk.NESTED_ADAPTERS.items()]
     inputs += [(("item", kind), "validation", adapter) for kind, adapter in item_adapters.items()]
-    inputs += [(("part", kind), "validation", adapter) for kind, adapter in _items.PART_ADAPTERS.items()]
+    inputs += [(("part", kind), "validation", adapter) for kind, adapter in _sdk.PART_ADAPTERS.items()]
     by_mode, defs = TypeAdapter.json_schemas(inputs, ref_template=_REF)
     top: dict[tuple[str, str], Any] = {key: value for (key, _mode), value in by_mode.items()}
     schemas: dict[str, Any] = dict(defs.get("$defs", {}))
@@ -689,7 +688,7 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         return top[key]["$ref"].rsplit("/", 1)[1]
 
     # Nested parameters: each gets a component under the field's own name (e.g. `TextParam`).
-    for name in _request.NESTED_ADAPTERS:
+    for name in _sdk.NESTED_ADAPTERS:
         value = top[("nested", name)]
         if "$ref" not in value:
             schemas[_camel(name) + "Param"] = value
@@ -700,7 +699,7 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
         "anyOf": [top[("item", kind)] for kind in item_adapters],
         "description": "An input item, dispatched on `type`; a message may omit it (`type: \"message\"`).",
     }
-    schemas["ContentPart"] = {"anyOf": [top[("part", kind)] for kind in _items.PART_ADAPTERS]}
+    schemas["ContentPart"] = {"anyOf": [top[("part", kind)] for kind in _sdk.PART_ADAPTERS]}
 
     # Where the server is more lenient or stricter than the SDK type (see items.py, request.py).
     message = schemas[name_of(("item", "message"))]
@@ -713,7 +712,7 @@ def _sdk_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
     output = schemas[name_of(("item", "function_call_output"))]
     output["required"] = sorted({*output.get("required", []), "call_id"})
 
-    return schemas, {name: top[("nested", name)] for name in _request.NESTED_ADAPTERS}
+    return schemas, {name: top[("nested", name)] for name in _sdk.NESTED_ADAPTERS}
 
 
 def _narrow_create_request(create: dict[str, Any], nested: dict[str, Any], ref: Any, nullable: Any) -> None:
