@@ -15,6 +15,7 @@
 - :mod:`.environments` — the Agents API's environments and templates: what maps onto a container
 - :mod:`.automations` — the Agents API's automations: bodies, objects, the schedule maths (``next_due``)
 - :mod:`.body` — strict JSON request bodies (no NaN, no lone surrogates, bounded nesting)
+- :mod:`.sdk` — the ``openai`` SDK's types as validation adapters, imported on first validation
 
 Built on the ``openai`` SDK's types (``openai.types.responses``); only what they
 lack is written here. Those types are imported by :mod:`.sdk` on the first validation, not
