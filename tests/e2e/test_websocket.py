@@ -141,3 +141,101 @@ def test_a_dropped_connection_cancels_its_running_response(keyed) -> None:
     assert [item.content[0].text for item in items] == ["[[say next]]", "next"]
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(created)
+
+
+def _steer_run(connection: Any, target: str) -> list[Any]:
+    """Events through the successor's terminal event (the steered response's, then its successor's)."""
+    events, ends = [], 0
+    for event in connection:
+        events.append(event)
+        if event.type in _ENDS:
+            ends += 1
+            if ends == 2:
+                return events
+    raise AssertionError("the connection closed first")
+
+
+def test_steering_ends_the_response_after_its_tools_and_a_successor_goes_on_with_the_input(keyed, upstream) -> None:
+    _, recording = upstream
+    client = OpenAI(base_url=f"{keyed}/v1", api_key="sk-ws-key", max_retries=0)
+    with client.responses.connect() as connection:
+        # The model calls sleep (a second), and would then call calculator in a second round.
+        connection.response.create(
+            model="m", input='[[call sleep {"ms": 1000}]] [[then calculator {"expression": "1+1"}]]'
+        )
+        first, events = None, []
+        for event in connection:
+            events.append(event)
+            if event.type == "response.created":
+                first = event.response.id
+            if event.type == "response.function_call_arguments.done":
+                break  # the call is made; it runs for a second
+        assert first is not None
+        since = len(recording.bodies)
+        connection.response.steer(previous_response_id=first, input="change of plan: [[say steered]]")
+        events += _steer_run(connection, first)
+    kinds = [e.type for e in events]
+    accepted = events[kinds.index("response.steer.accepted")]
+    assert accepted.steer.previous_response_id == first and accepted.steer.id.startswith("steer_")
+    ended = kinds.index("response.incomplete")
+    own = [e for e in events[: ended + 1] if e.type != "error"]
+    assert [e.sequence_number for e in own] == list(range(len(own)))  # one numbering, the steer event in it
+    stopped = events[ended].response
+    assert stopped.incomplete_details.reason == "steered"
+    assert [o.type for o in stopped.output] == ["function_call", "function_call_output"]  # the tool ran, answered
+    successor = events[-1].response
+    assert events[ended + 1].type == "response.created" and events[ended + 1].sequence_number == 0
+    assert successor.previous_response_id == first and successor.output_text == "steered"
+    [sent] = recording.bodies[since:]  # the successor's one call: the thread, then the steering input
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool", "user"]
+    assert sent["messages"][-1]["content"] == "change of plan: [[say steered]]"
+
+
+def test_steering_a_response_waiting_for_a_client_tool_is_pending_then_goes_first(keyed) -> None:
+    client = OpenAI(base_url=f"{keyed}/v1", api_key="sk-ws-key", max_retries=0)
+    lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    with client.responses.connect() as connection:
+        connection.response.create(model="m", input="[[latency ttft=1500]] [[call lookup]]", tools=[lookup])
+        for event in connection:
+            if event.type == "response.created":
+                first = event.response.id
+                connection.response.steer(previous_response_id=first, input="and hurry [[history]]")
+                break
+        events = []
+        for event in connection:
+            events.append(event)
+            if event.type == "response.steer.pending":
+                break
+        kinds = [e.type for e in events]
+        assert kinds.index("response.steer.accepted") < kinds.index("response.completed") < len(kinds) - 1
+        pending = events[-1]
+        call = next(o for o in events[kinds.index("response.completed")].response.output if o.type == "function_call")
+        assert pending.reason == "waiting_for_required_input"
+        assert [(r.type, r.call_id) for r in pending.required_input] == [("function_call_output", call.call_id)]
+        answer = {"type": "function_call_output", "call_id": call.call_id, "output": "found"}
+        connection.response.create(model="m", input=[answer], previous_response_id=first, tools=[lookup])
+        follow = _until_end(connection)[-1].response
+    said = follow.output_text.split(" | ")  # the user messages the model got: the first, then the steering input
+    assert said == ["[[latency ttft=1500]] [[call lookup]]", "and hurry [[history]]"]
+
+
+def test_steering_what_is_not_running_here_fails_saying_why(keyed) -> None:
+    client = OpenAI(base_url=f"{keyed}/v1", api_key="sk-ws-key", max_retries=0)
+    with client.responses.connect() as connection:
+        connection.response.steer(previous_response_id="resp_nothing", input="hello")
+        assert next(iter(connection)).error.code == "response_not_found"
+        connection.response.create(model="m", input="[[say done]]")
+        done = _until_end(connection)[-1].response
+        connection.response.steer(previous_response_id=done.id, input="too late")
+        failed = next(iter(connection))
+        assert failed.type == "response.steer.failed" and failed.error.code == "response_already_completed"
+        assert failed.steer.input == "too late"
+        connection.response.create(model="m", input="[[latency ttft=1000]] [[say slow]]")
+        for event in connection:
+            if event.type == "response.created":
+                connection.send({"type": "response.steer", "previous_response_id": event.response.id,
+                                 "input": [{"role": "assistant", "content": "no"}]})  # fmt: skip
+            if event.type == "response.steer.failed":
+                assert event.error.code == "invalid_input" and "user role" in event.error.message
+                break
+        _until_end(connection)

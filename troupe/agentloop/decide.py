@@ -23,6 +23,7 @@ calls that need approval                           InterruptForApproval (respons
 a client-executed function call in the turn        Finish(completed | requires_action)
 output-token budget spent                          Finish(incomplete, max_output_tokens)
 ``max_infer_iters`` model calls made               Finish(incomplete, max_messages)
+steered (WebSocket steering)                       Finish(incomplete, steered)
 a loop guard trips (module :mod:`.loop_guards`)    CallModel (no tools, told why: its last turn)
 the turn after a loop guard tripped                Finish(incomplete, max_messages, loop_guard)
 otherwise (tool results to show the model)         CallModel (tool_choice reset to auto)
@@ -130,6 +131,9 @@ class LoopState:
     """The tool calls of each model turn that made some, for the guards (kept only with them)."""
     stopped_by: Tripped | None = None
     """The loop guard that tripped: the turn made since is the last."""
+    steered: bool = False
+    """The client steered the response: it ends before its next model call (its tool calls
+    answered first), ``incomplete``, reason ``steered``."""
 
     def after_model(self, turn: TurnEnd, plan: TurnPlan, *, had_tools: bool) -> LoopState:
         """Fold in a finished model turn and its plan."""
@@ -198,6 +202,8 @@ def decide(state: LoopState) -> NextAction:
         return Finish(status=state.client_tool_status)
     if state.output_tokens_left is not None and state.output_tokens_left <= 0:
         return Finish(status="incomplete", incomplete_reason="max_output_tokens")
+    if state.steered:
+        return Finish(status="incomplete", incomplete_reason="steered")
     if state.model_calls >= state.max_infer_iters:
         return Finish(status="incomplete", incomplete_reason="max_messages")
     if state.guards and (trip := tripped(state.rounds, state.guards)) is not None:

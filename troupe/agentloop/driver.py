@@ -333,8 +333,10 @@ class _Run:
         live: bool = True,
         guardrails: Guardrails | None = None,
         loop_guards: LoopGuards | None = None,
+        steer: asyncio.Event | None = None,
     ) -> None:
         self.p = prepared
+        self.steer = steer
         self.rails = guardrails if guardrails else None
         self.moderated: dict[str, dict[str, Any]] = {}  # the request's moderation results, by stage
         self.texts: list[str] = []  # the text of each model turn of this response (resumed ones too)
@@ -425,6 +427,8 @@ class _Run:
         while True:
             if self.cancel.is_set():  # also before the first step: cancelled while it waited its turn
                 self.state = replace(self.state, cancelled=True)
+            if self.steer is not None and self.steer.is_set() and not self.state.steered:
+                self.state = replace(self.state, steered=True)  # decide() ends it at its next safe boundary
             action = decide(self.state)
             match action:
                 case CallModel():
@@ -1264,6 +1268,7 @@ def run_loop(
     live: bool = True,
     guardrails: Guardrails | None = None,
     loop_guards: LoopGuards | None = None,
+    steer: asyncio.Event | None = None,
 ) -> AsyncGenerator[ev.LoopEvent, None]:
     """Run one response's agent loop.
 
@@ -1293,6 +1298,10 @@ def run_loop(
             checked, as they say; each check is a ``guardrail`` step.
         loop_guards: the model's loop guards (module :mod:`.loop_guards`); the request's own
             (``loop_guards``) may turn more on or tighten them, never loosen them.
+        steer: set it to end the loop at its next safe boundary, once the tool calls under way
+            have their results and before the next model call: the response ends
+            ``incomplete``, reason ``steered`` (WebSocket steering). A turn that answers ends it
+            ``completed`` as usual.
 
     Returns:
         The loop's semantic events, ending with one ``ResponseFinished``.
@@ -1311,5 +1320,6 @@ def run_loop(
         live=live,
         guardrails=guardrails,
         loop_guards=loop_guards,
+        steer=steer,
     )
     return run.run()

@@ -755,6 +755,18 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
             )
         return found
 
+    async def steer_response(self, tenant: str, response_id: str) -> bool:
+        """Ask a running response to end at its next safe boundary, ``incomplete`` with reason
+        ``steered`` (once its tool calls have results, before its next model call); a response
+        whose last turn is its answer completes as it would. False: it is not running."""
+        host = await self._running_host(response_id)
+        if host is None:
+            return False
+        try:
+            return await host.steer(tenant, response_id)
+        except HostFailed:
+            return False
+
     async def _live(
         self, tenant: str, response_id: str, ask: Callable[[HostClient], Awaitable[dict[str, Any] | None]]
     ) -> dict[str, Any] | None:

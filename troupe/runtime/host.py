@@ -92,6 +92,8 @@ class HostClient(Protocol):
 
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None: ...
 
+    async def steer(self, tenant: str, response_id: str) -> bool: ...
+
     def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]: ...
 
     async def add_conversation_items(
@@ -333,6 +335,11 @@ class ConversationHost:
         """Cancel a response this host runs now (:meth:`LiveRuns.cancel`); None if it has none of that id."""
         return await self.runs.cancel(tenant, response_id)
 
+    async def steer(self, tenant: str, response_id: str) -> bool:
+        """End a response this host runs at its next safe boundary (:meth:`LiveRuns.steer`);
+        False if it has none of that id."""
+        return self.runs.steer(tenant, response_id)
+
     async def follow(self, tenant: str, response_id: str, starting_after: int) -> AsyncGenerator[list[dict[str, Any]], None]:
         """A running stored response's events after ``starting_after`` (:meth:`LiveRuns.follow`)."""
         async with contextlib.aclosing(self.runs.follow(tenant, response_id, starting_after)) as batches:
@@ -428,6 +435,7 @@ class ConversationHost:
             settings=self.loop_settings,
             upstream_model=spec.upstream_model or spec.name,
             cancel=run.cancel,
+            steer=run.steer,
             context_window=spec.context_window,
             resume=run.resume,
             # A stored response is durable from its first checkpoint (a background one from its start).

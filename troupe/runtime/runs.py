@@ -79,6 +79,9 @@ class LiveRun:
     """The run's wire writer: its ``response`` is the Response as it stands."""
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     """Set to stop the loop (the driver checks it at every chunk and tool boundary)."""
+    steer: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to end the loop at its next safe boundary, ``incomplete`` (``steered``): once its
+    tool calls have their results, before it would call the model again (WebSocket steering)."""
     running: bool = False
     """False while the run waits for its conversation's turn (``queued``)."""
     events: list[dict[str, Any]] | None = None
@@ -196,6 +199,15 @@ class LiveRuns:
         """The run of this id stored in the last :data:`ENDED_KEPT_S`, if it is the caller's."""
         run = self._ended.get(response_id)
         return run if run is not None and run.job.tenant == tenant else None
+
+    def steer(self, tenant: str, response_id: str) -> bool:
+        """Ask a live run to end at its next safe boundary (:attr:`LiveRun.steer`); False: no
+        such live run (it may have ended)."""
+        run = self.get(tenant, response_id)
+        if run is None:
+            return False
+        run.steer.set()
+        return True
 
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         """Stop a live run; its Response once stored (or, after :data:`CANCEL_WAIT_S`, as it

@@ -288,6 +288,9 @@ class RayHostClient:
     async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
         return await self._call("cancel", tenant, response_id)
 
+    async def steer(self, tenant: str, response_id: str) -> bool:
+        return bool(await self._call("steer", tenant, response_id))
+
     async def _call(self, method: str, *args: Any) -> Any:
         import ray
 

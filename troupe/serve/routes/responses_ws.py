@@ -24,7 +24,17 @@ authenticated as an HTTP request is (its bearer key); a refused one gets the HTT
   nothing, as an SSE stream's turn is when its client leaves: nobody is left to read them. Use
   ``background`` over HTTP for a run that must outlive its client.
 
-Not yet: ``response.steer`` (answered with ``response.steer.failed``), which issue 32 adds.
+Steering (``response.steer``): input queued for a response running on this connection, as the
+SDK's ``ResponseSteerEventParam`` describes. ``response.steer.accepted`` answers it (numbered in
+the target's stream, whose later events move up by one); the response ends at its next safe
+boundary (its tool calls answered, before it would call the model again) ``incomplete`` with
+reason ``steered``, or completes if its turn was the answer; then a successor starts on the
+same lane with the queued input, the target's settings and ``previous_response_id`` = the
+target. A response that stops for client-owned tool output or an approval keeps the input
+queued and says so with ``response.steer.pending`` (after ``response.completed``), whose
+``required_input`` stubs name what the client owes; the lane's next ``response.create`` with
+that ``previous_response_id`` gets the queued input first. Input that cannot be applied comes
+back in ``response.steer.failed`` (its ``error.code`` says why).
 """
 
 from __future__ import annotations
@@ -32,13 +42,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
-from troupe.protocol import InvalidRequest, ProtocolError, decode_json_body, parse_create_request
+from troupe.protocol import (
+    InvalidRequest,
+    ProtocolError,
+    decode_json_body,
+    parse_create_request,
+    validate_input_items,
+)
 from troupe.protocol.errors import ServerError
 
 from ..dependencies import AppContext, authenticate, context
@@ -51,6 +69,26 @@ REMEMBERED = 64
 """How many ``store: false`` responses a connection remembers for continuations."""
 
 _FINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "response.cancelled"})
+_FINISHED_KEPT = 256
+"""How many ended responses a connection remembers, to tell a late steer they have ended."""
+_STEER_PARTS = frozenset({"input_text", "input_image", "input_file"})
+
+
+@dataclass(slots=True)
+class _Running:
+    """A response under way on this connection: its settings (for a successor), what steering
+    has queued for it, and how far its stream's numbers moved for the steering events in it."""
+
+    response_id: str
+    lane: str | None
+    settings: dict[str, Any]
+    """Its ``response.create`` body without ``input`` and ``previous_response_id``."""
+    steerable: bool
+    offset: int = 0
+    last: int = -1
+    steers: list[tuple[str, Any]] = field(default_factory=list)
+    required: list[dict[str, Any]] = field(default_factory=list)
+    """Once it has ended: the stubs of what it waits for from the client (``required_input``)."""
 
 
 @router.websocket("/v1/responses")
@@ -89,6 +127,13 @@ class _Connection:
         self.unstored: OrderedDict[str, tuple[str | None, list[Any]]] = OrderedDict()
         """A ``store: false`` response's id → the ``previous_response_id`` it continued (a stored
         one, or None) and its thread since then (input and output items)."""
+        self.under_way: dict[str, _Running] = {}
+        """The responses running on this connection, by id."""
+        self.finished: OrderedDict[str, str] = OrderedDict()
+        """The responses that ended on this connection (their last ones), by id → status."""
+        self.owed: dict[str, list[tuple[str, Any]]] = {}
+        """Steering input accepted for a response that stopped for client tool output or an
+        approval: prepended to the lane's next ``response.create`` that continues it."""
 
     async def serve(self) -> None:
         settings = self.app.settings
@@ -104,7 +149,7 @@ class _Connection:
                 if message["type"] == "websocket.disconnect":
                     return
                 await self._receive(message.get("text") or (message.get("bytes") or b"").decode("utf-8", "replace"))
-        except WebSocketDisconnect:
+        except (WebSocketDisconnect, _Gone):
             return
         finally:
             for worker in self.workers:  # cancelled with the connection, as a left SSE stream's turn is
@@ -131,13 +176,12 @@ class _Connection:
         if kind == "response.create":
             await self._lane(lane).put(event)
         elif kind == "response.steer":
-            await self._send({"type": "response.steer.failed", "previous_response_id": event.get("previous_response_id"),
-                              "input": event.get("input"), "error": {"code": "unsupported", "message":
-                              "Steering is not served yet: send the input with response.create once the response ends."}})  # fmt: skip
+            await self._steer(event)
         else:
             shown = kind if isinstance(kind, str) else json.dumps(kind)
             await self._error(InvalidRequest(f"Invalid value for 'type': {shown!r} is not an event this socket takes "
-                                             "('response.create').", param="type", code="invalid_value"), lane)  # fmt: skip
+                                             "('response.create', 'response.steer').", param="type",
+                                             code="invalid_value"), lane)  # fmt: skip
 
     def _lane(self, lane: str | None) -> asyncio.Queue[dict[str, Any]]:
         queue = self.lanes.get(lane)
@@ -147,22 +191,34 @@ class _Connection:
         return queue
 
     async def _work(self, lane: str | None, queue: asyncio.Queue[dict[str, Any]]) -> None:
-        """A lane: its responses one after another."""
+        """A lane: its responses one after another (and a steered one's successor next)."""
         while True:
             event = await queue.get()
             self.running += 1
             try:
-                await self._respond(lane, event)
+                await self._run(lane, event)
             except _Gone:
                 return  # the socket is gone: the reader ends the connection
-            except ProtocolError as exc:
-                await self._error(exc, lane)
-            except Exception as exc:  # noqa: BLE001 - one response's failure, not the connection's
-                await self._error(ServerError(f"The response could not be run: {exc}"), lane)
             finally:
                 self.running -= 1
 
-    async def _respond(self, lane: str | None, event: dict[str, Any]) -> None:
+    async def _run(self, lane: str | None, first: dict[str, Any]) -> None:
+        """One response.create, and the successors steering asks for after it."""
+        event: dict[str, Any] | None = first
+        while event is not None:
+            try:
+                running = await self._respond(lane, event)
+            except ProtocolError as exc:
+                await self._error(exc, lane)
+                return
+            except _Gone:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one response's failure, not the connection's
+                await self._error(ServerError(f"The response could not be run: {exc}"), lane)
+                return
+            event = await self._after(running) if running is not None else None
+
+    async def _respond(self, lane: str | None, event: dict[str, Any]) -> _Running | None:
         body = {k: v for k, v in event.items() if k not in ("type", "stream_id")}
         if "stream" in body:
             raise InvalidRequest("Unknown parameter: 'stream' (a socket always streams).", param="stream",
@@ -170,22 +226,107 @@ class _Connection:
         if body.get("background"):
             raise InvalidRequest("Invalid value for 'background': a background response is not served over a "
                                  "WebSocket; create it over HTTP.", param="background", code="invalid_value")  # fmt: skip
+        settings = {k: v for k, v in body.items() if k not in ("input", "previous_response_id")}
+        previous = body.get("previous_response_id")
+        if isinstance(previous, str) and previous in self.owed:  # steering input it was owed goes first
+            body = {**body, "input": [*_steer_items(self.owed.pop(previous)), *_items_of(body.get("input"))]}
         body = self._expanded(body)
         request = parse_create_request({**body, "stream": True})
         self.app.tenant_limits.check_request(self.who)
         batches = await self.app.get_runtime().stream(self.who, request)
+        running: _Running | None = None
         final: dict[str, Any] | None = None
         try:
             async for batch in batches:
                 for wire in batch:
+                    if running is None and wire.get("type") == "response.created":
+                        steerable = request.conversation is None and not request.context_management
+                        running = _Running(wire["response"]["id"], lane, settings, steerable)
+                        self.under_way[running.response_id] = running
                     if wire.get("type") in _FINAL:
                         final = wire.get("response")
-                    await self._send(wire if lane is None else {**wire, "stream_id": lane})
+                    await self._send(wire, running)
         finally:
             with contextlib.suppress(Exception):
                 await batches.aclose()
-        if final is not None and not request.store:
-            self._remember(final, request)
+            if running is not None:
+                self.under_way.pop(running.response_id, None)
+        if final is not None:
+            self.finished[final["id"]] = final["status"]
+            if running is not None:
+                running.required = _required_input(final)
+            while len(self.finished) > _FINISHED_KEPT:
+                self.finished.popitem(last=False)
+            if not request.store:
+                self._remember(final, request)
+        return running if final is not None and running is not None and running.steers else None
+
+    async def _after(self, running: _Running) -> dict[str, Any] | None:
+        """What steering asks for once ``running`` has ended: its successor's ``response.create``
+        (None when there is none to start)."""
+        status = self.finished.get(running.response_id)
+        steers, running.steers = running.steers, []
+        if status == "completed" and (owed := running.required):
+            self.owed[running.response_id] = steers
+            for steer_id, _ in steers:
+                await self._send({"type": "response.steer.pending", "reason": "waiting_for_required_input",
+                                  "required_input": owed, "steer": {"id": steer_id,
+                                  "previous_response_id": running.response_id}}, running, inserted=True)  # fmt: skip
+            return None
+        if status not in ("completed", "incomplete"):
+            for steer_id, given in steers:
+                await self._steer_failed(running, "response_not_active", f"The response ended {status}: the "
+                                         "input was not applied.", given, steer_id)  # fmt: skip
+            return None
+        successor = {**running.settings, "type": "response.create", "input": _steer_items(steers),
+                     "previous_response_id": running.response_id}  # fmt: skip
+        try:
+            parse_create_request({k: v for k, v in self._expanded(dict(successor)).items() if k != "type"})
+        except ProtocolError as exc:
+            for steer_id, given in steers:
+                await self._steer_failed(running, "successor_creation_failed", exc.message, given, steer_id)
+            return None
+        return successor if running.lane is None else {**successor, "stream_id": running.lane}
+
+    async def _steer(self, event: dict[str, Any]) -> None:
+        target, given = event.get("previous_response_id"), event.get("input")
+        extra = sorted(set(event) - {"type", "previous_response_id", "input"})
+        running = self.under_way.get(target) if isinstance(target, str) else None
+        if extra:
+            await self._steer_failed(running, "invalid_input", f"Unknown parameter: '{extra[0]}' (a steer takes only "
+                                     "'previous_response_id' and 'input').", given, None, target)  # fmt: skip
+            return
+        if running is None:
+            ended = isinstance(target, str) and target in self.finished
+            code = "response_already_completed" if ended else "response_not_found"
+            why = "it has ended" if ended else "no such response is running on this connection"
+            await self._steer_failed(None, code, f"The response cannot be steered: {why}.", given, None, target)
+            return
+        if not running.steerable:
+            await self._steer_failed(running, "steering_not_supported", "A response bound to a conversation, or "
+                                     "that compacts its context, cannot be steered.", given, None)  # fmt: skip
+            return
+        try:
+            _check_steer_input(given)
+        except ProtocolError as exc:
+            await self._steer_failed(running, "invalid_input", exc.message, given, None)
+            return
+        steer_id = f"steer_{secrets.token_hex(16)}"
+        running.steers.append((steer_id, given))
+        await self._send({"type": "response.steer.accepted", "steer": {"id": steer_id,
+                          "previous_response_id": running.response_id}}, running, inserted=True)  # fmt: skip
+        await self.app.get_runtime().steer_response(self.who, running.response_id)
+
+    async def _steer_failed(
+        self, running: _Running | None, code: str, message: str, given: Any, steer_id: str | None,
+        target: Any = None,
+    ) -> None:  # fmt: skip
+        steer: dict[str, Any] = {"input": given, "previous_response_id": running.response_id if running else target}
+        if steer_id is not None:
+            steer["id"] = steer_id
+        event = {"type": "response.steer.failed", "error": {"code": code, "message": message,
+                 "type": "invalid_request_error"}, "steer": steer}  # fmt: skip
+        await self._send(event, running, inserted=True)
 
     def _expanded(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` continuing a remembered unstored response: its thread in the input, and the
@@ -214,13 +355,73 @@ class _Connection:
         event: dict[str, Any] = {"type": "error", "status": exc.status, "error": exc.to_body()["error"]}
         await self._send(event if lane is None else {**event, "stream_id": lane})
 
-    async def _send(self, event: dict[str, Any]) -> None:
-        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    async def _send(self, event: dict[str, Any], running: _Running | None = None, *, inserted: bool = False) -> None:
+        """Send ``event``, on ``running``'s lane and in its stream's numbering: a response's own
+        event moved up past the steering events ``inserted`` in it, which take the next number."""
         async with self.sending:
+            if running is not None:
+                if inserted:
+                    running.offset += 1
+                    event = {**event, "sequence_number": running.last + 1}
+                elif isinstance(event.get("sequence_number"), int):
+                    event = {**event, "sequence_number": event["sequence_number"] + running.offset}
+                running.last = event.get("sequence_number", running.last)
+                if running.lane is not None:
+                    event = {**event, "stream_id": running.lane}
+            elif inserted:
+                event = {**event, "sequence_number": 0}
+            text = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
             try:
                 await self.websocket.send_text(text)
             except (WebSocketDisconnect, RuntimeError, OSError):  # closed, or closing: nobody reads
                 raise _Gone from None
+
+
+def _items_of(given: Any) -> list[Any]:
+    """A request's ``input`` as a list of items."""
+    return [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+
+
+def _steer_items(steers: list[tuple[str, Any]]) -> list[Any]:
+    """Queued steering input, in the order it was sent, as input items."""
+    return [item for _, given in steers for item in _items_of(given)]
+
+
+def _required_input(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stubs of what a completed response waits for from the client: an output for each of
+    its function calls that has none (the client runs them) and an answer to each approval
+    request (the SDK's ``ResponseSteerRequiredInput``)."""
+    output = response.get("output") or []
+    answered = {item.get("call_id") for item in output if item.get("type") == "function_call_output"}
+    stubs: list[dict[str, Any]] = []
+    for item in output:
+        if item.get("type") == "function_call" and item.get("call_id") not in answered:
+            stubs.append({"type": "function_call_output", "call_id": item["call_id"], "name": item.get("name")})
+        elif item.get("type") == "mcp_approval_request":
+            stubs.append({"type": "mcp_approval_response", "approval_request_id": item["id"]})
+    return stubs
+
+
+def _check_steer_input(given: Any) -> None:
+    """Steering input: a string, or a non-empty array of user messages whose parts are text,
+    images or files (the SDK's ``ResponseSteerInputParam``); a 400 naming what is wrong."""
+    if isinstance(given, str):
+        if not given:
+            raise InvalidRequest("Invalid value for 'input': empty.", param="input", code="invalid_value")
+        return
+    if not isinstance(given, list) or not given:
+        raise InvalidRequest("Invalid value for 'input': a string or a non-empty array of user messages.",
+                             param="input", code="invalid_value")  # fmt: skip
+    for i, item in enumerate(given):
+        if not isinstance(item, dict) or item.get("role") != "user" or item.get("type", "message") != "message":
+            raise InvalidRequest(f"Invalid value for 'input[{i}]': steering takes only messages of the user role.",
+                                 param=f"input[{i}]", code="invalid_value")  # fmt: skip
+        content = item.get("content")
+        parts = content if isinstance(content, list) else []
+        if any(not isinstance(p, dict) or p.get("type") not in _STEER_PARTS for p in parts):
+            raise InvalidRequest(f"Invalid value for 'input[{i}].content': text, image or file parts only.",
+                                 param=f"input[{i}].content", code="invalid_value")  # fmt: skip
+    validate_input_items(given)
 
 
 class _Gone(Exception):
