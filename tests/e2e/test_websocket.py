@@ -239,3 +239,24 @@ def test_steering_what_is_not_running_here_fails_saying_why(keyed) -> None:
                 assert event.error.code == "invalid_input" and "user role" in event.error.message
                 break
         _until_end(connection)
+
+
+@pytest.mark.parametrize("app", ["replica", "pooled"])
+def test_steering_reaches_the_host_that_runs_the_response(troupe_apps, app: str) -> None:
+    """In the ingress replica's own host, and on a pooled host actor: the steer goes where the
+    response runs. (REPLICAS2's test balancer forwards HTTP only, not WebSockets.)"""
+    client = OpenAI(base_url=f"{troupe_apps[app]}/v1", api_key="unused", max_retries=0)
+    with client.responses.connect() as connection:
+        connection.response.create(model="sim", input='[[call sleep {"ms": 800}]] [[then now]]')
+        created = None
+        for event in connection:
+            if event.type == "response.created":
+                created = event.response.id
+            if event.type == "response.function_call_arguments.done":
+                assert created is not None
+                connection.response.steer(previous_response_id=created, input="[[say turned]]")
+                break
+        events = _steer_run(connection, created)
+    ends = [e for e in events if e.type in _ENDS]
+    assert [e.type for e in ends] == ["response.incomplete", "response.completed"]
+    assert ends[0].response.incomplete_details.reason == "steered" and ends[1].response.output_text == "turned"
