@@ -260,3 +260,11 @@ def test_steering_reaches_the_host_that_runs_the_response(troupe_apps, app: str)
     ends = [e for e in events if e.type in _ENDS]
     assert [e.type for e in ends] == ["response.incomplete", "response.completed"]
     assert ends[0].response.incomplete_details.reason == "steered" and ends[1].response.output_text == "turned"
+
+
+def test_a_socket_through_serves_proxy(serve_port, troupe_apps) -> None:
+    """The same socket through Serve's HTTP proxy (the app's route prefix), not the replica's port."""
+    client = OpenAI(base_url=f"http://127.0.0.1:{serve_port}/replica/v1", api_key="unused", max_retries=0)
+    with client.responses.connect() as connection:
+        connection.response.create(model="sim", input='[[call calculator {"expression": "2*21"}]]')
+        assert _until_end(connection)[-1].response.output_text == "calculator -> 42"
