@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
 import timeit
-from pathlib import Path
 from typing import Any
 
 from troupe.agentloop.driver import prepare, run_loop
@@ -44,8 +42,7 @@ from troupe.bench.machine import describe_machine
 from troupe.protocol import parse_create_request
 from troupe.sim.model import SimModel, SimSettings
 
-from .provenance import run_record
-from .targets import ROOT
+from .provenance import run_record, write_result
 
 __all__ = ["main"]
 
@@ -181,13 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = run_record("benchmarks.loop_guards", argv, {k: v for k, v in vars(args).items() if k != "quick"})
     doc["saved"] = asyncio.run(_saved(args.responses, args.ttft_ms, args.itl_ms))
     doc["cost"] = asyncio.run(_cost(args.cost_responses, args.cost_rounds))
-    out = Path(ROOT) / "benchmarks" / ("scratch/results" if args.quick else "results") / "loop_guards"
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{doc['created_at'][:10]}-{doc['commit']}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_markdown(doc))
-    print(_markdown(doc))
-    print(f"written: {stem}.json, {stem}.md")
+    write_result(doc, "loop_guards", _markdown(doc), quick=args.quick)
 
 
 if __name__ == "__main__":

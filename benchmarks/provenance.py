@@ -9,14 +9,16 @@ Example::
 from __future__ import annotations
 
 import datetime
+import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from troupe.bench.machine import machine_info
 
 from .targets import ROOT
 
-__all__ = ["git", "run_record"]
+__all__ = ["git", "run_record", "write_result"]
 
 
 def git(*args: str) -> str:
@@ -39,3 +41,17 @@ def run_record(module: str, argv: list[str], params: dict[str, Any]) -> dict[str
         "command": " ".join([f".venv/bin/python -m {module}", *argv]),
         "params": params,
     }
+
+
+def write_result(doc: dict[str, Any], kind: str, markdown: str, *, quick: bool = False) -> Path:
+    """Write ``doc`` and its ``markdown`` report as ``benchmarks/results/<kind>/<date>-<commit>``
+    ``.json`` and ``.md`` (a ``quick`` run's under ``benchmarks/scratch/results/``), print the
+    report and where it went; the path without its suffix."""
+    out = Path(ROOT) / "benchmarks" / ("scratch/results" if quick else "results") / kind
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{doc['created_at'][:10]}-{doc['commit']}"
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown)
+    print(markdown)
+    print(f"written: {stem}.json, {stem}.md")
+    return stem

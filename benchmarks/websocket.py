@@ -24,18 +24,16 @@ runs. The sim answers at once, so what differs is the transport and Troupe's own
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from openai import OpenAI
 
 from benchmarks.load import ServeLab
-from benchmarks.provenance import run_record
-from benchmarks.subagents import ROOT, SCRATCH
+from benchmarks.provenance import run_record, write_result
+from benchmarks.subagents import SCRATCH
 from troupe.bench.machine import describe_machine
 
 __all__ = ["main"]
@@ -126,13 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         for name, done in runs.items()
     }
-    out = (Path(SCRATCH) / "results" if args.quick else Path(ROOT) / "benchmarks" / "results") / "websocket"
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{doc['created_at'][:10]}-{doc['commit']}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_markdown(doc))
-    print(_markdown(doc))
-    print(f"written: {stem}.json, {stem}.md")
+    write_result(doc, "websocket", _markdown(doc), quick=args.quick)
 
 
 if __name__ == "__main__":
