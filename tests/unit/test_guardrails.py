@@ -556,3 +556,30 @@ async def test_a_judge_that_fails_or_answers_anything_else_blocks_and_moderation
         with pytest.raises(ProtocolError) as caught:
             await runtime.moderations("", {"model": "chatty", "input": "hello"})
         assert caught.value.status == 502 and "'chatty' could not classify" in caught.value.message
+
+
+@pytest.mark.asyncio
+async def test_a_clients_own_tool_output_is_checked_at_the_tool_output_stage_before_the_model_sees_it(
+    tmp_path, upstream
+) -> None:
+    url, recording = upstream
+    outputs = GuardrailSpec(name="outputs", kind="regex", stages=["tool_output"], rules=[EMAIL, SECRET])
+    lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    async with _runtime(tmp_path, url, outputs) as runtime:
+        for given, seen in [("write to ann@example.org", "write to [email]"),
+                            ("the key is sk-abcdefghijkl", "blocked by guardrail 'outputs' (secret)")]:  # fmt: skip
+            asked = await runtime.respond("", parse_create_request({"model": "m", "input": "[[call lookup]]",
+                                                                    "tools": [lookup]}))  # fmt: skip
+            [call] = [o for o in asked["output"] if o["type"] == "function_call"]
+            since = len(recording.bodies)
+            answer = {"type": "function_call_output", "call_id": call["call_id"], "output": given}
+            done = await runtime.respond("", parse_create_request({
+                "model": "m", "input": [answer], "previous_response_id": asked["id"], "tools": [lookup],
+                "guardrails": ["outputs"]}))  # fmt: skip
+            [sent] = recording.bodies[since:]
+            [tool] = [m for m in sent["messages"] if m["role"] == "tool"]
+            assert seen in tool["content"] and given not in json.dumps(sent)  # the model never saw it
+            items = await runtime.list_input_items("", done["id"])
+            assert given not in json.dumps(items.to_list_object())  # nor is it stored
+            [step] = [t for t in await runtime.step_traces("", done["id"]) if t["kind"] == "guardrail"]
+            assert step["call_id"] == call["call_id"] and step["detail"]["stage"] == "tool_output"

@@ -341,6 +341,7 @@ class _Run:
         self.moderated: dict[str, dict[str, Any]] = {}  # the request's moderation results, by stage
         self.texts: list[str] = []  # the text of each model turn of this response (resumed ones too)
         self.rails_traced = 0  # the verdicts already told as steps
+        self.rails_calls: dict[int, str | None] = {}  # verdict index -> the call it checked (a client's tool output)
         self.resume = resume
         self.checkpoints = checkpoints
         self.live = live
@@ -517,15 +518,43 @@ class _Run:
                     part["text"], refused = await self.rails.check("input", part["text"])
                     if refused is not None:
                         return refused
+            if item.get("type") == "function_call_output" and self.rails.at("tool_output"):
+                await self._check_client_output(item)
         return None
+
+    async def _check_client_output(self, item: dict[str, Any]) -> None:
+        """The ``tool_output`` stage over a client's own tool result (a ``function_call_output``
+        input item): redacted in place, or withheld, before the model sees it, as a server-side
+        tool's result is. Its steps name the call."""
+        assert self.rails is not None
+        output, first = item.get("output"), len(self.rails.verdicts)
+        parts = [p for p in output if isinstance(p, dict)] if isinstance(output, list) else []
+        texts = [output] if isinstance(output, str) else [p["text"] for p in parts if isinstance(p.get("text"), str)]
+        checked = []
+        for text in texts:
+            text, refused = await self.rails.check("tool_output", text)
+            if refused is not None:
+                item["output"] = withheld_text(refused)
+                break
+            checked.append(text)
+        else:
+            if isinstance(output, str):
+                item["output"] = checked[0]
+            else:
+                for part, text in zip((p for p in parts if isinstance(p.get("text"), str)), checked, strict=True):
+                    part["text"] = text
+        if item.get("output") is not output or isinstance(output, list):
+            self.p.transcript.replace_output(item.get("call_id") or "", item["output"])
+        self.rails_calls.update(dict.fromkeys(range(first, len(self.rails.verdicts)), item.get("call_id")))
 
     def _verdicts(self, call_id: str | None = None) -> Iterator[ev.StepTraced]:
         """The guardrails' verdicts not yet told, as steps."""
         assert self.rails is not None
-        for v in self.rails.verdicts[self.rails_traced :]:
+        for i, v in enumerate(self.rails.verdicts[self.rails_traced :], self.rails_traced):
             verdict = "blocked" if v.blocked else "redacted" if v.redacted else "passed"
             yield ev.StepTraced(
-                kind="guardrail", name=v.guardrail, started_at=v.started_at, ended_at=v.ended_at, call_id=call_id,
+                kind="guardrail", name=v.guardrail, started_at=v.started_at, ended_at=v.ended_at,
+                call_id=call_id or self.rails_calls.get(i),
                 detail={"stage": v.stage, "verdict": verdict, "categories": v.flagged,
                         **({"model": v.model} if v.model is not None else {}),
                         **({"error": v.error} if v.error is not None else {})},

@@ -82,6 +82,13 @@ class Transcript:
     def add_output(self, call_id: str, output: str) -> None:
         self.items.append({"type": "function_call_output", "call_id": call_id, "output": output})
 
+    def replace_output(self, call_id: str, output: Any) -> None:
+        """Put ``output`` (a client's, as its input item has it) in place of call ``call_id``'s
+        (a guardrail rewrote it before the model sees it)."""
+        for item in self.items:
+            if item["type"] == "function_call_output" and item["call_id"] == call_id:
+                item["output"] = _output_text(output)
+
     def outputs_of(self, name: str) -> list[str]:
         """The outputs of the calls of tool ``name``, in order."""
         calls = {i["call_id"] for i in self.items if i["type"] == "function_call" and i["name"] == name}
