@@ -75,7 +75,8 @@ bubblewrap:
 # minutes from a fresh clone (measured on 2026-11-28: 8 min 7 s to 9 min 38 s; one half at a
 # time took 11 min 55 s); on 2026-12-04, on a machine whose unit tests ran 20% slower, 12 min
 # 40 s (each half about 10 min, both cores busy throughout); on 2026-12-05, 10 min 56 s and
-# 12 min 15 s. Running the unit tests beside the halves was slower (13 min 39 s: see git log).
+# 12 min 15 s, then 10 min 38 s once Ray's workers stopped importing openai (22a2798).
+# Running the unit tests beside the halves was slower (13 min 39 s: see git log).
 RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check troupe tests benchmarks
