@@ -268,3 +268,20 @@ def test_a_socket_through_serves_proxy(serve_port, troupe_apps) -> None:
     with client.responses.connect() as connection:
         connection.response.create(model="sim", input='[[call calculator {"expression": "2*21"}]]')
         assert _until_end(connection)[-1].response.output_text == "calculator -> 42"
+
+
+def test_each_response_on_a_socket_takes_a_running_slot() -> None:
+    """One slot, none to wait in: a second lane's response while the first runs is a 429 error
+    event, as a second POST would be."""
+    for root in served_local(ServerSettings(max_active_responses=1, max_waiting_responses=0)):
+        client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
+        with client.responses.connect() as connection:
+            connection.send({"type": "response.create", "model": "sim", "stream_id": "a",
+                             "input": "[[latency ttft=1500]] [[say slow]]"})  # fmt: skip
+            for event in connection:
+                if event.type == "response.created":
+                    connection.send({"type": "response.create", "model": "sim", "input": "x", "stream_id": "b"})
+                if event.type == "error":
+                    assert (event.status, event.stream_id) == (429, "b")
+                    break
+            assert _until_end(connection)[-1].response.output_text == "slow"

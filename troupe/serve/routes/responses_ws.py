@@ -233,24 +233,26 @@ class _Connection:
         body = self._expanded(body)
         request = parse_create_request({**body, "stream": True})
         self.app.tenant_limits.check_request(self.who)
-        batches = await self.app.get_runtime().stream(self.who, request)
         running: _Running | None = None
         final: dict[str, Any] | None = None
-        try:
-            async for batch in batches:
-                for wire in batch:
-                    if running is None and wire.get("type") == "response.created":
-                        steerable = request.conversation is None and not request.context_management
-                        running = _Running(wire["response"]["id"], lane, settings, steerable)
-                        self.under_way[running.response_id] = running
-                    if wire.get("type") in _FINAL:
-                        final = wire.get("response")
-                    await self._send(wire, running)
-        finally:
-            with contextlib.suppress(Exception):
-                await batches.aclose()
-            if running is not None:
-                self.under_way.pop(running.response_id, None)
+        # An admission slot for each response, as every POST /v1/responses takes one (limits.py).
+        async with self.websocket.app.state.admission.slot():
+            batches = await self.app.get_runtime().stream(self.who, request)
+            try:
+                async for batch in batches:
+                    for wire in batch:
+                        if running is None and wire.get("type") == "response.created":
+                            steerable = request.conversation is None and not request.context_management
+                            running = _Running(wire["response"]["id"], lane, settings, steerable)
+                            self.under_way[running.response_id] = running
+                        if wire.get("type") in _FINAL:
+                            final = wire.get("response")
+                        await self._send(wire, running)
+            finally:
+                with contextlib.suppress(Exception):
+                    await batches.aclose()
+                if running is not None:
+                    self.under_way.pop(running.response_id, None)
         if final is not None:
             self.finished[final["id"]] = final["status"]
             if running is not None:
