@@ -76,18 +76,23 @@ bubblewrap:
 # time took 11 min 55 s); on 2026-12-04, on a machine whose unit tests ran 20% slower, 12 min
 # 40 s (each half about 10 min, both cores busy throughout); on 2026-12-05, 10 min 56 s and
 # 12 min 15 s, then 10 min 38 s once Ray's workers stopped importing openai (22a2798).
-# Running the unit tests beside the halves was slower (13 min 39 s: see git log).
-RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py
+# Running the unit tests beside the halves was slower (13 min 39 s: see git log). mypy (one
+# core, half a minute) runs beside the unit tests, and the OpenAPI fuzz tests (a minute, no Ray)
+# in half A, which ended a minute before the other half.
+RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py \
+	tests/e2e/test_fuzz_openapi.py
 test: $(STAMP) chromium bubblewrap
 	$(BIN)/ruff check troupe tests benchmarks
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/mypy
 ifdef PYTEST_ARGS
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 else
 	@mkdir -p .test-logs
 	status=0; \
+	$(BIN)/mypy > .test-logs/mypy.log 2>&1 & m=$$!; \
 	$(BIN)/python -m pytest tests/unit -n auto || status=$$?; \
+	wait $$m || status=$$?; echo "== mypy (.test-logs/mypy.log) =="; cat .test-logs/mypy.log; \
 	$(BIN)/python -m pytest $(RAY_TESTS_A) > .test-logs/ray-a.log 2>&1 & a=$$!; \
 	$(BIN)/python -m pytest tests/e2e $(addprefix --ignore=,$(filter tests/e2e/%,$(RAY_TESTS_A))) || status=$$?; \
 	wait $$a || status=$$?; \
