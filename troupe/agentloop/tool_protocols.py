@@ -37,6 +37,8 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from troupe.protocol import content_text
+
 from .model import (
     ChatRequest,
     ModelChunk,
@@ -194,6 +196,7 @@ def text_request(request: ChatRequest, protocol: TextProtocol) -> ChatRequest:
     messages (``Observation (TOOL): …``, a turn's results in one)."""
     names: dict[str, str] = {}
     messages: list[dict[str, Any]] = []
+    observed: dict[str, Any] | None = None  # the user message holding the current turn's results
     for message in request.messages:
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
@@ -203,15 +206,15 @@ def text_request(request: ChatRequest, protocol: TextProtocol) -> ChatRequest:
             step = Step(thought=content if isinstance(content, str) else "", calls=calls)
             messages.append({"role": "assistant", "content": render_step(protocol, step)})
         elif role == "tool":
-            seen = f"Observation ({names.get(message.get('tool_call_id', ''), 'tool')}): {_text(message)}"
-            if messages and messages[-1].get("_observations"):
-                messages[-1]["content"] += "\n" + seen
+            result = content_text(message.get("content"), sep="\n")
+            seen = f"Observation ({names.get(message.get('tool_call_id', ''), 'tool')}): {result}"
+            if observed is not None and messages and messages[-1] is observed:  # a turn's results: one message
+                observed["content"] += "\n" + seen
             else:
-                messages.append({"role": "user", "content": seen, "_observations": True})
+                observed = {"role": "user", "content": seen}
+                messages.append(observed)
         else:
             messages.append(dict(message))
-    for message in messages:
-        message.pop("_observations", None)
     prompt = _prompt(protocol, request.tools, request.tool_choice, request.parallel_tool_calls is not False)
     if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
         messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{prompt}"}
@@ -221,13 +224,6 @@ def text_request(request: ChatRequest, protocol: TextProtocol) -> ChatRequest:
         request, messages=messages, tools=[], tool_choice=None, parallel_tool_calls=None,
         response_format={"type": "json_object"} if protocol == "json" else None,
     )  # fmt: skip
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "\n".join(p.get("text", "") for p in content or () if isinstance(p, dict))
 
 
 _OBSERVATION = re.compile(r"^Observation \((.+?)\): ", re.M)
@@ -244,7 +240,7 @@ def native_request(request: ChatRequest, protocol: TextProtocol) -> ChatRequest:
         messages.append({"role": "system", "content": system[:prompt_at].strip()})
     pending: list[str] = []  # the call ids of the last assistant turn, in order
     for message in request.messages[1:]:
-        text = _text(message)
+        text = content_text(message.get("content"), sep="\n")
         if message.get("role") == "assistant" and (step := _quiet(protocol, text)) is not None and step.calls:
             pending = [f"call_{i}_{len(messages)}" for i in range(len(step.calls))]
             calls = [{"id": i, "type": "function", "function": {"name": n, "arguments": a}}
