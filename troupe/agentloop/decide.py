@@ -15,6 +15,7 @@ approved calls in the input, not run yet           ExecuteTools (no model turn f
 no model call yet                                  CallModel (request's tool_choice)
 upstream finish ``length``                         Finish(incomplete, max_output_tokens)
 upstream finish ``content_filter``                 Finish(incomplete, content_filter)
+the turn after a loop guard tripped                Finish(incomplete, max_messages, loop_guard)
 no tool calls                                      Finish(completed)
 ``tool_choice: "none"`` and the model called       Finish(completed), calls returned as-is
 the final no-tools turn still called tools         Finish(incomplete, max_messages)
@@ -22,10 +23,9 @@ calls to run or to answer with errors, not done    ExecuteTools
 calls that need approval                           InterruptForApproval (response completes)
 a client-executed function call in the turn        Finish(completed | requires_action)
 output-token budget spent                          Finish(incomplete, max_output_tokens)
-``max_infer_iters`` model calls made               Finish(incomplete, max_messages)
 steered (WebSocket steering)                       Finish(incomplete, steered)
+``max_infer_iters`` model calls made               Finish(incomplete, max_messages)
 a loop guard trips (module :mod:`.loop_guards`)    CallModel (no tools, told why: its last turn)
-the turn after a loop guard tripped                Finish(incomplete, max_messages, loop_guard)
 otherwise (tool results to show the model)         CallModel (tool_choice reset to auto)
 =================================================  ===========================================
 
