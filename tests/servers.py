@@ -285,3 +285,28 @@ class ScriptedUpstream:
 async def _respond(send: Any, status: int, body: bytes, media: str) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", media.encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+class WebhookReceiver:
+    """A webhook endpoint for tests: keeps every POST it gets (its headers and body) and answers
+    each with the next of ``statuses`` (200 once they run out); ``/health`` answers 200.
+    ``statuses`` may be changed while it serves (a receiver that recovers)."""
+
+    def __init__(self, statuses: list[int] | None = None) -> None:
+        self.statuses = list(statuses or [])
+        self.received: list[tuple[dict[str, str], bytes]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/health":
+            return await _respond(send, 200, b"ok", "text/plain")
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        self.received.append((headers, b"".join(chunks)))
+        status = self.statuses.pop(0) if self.statuses else 200
+        await _respond(send, status, b"" if status < 300 else b"receiver says no", "text/plain")

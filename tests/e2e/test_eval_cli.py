@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 
 import duckdb
+from openai import OpenAI
 
-from tests.servers import kill_session, wait_for
+from tests.servers import WebhookReceiver, kill_session, serve_app, served_local, wait_for
 from troupe.cli import main
+from troupe.runtime.settings import WebhookSettings
+from troupe.serve.config import ServerSettings
+from troupe.storage.credentials import new_key
 
 ROOT = Path(__file__).parents[2]
 SAMPLE = ROOT / "examples" / "eval" / "sample.jsonl"
@@ -40,12 +44,27 @@ def test_the_sample_dataset_end_to_end(tmp_path: Path) -> None:
     # One CPU per tool task: on a 2-core machine the tool calls then reuse the two worker
     # processes Ray starts with, instead of starting eight (seconds each on a loaded machine).
     config = tmp_path / "troupe.toml"
-    config.write_text("[runtime]\ntool_num_cpus = 1.0\n")
-    done = run("eval", "run", str(SAMPLE), "--run-id", "sample", "--db", db, "--samples", "2", "--config", str(config),
-               cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "run sample finished: 104 results" in done.stdout
-    assert "ETA" in done.stderr  # the progress bar
+    config.write_text('[runtime]\ntool_num_cpus = 1.0\n[webhooks]\nallowed_urls = ["http://127.0.0.1:*"]\n')
+    key = new_key()
+    receiver = WebhookReceiver()
+    with serve_app(receiver) as hook_url:
+        # A webhook endpoint made through a server on the same database, as a user would.
+        server = served_local(ServerSettings(), storage_path=db, credentials_keys=(key,),
+                              webhooks=WebhookSettings(allowed_urls=("http://127.0.0.1:*",)))  # fmt: skip
+        client = OpenAI(base_url=f"{next(server)}/v1", api_key="-", max_retries=0)
+        secret = client.webhooks.create(name="evals", url=hook_url, event_types=["eval.run.succeeded"]).signing_secret
+        server.close()
+        done = subprocess.run(troupe("eval", "run", str(SAMPLE), "--run-id", "sample", "--db", db, "--samples", "2",
+                                     "--config", str(config)),
+                              cwd=tmp_path, env={**ENV, "TROUPE_CREDENTIALS_KEYS": key}, capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "run sample finished: 104 results" in done.stdout
+        assert "ETA" in done.stderr  # the progress bar
+        # The run's end, delivered before the command ended (its storage actor sends it).
+        [(headers, body)] = receiver.received
+        event = client.webhooks.unwrap(body, headers, secret=secret)
+        assert (event.type, event.data.id) == ("eval.run.succeeded", "sample")
 
     report = run("eval", "report", "sample", "--db", db, "--charts", str(tmp_path / "charts"), cwd=tmp_path)
     assert report.returncode == 0, report.stderr

@@ -89,6 +89,12 @@ OPENAPI_ROUTES = {
     *_each("/v1/vaults/{vault_id}", "delete", "get", "post"),
     *_each("/v1/vaults/{vault_id}/credentials", "get", "post"),
     *_each("/v1/vaults/{vault_id}/credentials/{credential_id}", "delete", "get", "post"),
+    *_each("/v1/webhook_endpoints", "get", "post"),
+    *_each("/v1/webhook_endpoints/{endpoint_id}", "delete", "get", "post"),
+    *_each("/v1/webhook_endpoints/{endpoint_id}/rotate_secret", "post"),
+    *_each("/v1/webhook_endpoints/{endpoint_id}/test", "post"),
+    *_each("/v1/webhook_endpoints/{endpoint_id}/deliveries", "get"),
+    *_each("/v1/webhook_event_types", "get"),
 }
 
 UNDOCUMENTED_ROUTES = {

@@ -28,6 +28,7 @@ from troupe.storage.contract import (
     Responses,
     Sessions,
     Vaults,
+    Webhooks,
     methods_of,
 )
 from troupe.storage.duckdb_store.artifacts import ArtifactTables
@@ -82,8 +83,8 @@ async def test_forwarded_calls_run_in_order_and_keep_their_errors(store: AsyncSt
 
 
 def test_the_routes_are_the_protocols_methods() -> None:
-    areas = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation,
-                       Console)  # fmt: skip
+    areas = methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Webhooks,
+                       Evaluation, Console)  # fmt: skip
     assert STORE_METHODS == areas - WRITTEN_THROUGH_WRITERS and len(STORE_METHODS) >= 30
     assert FILES_METHODS == methods_of(Files) and "search" in FILES_METHODS
     assert CONTAINERS_METHODS == methods_of(Containers) and "register_container_files" in CONTAINERS_METHODS
@@ -94,7 +95,8 @@ def test_the_routes_are_the_protocols_methods() -> None:
 
 @pytest.mark.parametrize(
     ("implementation", "protocols"),
-    [(DuckDBStore, (Responses, Conversations, Prompts, Agents, Environments, Automations, Vaults, Evaluation, Console)),
+    [(DuckDBStore, (Responses, Conversations, Prompts, Agents, Environments, Automations, Vaults, Webhooks, Evaluation,
+                    Console)),
      (RagStore, (Files,)), (ContainerTables, (Containers,)), (ArtifactTables, (Artifacts,))],
 )
 def test_every_protocol_method_is_implemented(implementation: type, protocols: tuple[type, ...]) -> None:

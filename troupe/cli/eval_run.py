@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["run", "eval_runtime", "init_ray"]
 
+WEBHOOK_WAIT_S = 15.0
+"""How long ``troupe eval run`` on its own Ray waits, at the end, for pending webhook deliveries."""
+
 
 def eval_runtime(config: str | None, db: str | None, command: str) -> RuntimeSettings:
     """The runtime settings of ``config``, with storage_path = ``db`` (absolute) when given."""
@@ -79,6 +82,9 @@ Examples:
 @click.option("--report", is_flag=True, help="Print the report when the run ends.")
 @click.option("--fail-under", type=float, metavar="RATE",
               help="Exit with status 1 if the success rate is below RATE (0-1).")  # fmt: skip
+@click.option("--tenant", default="", metavar="TENANT",
+              help="The tenant the responses are stored under, whose webhook endpoints hear of the run's end "
+                   "(default: '', the tenant of a server without API keys).")  # fmt: skip
 def run(dataset_path: str, config: str | None, db: str | None, address: str | None, run_id: str | None,
         model: str | None, judge_model: str | None, **options: Any) -> int:  # fmt: skip
     """Run every case of DATASET (JSONL, or Parquet *.parquet; one case per row: id, input, and
@@ -131,6 +137,7 @@ async def _run_main(
     dataset: Dataset, runtime: RuntimeSettings, run_id: str, *, model: str | None, judge_model: str | None,
     address: str | None, samples: int | None, concurrency: int, timeout: float | None, workers: int | None,
     retry_errors: bool, progress_file: str | None, no_progress: bool, report: bool, fail_under: float | None,
+    tenant: str,
 ) -> int:  # fmt: skip
     import json
 
@@ -150,6 +157,7 @@ async def _run_main(
         judge_model=judge_model or stored.get("judge_model"),
         workers=workers,
         retry_errors=retry_errors,
+        tenant=tenant,
     )
     _check_models(dataset, runtime, model=options.model, judge_model=options.judge_model)
     if before is not None and before.dataset_sha256 != dataset.sha256:
@@ -190,6 +198,8 @@ async def _run_main(
             progress[0].close()
         if log is not None:
             log.close()
+    if not address:  # this Ray (and its storage actor, which delivers webhooks) ends with the command
+        await _send_webhooks(store)
     results = await store.eval_results(run_id)
     summary = summarize(results)
     if report:
@@ -208,6 +218,22 @@ async def _run_main(
     if fail_under is not None and (summary.success_rate or 0.0) < fail_under:
         fail("eval run", f"success rate {rate} is below {fail_under:g}")
     return 0
+
+
+async def _send_webhooks(store: Any, wait_s: float = WEBHOOK_WAIT_S) -> None:
+    """Wait (at most ``wait_s``) for the storage actor to send the webhook deliveries pending, the
+    run's end among them; say how many are left for the next server on this database to send."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + wait_s
+    pending = await store.count_pending_webhook_deliveries()
+    while pending and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        pending = await store.count_pending_webhook_deliveries()
+    if pending:
+        click.echo(f"troupe eval run: {pending} webhook deliveries are pending; the next troupe serve on this "
+                   "database sends them", err=True)  # fmt: skip
 
 
 def _check_models(dataset: Dataset, runtime: RuntimeSettings, *, model: str | None, judge_model: str | None) -> None:

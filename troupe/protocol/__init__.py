@@ -208,6 +208,23 @@ from .vaults import (
     vault_not_found,
     vault_object,
 )
+from .webhooks import (
+    delivery_id,
+    delivery_object,
+    endpoint_deleted,
+    endpoint_not_found,
+    endpoint_object,
+    event_body,
+    event_id,
+    new_endpoint_id,
+    new_secret,
+    parse_rotate_secret,
+    parse_webhook_create,
+    parse_webhook_test,
+    parse_webhook_update,
+    secret_hint,
+    signature_header,
+)
 
 __all__ = [
     "credential_deleted",
@@ -399,4 +416,19 @@ __all__ = [
     "SSE_KEEPALIVE",
     "SSE_MEDIA_TYPE",
     "encode_sse",
+    "delivery_id",
+    "delivery_object",
+    "endpoint_deleted",
+    "endpoint_not_found",
+    "endpoint_object",
+    "event_body",
+    "event_id",
+    "new_endpoint_id",
+    "new_secret",
+    "parse_rotate_secret",
+    "parse_webhook_create",
+    "parse_webhook_test",
+    "parse_webhook_update",
+    "secret_hint",
+    "signature_header",
 ]

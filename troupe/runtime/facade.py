@@ -76,6 +76,7 @@ from troupe.runtime.sessions import SessionService
 from troupe.runtime.settings import RuntimeSettings
 from troupe.runtime.store_client import StoreClient
 from troupe.runtime.vaults import VaultService
+from troupe.runtime.webhooks import WebhookService
 from troupe.storage import Order, Page, QueryResult, RunRecord, StorageError
 from troupe.storage.credentials import CREDENTIALS_NOT_KEPT, CredentialKeys, CredentialsUnavailable, restore
 
@@ -196,6 +197,8 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
         """Saved agent definitions (the Agents API's agents)."""
         self.vaults = VaultService(settings, store, self.credential_keys)
         """Vaults and their credentials (the Agents API's vaults): what sessions' MCP tools are authorized with."""
+        self.webhooks = WebhookService(settings, store, self.credential_keys)
+        """Webhook endpoints and their delivery log (the deliveries go out beside the store)."""
         self.sessions = SessionService(self)
         """Agent sessions (the Agents API's sessions): turns as background responses on a conversation."""
         self.artifacts = ArtifactService(store, settings.containers)
@@ -220,8 +223,10 @@ class Runtime(ConversationCalls, PromptCalls, ConsoleCalls):
             from troupe.observe.metrics import commit_recorder, process_registry
 
             on_commit = commit_recorder(process_registry())
+        keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         store = AsyncStore.open(settings.storage_path, settings.storage_memory_limit, on_commit=on_commit,
-                                containers_directory=settings.containers.directory)  # fmt: skip
+                                containers_directory=settings.containers.directory,
+                                webhooks=(settings.webhooks, keys))  # fmt: skip
         return cls(settings, store=store, placement=LocalPlacement(settings, store))
 
     @classmethod

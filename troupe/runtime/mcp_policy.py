@@ -67,6 +67,7 @@ __all__ = [
     "pinned_transport",
     "resolve_mcp_tool",
     "try_connect",
+    "url_guard",
     "connection_key",
     "actor_name",
 ]
@@ -233,13 +234,16 @@ def check_address(ip: _IP, *, allow_private: bool = False) -> str | None:
     return None if allow_private else _not_public(ip)
 
 
-def check_url(url: str, patterns: Iterable[str] = (), *, resolver: Resolver = _resolve) -> str | None:
+def check_url(
+    url: str, patterns: Iterable[str] = (), *, resolver: Resolver = _resolve, allowlist: str = "allowed MCP server URLs"
+) -> str | None:
     """Why ``url`` may not be reached, or None when it may.
 
     Args:
         url: The server URL a request names.
         patterns: The allowlist; empty means any public http(s) URL.
         resolver: Host name → addresses (tests pass a fake).
+        allowlist: what the allowlist is called, in the reason.
 
     Returns:
         A reason to show the client (naming the host, never credentials), or None.
@@ -270,7 +274,7 @@ def check_url(url: str, patterns: Iterable[str] = (), *, resolver: Resolver = _r
     patterns = tuple(patterns)
     if patterns:
         # An explicit allowlist entry is the operator's decision, so it may name private hosts.
-        return None if any(_matches(url, p) for p in patterns) else "it does not match the allowed MCP server URLs"
+        return None if any(_matches(url, p) for p in patterns) else f"it does not match the {allowlist}"
     if not addresses:
         return f"the host {host} could not be resolved"
     for ip in addresses:
@@ -469,8 +473,14 @@ def connect_guard(server: McpServer, settings: RuntimeSettings) -> AddressGuard 
     """
     if server.url is None or _configured(server, settings) is not None:
         return None
-    patterns = allowed_url_patterns(settings)
-    return AddressGuard(allow_private=any(_matches(server.url, p) for p in patterns), allowed_urls=patterns)
+    return url_guard(server.url, allowed_url_patterns(settings))
+
+
+def url_guard(url: str, patterns: tuple[str, ...]) -> AddressGuard:
+    """The guard of connections to ``url``, checked against the allowlist ``patterns``: a URL that
+    matched one may reach private addresses (the operator allowed it), never metadata ones; any
+    other URL only public addresses. (Webhook deliveries use it too, :mod:`troupe.runtime.webhooks`.)"""
+    return AddressGuard(allow_private=any(_matches(url, p) for p in patterns), allowed_urls=patterns)
 
 
 def _tool_names(value: Any, param: str) -> frozenset[str] | None:

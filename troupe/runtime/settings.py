@@ -348,6 +348,32 @@ class McpSettings(BaseModel):
     """Configured MCP servers (trusted; requests name them by label)."""
 
 
+class WebhookSettings(BaseModel):
+    """Webhooks: where deliveries may go, and how they are retried (the ``[webhooks]`` table;
+    docs/webhooks.md)."""
+
+    model_config = SETTINGS_CONFIG
+
+    allowed_urls: tuple[str, ...] = ()
+    """URL patterns (``*`` wildcards, whole URL) an endpoint's ``url`` must match; also the env var
+    ``TROUPE_WEBHOOK_ALLOWED_URLS`` (comma-separated). Empty: any public http(s) URL; loopback,
+    private, link-local and cloud metadata addresses are refused (the MCP servers' URL policy)."""
+    timeout_s: PositiveFloat = 10.0
+    """An attempt whose endpoint has not answered in this time failed (and is retried)."""
+    retry_initial_s: PositiveFloat = 10.0
+    """The wait before the second attempt; each wait after doubles, up to ``retry_max_s``."""
+    retry_max_s: PositiveFloat = 3600.0
+    """The longest wait between two attempts."""
+    retry_for_s: PositiveFloat = 72 * 3600.0
+    """A delivery not made this long after its event is ``failed`` (no more attempts)."""
+    concurrency: PositiveInt = 8
+    """Attempts in flight at once."""
+    log_retention_s: PositiveFloat = 7 * 86400.0
+    """How long the delivery log keeps a delivery once it is delivered or failed."""
+    user_agent: str = "Troupe-Webhooks/1"
+    """The ``User-Agent`` of every delivery."""
+
+
 class ContainersSettings(BaseModel):
     """Containers: what the Containers API allows, where their files go, how their code runs
     (the ``[containers]`` table; docs/sandbox.md for the sandbox)."""
@@ -517,6 +543,8 @@ class RuntimeSettings(RuntimeOptions):
     """Metrics, traces and hooks."""
     containers: ContainersSettings = ContainersSettings()
     """Containers (the Containers API, ``code_interpreter``): their limits, files and sandbox."""
+    webhooks: WebhookSettings = WebhookSettings()
+    """Webhook deliveries: their URL policy and retries."""
     ingress_replicas: PositiveInt = 1
     """How many ingress replicas share the threads with the ``replica`` placement (``[server]
     num_replicas``): each hosts those whose id hashes to its rank (:mod:`troupe.runtime.ray.replicas`)."""

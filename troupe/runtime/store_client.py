@@ -46,6 +46,8 @@ import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from troupe.runtime.settings import WebhookSettings
+from troupe.runtime.webhook_delivery import Deliverer
 from troupe.storage import ResponseRecord, RunRecord, RunStep
 from troupe.storage.contract import (
     APART_FROM_RESPONSES,
@@ -55,6 +57,7 @@ from troupe.storage.contract import (
     STORE_METHODS,
     Store,
 )
+from troupe.storage.credentials import CredentialKeys
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, JournalStore, journal_dir
 from troupe.storage.rag_executor import RagExecutor
@@ -81,6 +84,9 @@ class NotAStoreMethod(AttributeError):
 class JournaledStore(Store, JournalStore, Protocol):
     """The store an :class:`AsyncStore` runs (``DuckDBStore``): the contract, and the position of
     a response journal kept with the responses it stored (:class:`~troupe.storage.journal.JournalStore`)."""
+
+    on_webhook_events: Callable[[], None] | None
+    """Told (on the store's thread) when a transaction wrote webhook deliveries."""
 
     def write_responses(
         self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""
@@ -183,19 +189,29 @@ class AsyncStore(Forwarding):
     for the store's ``memory_limit``). The calls of the areas that the responses do not touch
     (:data:`~troupe.storage.contract.APART_FROM_RESPONSES`: sessions, agents…) do not wait for
     the journal. The files and vector stores' calls run on a thread and connection of their
-    own, in order. :meth:`close` stores what is pending, then closes the store.
+    own, in order. With ``webhooks``, the store's outbox is delivered from here
+    (:class:`~troupe.runtime.webhook_delivery.Deliverer`, started by the first call). :meth:`close`
+    stores what is pending, then closes the store.
     """
 
     def __init__(
         self, store: JournaledStore, *, journal: str | None = None,
         on_commit: Callable[[str, int, float], None] | None = None, containers_directory: str = "",
+        webhooks: tuple[WebhookSettings, CredentialKeys] | None = None,
     ) -> None:  # fmt: skip
         """``journal``: the journal directory of ``store``, a ``DuckDBStore`` on a file (replayed
         already). ``on_commit(writer, records, seconds)``: told of every group commit, by writer
         (``journal``, ``duckdb``, ``runs``), for metrics. ``containers_directory``: where the
-        containers' directories go (``""``: beside the database, ``<path>.containers/``)."""
+        containers' directories go (``""``: beside the database, ``<path>.containers/``).
+        ``webhooks``: deliver the webhooks this store's outbox holds, with these settings and keys
+        (without keys, nothing: no endpoint's secret could be opened, so pending deliveries wait
+        for a process that has them)."""
         self.store = store
         self._containers_directory = containers_directory
+        self._deliverer: Deliverer | None = None
+        if webhooks is not None and webhooks[1].sealing:  # without keys no endpoint's secret can be opened
+            self._deliverer = Deliverer(*webhooks, self.call)
+            store.on_webhook_events = self._deliverer.wake
 
         def reported(writer: str) -> Callable[[int, float], None] | None:
             return None if on_commit is None else functools.partial(on_commit, writer)
@@ -223,11 +239,11 @@ class AsyncStore(Forwarding):
     @classmethod
     def open(
         cls, path: str, memory_limit: str = "", *, on_commit: Callable[[str, int, float], None] | None = None,
-        containers_directory: str = "",
+        containers_directory: str = "", webhooks: tuple[WebhookSettings, CredentialKeys] | None = None,
     ) -> AsyncStore:  # fmt: skip
         """Over the DuckDB file at ``path``, with its journal (``:memory:`` for a throwaway one)."""
         return cls(open_store(path, memory_limit), journal=journal_of(path), on_commit=on_commit,
-                   containers_directory=containers_directory)  # fmt: skip
+                   containers_directory=containers_directory, webhooks=webhooks)  # fmt: skip
 
     async def metrics_snapshot(self) -> dict[str, Any] | None:
         """The store runs in this process: its metrics are this process's."""
@@ -239,6 +255,8 @@ class AsyncStore(Forwarding):
         files = ROUTES.get(method)
         if files is None:
             raise NotAStoreMethod(method)
+        if self._deliverer is not None and not self._deliverer.started:
+            self._deliverer.start()
         if files:
             if self._rag is None:
                 self._rag = RagExecutor.over(self.store, self._containers_directory)
@@ -254,6 +272,8 @@ class AsyncStore(Forwarding):
         return await self.writer.run_sync(bound)
 
     async def write_response(self, record: ResponseRecord) -> None:
+        if self._deliverer is not None and not self._deliverer.started:
+            self._deliverer.start()
         await self.writer.submit(record)
 
     async def start_run(self, run: RunRecord) -> None:
@@ -270,6 +290,8 @@ class AsyncStore(Forwarding):
         # A GroupCommitWriter's submit returns once the store has the record: nothing is pending.
 
     async def close(self) -> None:
+        if self._deliverer is not None:
+            await self._deliverer.close()
         await self.runs.close()
         await self.writer.close()
         if self._rag is not None:

@@ -15,6 +15,7 @@ all, and a test keeps it in step)::
     [[models]]  ModelSpec            [[tools]]  ToolSpec
     [mcp]       McpSettings, with [[mcp.servers]] McpServerSpec
     [telemetry] TelemetrySettings    [containers] ContainersSettings
+    [webhooks]  WebhookSettings
 
 Precedence, lowest first: embedded defaults → the TOML file → the environment →
 (in ``troupe serve``) command-line flags. Every option has an environment variable,
@@ -23,8 +24,8 @@ Precedence, lowest first: embedded defaults → the TOML file → the environmen
 short name (:data:`ENV_SHORT_NAMES`): ``TROUPE_HOST``, ``TROUPE_PORT``, ``TROUPE_RAY_ADDRESS``,
 ``TROUPE_INGRESS``, ``TROUPE_STORAGE_PATH``, ``TROUPE_STORAGE_MEMORY_LIMIT``,
 ``TROUPE_PLACEMENT``, ``TROUPE_POOL_SIZE``, ``TROUPE_API_KEYS`` (comma-separated
-``key=tenant`` pairs or bare keys), ``TROUPE_ADMIN_KEYS``, ``TROUPE_CREDENTIALS_KEYS`` and ``TROUPE_MCP_ALLOWED_URLS``
-(comma-separated).
+``key=tenant`` pairs or bare keys), ``TROUPE_ADMIN_KEYS``, ``TROUPE_CREDENTIALS_KEYS``, ``TROUPE_MCP_ALLOWED_URLS`` and
+``TROUPE_WEBHOOK_ALLOWED_URLS`` (comma-separated).
 ``TROUPE_CONFIG`` names the file when no path is given. An empty variable counts as unset.
 
 Example::
@@ -70,6 +71,7 @@ from troupe.runtime.settings import (
     RuntimeSettings,
     TelemetrySettings,
     ToolSpec,
+    WebhookSettings,
 )
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 
@@ -236,6 +238,7 @@ class TroupeConfig(BaseSettings):
     mcp: McpSettings = McpSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     containers: ContainersSettings = ContainersSettings()
+    webhooks: WebhookSettings = WebhookSettings()
 
     @field_validator("models", "tools", "guardrails")
     @classmethod
@@ -261,6 +264,7 @@ class TroupeConfig(BaseSettings):
             mcp=self.mcp,
             telemetry=self.telemetry,
             containers=self.containers,
+            webhooks=self.webhooks,
         )
         return server, runtime
 
@@ -298,6 +302,7 @@ ENV_SHORT_NAMES: dict[str, str] = {
     "TROUPE_API_KEYS": "auth.keys",
     "TROUPE_ADMIN_KEYS": "auth.admin_keys",
     "TROUPE_MCP_ALLOWED_URLS": "mcp.allowed_urls",
+    "TROUPE_WEBHOOK_ALLOWED_URLS": "webhooks.allowed_urls",
     "TROUPE_CREDENTIALS_KEYS": "runtime.credentials_keys",
 }
 """Short environment variables for the usual options (each also has its ``TROUPE_<TABLE>__<KEY>`` name)."""
@@ -317,7 +322,8 @@ def _nested_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]
             name = _env_name(ENV_SHORT_NAMES[var])
             if var == "TROUPE_API_KEYS":
                 value = json.dumps(parse_api_keys(value))
-            elif var in ("TROUPE_MCP_ALLOWED_URLS", "TROUPE_ADMIN_KEYS", "TROUPE_CREDENTIALS_KEYS"):
+            elif var in ("TROUPE_MCP_ALLOWED_URLS", "TROUPE_WEBHOOK_ALLOWED_URLS", "TROUPE_ADMIN_KEYS",
+                         "TROUPE_CREDENTIALS_KEYS"):
                 value = json.dumps([p.strip() for p in value.split(",") if p.strip()])
         else:
             name = var

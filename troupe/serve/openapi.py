@@ -18,7 +18,8 @@ wraps ``app.openapi()`` to add them, built from the validators the server itself
 - the Agents API's automations: create (one-time or periodic) and update, with a target's
   inline agent as an agent's create body without ``name`` and ``metadata``;
 - the vaults' four: a vault's create and update, a credential's create and rotation (the
-  credential types served; secrets write-only).
+  credential types served; secrets write-only);
+- the webhook endpoints' four: create, update, rotate_secret and test (the event types Troupe sends).
 
 Every operation also lists its error answers (OpenAI's ``{"error": {message, type, param,
 code}}`` body (OpenAI's error shape): 400, 401, 404, 413 where there is a body, 429; 424/500 for a
@@ -58,6 +59,7 @@ from troupe.protocol.containers import MAX_EXPIRES_MINUTES, MEMORY_LIMITS
 from troupe.protocol.prompts import MAX_VERSION, VARIABLE_PATTERN
 from troupe.protocol.request import METADATA_MAX_KEY, METADATA_MAX_KEYS, METADATA_MAX_VALUE, CreateResponseRequest
 from troupe.protocol.vaults import MAX_SECRET_CHARS
+from troupe.protocol.webhooks import MAX_EVENT_TYPES, SENT_EVENT_TYPES
 
 from .bounds import MAX_ITEMS
 
@@ -94,6 +96,7 @@ _TEMPLATE = {"template_id": "$response.body#/id"}
 _AUTOMATION = {"automation_id": "$response.body#/id"}
 _VAULT = {"vault_id": "$response.body#/id"}
 _CREDENTIAL = {"vault_id": "$request.path.vault_id", "credential_id": "$response.body#/id"}
+_WEBHOOK = {"endpoint_id": "$response.body#/id"}
 # OpenAPI links: which operation's answer names the object other operations address.
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/responses"): {
@@ -161,6 +164,13 @@ _LINKS: dict[tuple[str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
         "GetCredential": ("get", "/v1/vaults/{vault_id}/credentials/{credential_id}", _CREDENTIAL),
         "UpdateCredential": ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}", _CREDENTIAL),
         "DeleteCredential": ("delete", "/v1/vaults/{vault_id}/credentials/{credential_id}", _CREDENTIAL),
+    },
+    ("post", "/v1/webhook_endpoints"): {
+        "GetWebhookEndpoint": ("get", "/v1/webhook_endpoints/{endpoint_id}", _WEBHOOK),
+        "UpdateWebhookEndpoint": ("post", "/v1/webhook_endpoints/{endpoint_id}", _WEBHOOK),
+        "DeleteWebhookEndpoint": ("delete", "/v1/webhook_endpoints/{endpoint_id}", _WEBHOOK),
+        "RotateWebhookSecret": ("post", "/v1/webhook_endpoints/{endpoint_id}/rotate_secret", _WEBHOOK),
+        "ListWebhookDeliveries": ("get", "/v1/webhook_endpoints/{endpoint_id}/deliveries", _WEBHOOK),
     },
     ("post", "/v1/conversations/{conversation_id}/items"): {
         "GetItem": ("get", "/v1/conversations/{conversation_id}/items/{item_id}", _ITEM),
@@ -351,6 +361,7 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
     schemas.update(_environment_schemas(ref, nullable))
     schemas.update(_automation_schemas(ref, nullable, schemas["AgentCreateRequest"]["properties"]))
     schemas.update(_vault_schemas(ref, nullable))
+    schemas.update(_webhook_schemas())
     _narrow_create_request(schemas["CreateResponseRequest"], nested, ref, nullable)
 
     def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -386,7 +397,34 @@ def _body_schemas(schemas: dict[str, Any]) -> dict[tuple[str, str], dict[str, An
         ("post", "/v1/vaults/{vault_id}"): body("VaultUpdateRequest", required=False),
         ("post", "/v1/vaults/{vault_id}/credentials"): body("CredentialCreateRequest"),
         ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}"): body("CredentialUpdateRequest", required=False),
+        ("post", "/v1/webhook_endpoints"): body("WebhookEndpointCreateRequest"),
+        ("post", "/v1/webhook_endpoints/{endpoint_id}"): body("WebhookEndpointUpdateRequest", required=False),
+        ("post", "/v1/webhook_endpoints/{endpoint_id}/rotate_secret"): body("WebhookRotateSecretRequest",
+                                                                            required=False),  # fmt: skip
+        ("post", "/v1/webhook_endpoints/{endpoint_id}/test"): body("WebhookTestRequest"),
     }
+
+
+def _webhook_schemas() -> dict[str, Any]:
+    """The webhook endpoints' bodies (:mod:`troupe.protocol.webhooks` checks them)."""
+    name = {"type": "string", "minLength": 1, "description": "Trimmed; 1 to 256 UTF-8 bytes."}
+    url = {"type": "string", "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://", "description": "An http(s) URL the webhook URL "
+           "policy allows (public, or matching [webhooks] allowed_urls)."}  # fmt: skip
+    kind = {"enum": list(SENT_EVENT_TYPES)}
+    types = {"type": "array", "minItems": 1, "maxItems": MAX_EVENT_TYPES, "items": kind}
+    fields = {"name": name, "url": url, "event_types": types}
+    return {
+        "WebhookEndpointCreateRequest": {"type": "object", "title": "WebhookEndpointCreateRequest",
+                                         "additionalProperties": False, "required": ["name", "url", "event_types"],
+                                         "properties": fields},
+        "WebhookEndpointUpdateRequest": {"type": "object", "title": "WebhookEndpointUpdateRequest",
+                                         "additionalProperties": False, "properties": fields},
+        "WebhookRotateSecretRequest": {"type": "object", "title": "WebhookRotateSecretRequest",
+                                       "additionalProperties": False,
+                                       "properties": {"keep_old_secret_active_for_24_hours": {"type": "boolean"}}},
+        "WebhookTestRequest": {"type": "object", "title": "WebhookTestRequest", "additionalProperties": False,
+                               "required": ["event_type"], "properties": {"event_type": kind}},
+    }  # fmt: skip
 
 
 def _vault_schemas(ref: Any, nullable: Any) -> dict[str, Any]:

@@ -405,7 +405,8 @@ class EvalRunRecord:
     model: str | None = None
     """The ``--model`` every case ran with, or None when each case named its own."""
     status: str = "running"
-    """``running`` (or interrupted without a chance to say so), ``interrupted``, ``finished``."""
+    """``running`` (or interrupted without a chance to say so), ``interrupted``, ``failed`` (an
+    error stopped it), ``finished``."""
     finished_at: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
     """The run's other options (concurrency, timeout, judge model, Ray address, …), as JSON."""

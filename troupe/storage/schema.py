@@ -641,8 +641,49 @@ _V20 = [
     "ALTER TABLE step_traces ADD COLUMN detail JSON",
 ]
 
+_V21 = [
+    # Webhook endpoints (troupe.storage.contract.webhooks): their signing secrets sealed
+    # (fernet:…) by the runtime before they reach here, never plain; event_types apart from the
+    # record, for the outbox's lookups.
+    """
+    CREATE TABLE webhook_endpoints (
+        tenant      VARCHAR   NOT NULL,
+        id          VARCHAR   NOT NULL,
+        created_at  DOUBLE    NOT NULL,
+        event_types VARCHAR[] NOT NULL,
+        endpoint    JSON      NOT NULL,
+        secrets     VARCHAR   NOT NULL,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+    # The outbox: one row per event and subscribed endpoint, written in the transaction that
+    # stores the event's cause; its attempts update it (the delivery log).
+    """
+    CREATE TABLE webhook_deliveries (
+        tenant           VARCHAR NOT NULL,
+        id               VARCHAR NOT NULL,  -- wh_…: the webhook-id header, the same on every attempt
+        endpoint_id      VARCHAR NOT NULL,
+        event_id         VARCHAR NOT NULL,
+        event_type       VARCHAR NOT NULL,
+        event            VARCHAR NOT NULL,  -- the body, byte for byte as every attempt sends it
+        created_at       DOUBLE  NOT NULL,
+        status           VARCHAR NOT NULL,  -- pending | delivered | failed
+        attempts         INTEGER NOT NULL,
+        next_attempt_at  DOUBLE,
+        last_attempt_at  DOUBLE,
+        last_status_code INTEGER,
+        last_error       VARCHAR,
+        delivered_at     DOUBLE,
+        PRIMARY KEY (tenant, id)
+    )
+    """,
+]
+
 MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15,
-                               _V16, _V17, _V18, _V19, _V20]
+                               _V16, _V17, _V18, _V19, _V20, _V21]
+
+WEBHOOKS_FROM = 21
+"""The schema version that brought the webhook endpoints and their outbox."""
 
 CREDENTIALS_STORED_FROM, CREDENTIALS_WITHHELD_FROM = 7, 10
 """Files of versions 7 to 9 were written by a Troupe that stored runs' credentials (schema

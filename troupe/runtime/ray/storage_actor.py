@@ -36,15 +36,17 @@ from typing import Any
 
 import psutil
 import ray
+from pydantic import SecretStr
 from ray.exceptions import ActorUnavailableError, RayActorError
 
 from troupe.runtime.ray.actors import STORAGE_ACTOR_NAME, start_actor
 from troupe.runtime.ray.calls import ray_result, ray_result_sync
 from troupe.runtime.ray.live_sql import Owner, owner_path, write_owner
-from troupe.runtime.settings import RuntimeSettings
+from troupe.runtime.settings import RuntimeSettings, WebhookSettings
 from troupe.runtime.store_client import ROUTES, AsyncStore, Forwarding, NotAStoreMethod, journal_of, open_store
 from troupe.storage import ResponseRecord, RunRecord, RunStep, StorageError, StorageUnavailable
 from troupe.storage.contract import APART_FROM_RESPONSES
+from troupe.storage.credentials import CredentialKeys
 from troupe.storage.duckdb_store import DuckDBStore
 from troupe.storage.group_commit import WriterStopped
 from troupe.storage.journal import JournaledWriter, adopt_orphans
@@ -69,7 +71,7 @@ class StorageService(AsyncStore):
 
     def __init__(
         self, path: str, memory_limit: str = "", namespace: str | None = None, metrics: bool = False,
-        containers_directory: str = "",
+        containers_directory: str = "", webhooks: WebhookSettings | None = None, keys: Sequence[SecretStr] = (),
     ) -> None:  # fmt: skip
         journal = journal_of(path)
         self._journal_dir = None if journal is None else os.path.abspath(journal)
@@ -81,8 +83,10 @@ class StorageService(AsyncStore):
 
             self._on_commit = commit_recorder(process_registry())
             RayExport.start_once(process_registry())
+        # The outbox's deliverer lives here, beside the one store (troupe.runtime.webhook_delivery).
+        deliver = None if webhooks is None else (webhooks, CredentialKeys([k.get_secret_value() for k in keys]))
         super().__init__(open_store(path, memory_limit), journal=journal, on_commit=self._on_commit,
-                         containers_directory=containers_directory)  # fmt: skip
+                         containers_directory=containers_directory, webhooks=deliver)  # fmt: skip
         if journal is not None and ray.is_initialized():
             self._leave_owner_file(path, namespace or ray.get_runtime_context().namespace)
 
@@ -171,6 +175,8 @@ def storage_actor(settings: RuntimeSettings) -> ray.actor.ActorHandle:
         settings.namespace,
         settings.telemetry.metrics,
         settings.containers.directory,
+        settings.webhooks,
+        settings.credentials_keys,
         name=STORAGE_ACTOR_NAME,
         namespace=settings.namespace,
         resources={"node:__internal_head__": 0.001},  # the DuckDB file lives on the head node's disk

@@ -13,6 +13,7 @@
 - :mod:`.agents` — ``/v1/agents`` (the Agents API's saved agents)
 - :mod:`.artifacts` — ``/v1/agents/sessions/{id}/artifacts`` (the files completed session turns published)
 - :mod:`.vaults` — ``/v1/vaults`` and their credentials (the Agents API's vaults)
+- :mod:`.webhooks` — ``/v1/webhook_endpoints`` and their delivery log, ``/v1/webhook_event_types``
 
 Each module's routes are plain functions on its ``router``; what they share (the caller's
 tenant, the JSON body, the runtime) comes from :mod:`troupe.serve.dependencies`. A new
@@ -40,6 +41,7 @@ from . import (
     responses_ws,
     sessions,
     vaults,
+    webhooks,
 )
 
 __all__ = ["ROUTERS"]
@@ -60,5 +62,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     environments.router,  # before the agents': /v1/agents/environments is no agent's id
     agents.router,
     vaults.router,
+    webhooks.router,
 )
 """Every router, in the order the app includes them (the OpenAPI document lists paths in this order)."""

@@ -11,6 +11,7 @@ agent sessions      :class:`.sessions.Sessions`            ``duckdb_store.sessio
 environments        :class:`.environments.Environments`    ``duckdb_store.environments.EnvironmentTables``
 automations         :class:`.automations.Automations`      ``duckdb_store.automations.AutomationTables``
 vaults              :class:`.vaults.Vaults`                ``duckdb_store.vaults.VaultTables``
+webhooks            :class:`.webhooks.Webhooks`            ``duckdb_store.webhooks.WebhookTables``
 evaluation          :class:`.evaluation.Evaluation`        ``duckdb_store.evaluation.EvalTables``
 console reads, SQL  :class:`.console.Console`              ``duckdb_store.console.ConsoleReads``
 files and vectors   :class:`.files.Files`                  :class:`troupe.storage.rag.RagStore`
@@ -19,7 +20,7 @@ session artifacts   :class:`.artifacts.Artifacts`          ``duckdb_store.artifa
 ==================  =====================================  ==========================================
 
 The methods are synchronous; :class:`~troupe.storage.duckdb_store.DuckDBStore` implements the
-first ten over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
+first eleven over one connection, :class:`~troupe.storage.rag.RagStore` the files and vector
 stores over a connection of its own, ``ContainerTables`` the containers over another, beside it
 on the files' thread (a container's files are copied from the Files API's), and ``ArtifactTables``
 the session artifacts over a third, there too (they are copies of containers' files, kept with the Files API's bytes). Every caller reaches them through the async store client
@@ -54,6 +55,7 @@ from .prompts import Prompts
 from .responses import Responses
 from .sessions import NewTurn, Sessions
 from .vaults import Vaults
+from .webhooks import Webhooks
 
 __all__ = [
     "Agents",
@@ -76,13 +78,14 @@ __all__ = [
     "Sessions",
     "Store",
     "Vaults",
+    "Webhooks",
     "WRITTEN_THROUGH_WRITERS",
     "methods_of",
 ]
 
 
-class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation, Console,
-            Protocol):  # fmt: skip
+class Store(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Webhooks, Evaluation,
+            Console, Protocol):  # fmt: skip
     """The contract of the one-connection store (:class:`~troupe.storage.duckdb_store.DuckDBStore`)."""
 
     def close(self) -> None:
@@ -103,8 +106,8 @@ WRITTEN_THROUGH_WRITERS = frozenset({"write_responses", "write_run_progress", "s
 (``write_response``, ``start_run``, ``checkpoint_steps`` of the store client, journal first)."""
 
 STORE_METHODS = (
-    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Evaluation,
-               Console)  # fmt: skip
+    methods_of(Responses, Conversations, Prompts, Agents, Sessions, Environments, Automations, Vaults, Webhooks,
+               Evaluation, Console)  # fmt: skip
     - WRITTEN_THROUGH_WRITERS
 )
 """What the async store forwards to the store's thread, by name."""
@@ -118,8 +121,12 @@ CONTAINERS_METHODS = methods_of(Containers)
 ARTIFACTS_METHODS = methods_of(Artifacts)
 """What the async store forwards to the session artifacts, on the files and vector stores' thread, by name."""
 
+WEBHOOK_ENDPOINT_METHODS = frozenset(name for name in methods_of(Webhooks) if name.endswith("_webhook_endpoint")
+                                     or name == "list_webhook_endpoints")  # fmt: skip
+"""The webhook endpoints' methods (not their deliveries', which ``write_responses`` writes)."""
 APART_FROM_RESPONSES = (
     methods_of(Prompts, Agents, Sessions, Environments, Automations, Vaults)
+    | WEBHOOK_ENDPOINT_METHODS
     | FILES_METHODS | CONTAINERS_METHODS | ARTIFACTS_METHODS
 )
 """Methods of the areas that neither read nor change what ``write_responses`` writes (responses,

@@ -88,12 +88,13 @@ from .prompts import PromptTables
 from .responses import ResponseTables
 from .sessions import SessionTables
 from .vaults import VaultTables
+from .webhooks import WebhookTables
 
 __all__ = ["DuckDBStore", "ROW_GROUP_ROWS", "Connection", "transaction", "_PARTS_PER_READ"]
 
 
 class DuckDBStore(ResponseTables, SessionTables, ConversationTables, PromptTables, AgentTables, EnvironmentTables,
-                  AutomationTables, VaultTables, EvalTables, ConsoleReads):  # sessions build on conversations: first
+                  AutomationTables, VaultTables, EvalTables, WebhookTables, ConsoleReads):  # sessions build on conversations: first
     """Responses, conversations, prompts, agents, agent sessions, environments, automations, evaluation runs and traces in DuckDB: every area of
     :class:`~troupe.storage.contract.Store` over one :class:`~.connection.Connection`.
 

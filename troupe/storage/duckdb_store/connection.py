@@ -127,12 +127,29 @@ class Connection:
             self._next_parts_id: int = one_row(self._fetchone("SELECT coalesce(max(id) + 1, 0) FROM value_parts"))[0]
             # Rows of runs: a batch of responses looks for its runs only while there are some.
             self._open_runs: int = one_row(self._fetchone("SELECT count(*) FROM runs"))[0]
+            # Webhook endpoints by tenant (id, event types): what the outbox looks at, in memory so
+            # that a write with no endpoint to tell costs nothing (.webhooks.WebhookTables).
+            self._webhook_subscribers: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {}
+            self.on_webhook_events: Callable[[], None] | None = None
+            """Called (on the store's thread, after the commit) when a transaction wrote deliveries."""
+            if schema.SCHEMA_VERSION >= schema.WEBHOOKS_FROM:  # (tests open files of older versions)
+                self._read_webhook_subscribers(None)
             if self.path != ":memory:":
                 # Responses made durable in the journal but not yet stored here (a crash).
                 journal.replay_all(self, journal.journal_dir(self.path))
         except BaseException:
             self._conn.close()
             raise
+
+    def _read_webhook_subscribers(self, tenant: str | None) -> None:
+        """Read :attr:`_webhook_subscribers` again: of ``tenant``, or of every tenant (None)."""
+        where, params = ("", []) if tenant is None else (" WHERE tenant = ?", [tenant])
+        rows = self._fetchall(f"SELECT tenant, id, event_types FROM webhook_endpoints{where} ORDER BY created_at, id",
+                              params)  # fmt: skip
+        if tenant is not None:
+            self._webhook_subscribers.pop(tenant, None)
+        for owner, endpoint_id, types in rows:
+            self._webhook_subscribers[owner] = (*self._webhook_subscribers.get(owner, ()), (endpoint_id, frozenset(types)))
 
     def write_responses(
         self, records: Sequence[ResponseRecord], *, journal_lsn: int | None = None, journal: str = ""

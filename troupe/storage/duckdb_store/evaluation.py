@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+
+from troupe.protocol.webhooks import EVENT_TYPE_OF_EVAL_STATUS
 
 from .. import schema
 from ..base import EvalResultRecord, EvalRunRecord
 from ..contract import Evaluation
-from .connection import Connection, one_row
+from .connection import one_row
+from .webhooks import WebhookTables
 
 __all__ = ["EvalTables"]
 
 
-class EvalTables(Connection, Evaluation):
+class EvalTables(WebhookTables, Evaluation):
     """The evaluation area in DuckDB (:class:`~troupe.storage.contract.Evaluation`)."""
 
     def put_eval_run(self, run: EvalRunRecord) -> None:
         """See :meth:`Evaluation.put_eval_run`."""
         row = schema.eval_run_row(run)
-        with self._transaction() as conn:
+        on_commit: list[Callable[[], None]] = []
+        with self._transaction(on_commit) as conn:
             self._insert(conn, "eval_runs", schema.EVAL_RUN_COLUMNS, [row], replace=True)
+            kind = EVENT_TYPE_OF_EVAL_STATUS.get(run.status)
+            tenant = str(run.options.get("tenant") or "")
+            if kind is not None and tenant in self._webhook_subscribers:  # the outbox: the run ended
+                ended = run.finished_at or time.time()
+                self._add_deliveries(conn, [(tenant, kind, f"{run.run_id}@{ended!r}", run.run_id, ended)], on_commit)
 
     def get_eval_run(self, run_id: str) -> EvalRunRecord | None:
         """See :meth:`Evaluation.get_eval_run`."""

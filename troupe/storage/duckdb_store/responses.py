@@ -8,10 +8,13 @@ from typing import Any
 
 import duckdb
 
+from troupe.protocol.webhooks import EVENT_TYPE_OF_RESPONSE_STATUS
+
 from .. import event_log, schema
 from ..base import Order, Page, ResponseRecord, RunRecord, RunStep, StepTrace
 from ..contract import Responses
-from .connection import Connection, check_page_args
+from .connection import check_page_args
+from .webhooks import WebhookEvent, WebhookTables
 
 __all__ = ["ResponseTables"]
 
@@ -19,7 +22,7 @@ __all__ = ["ResponseTables"]
 _PREVIOUS = "SELECT previous_response_id FROM responses WHERE tenant = ? AND id = ?"
 
 
-class ResponseTables(Connection, Responses):
+class ResponseTables(WebhookTables, Responses):
     """The responses and runs area in DuckDB (:class:`~troupe.storage.contract.Responses`)."""
 
     def write_responses(
@@ -85,6 +88,8 @@ class ResponseTables(Connection, Responses):
             self._append(conn, "conversation_items", schema.CONVERSATION_ITEM_COLUMNS, appended)
             self._append(conn, "response_events", schema.EVENT_LOG_COLUMNS, logs)
             ended = self._end_runs(conn, records)
+            if self._webhook_subscribers:  # the outbox, for background responses' endpoints
+                self._add_deliveries(conn, _webhook_events(records), on_commit)
             self._append(conn, "value_parts", schema.PART_COLUMNS, parts)
             if journal_lsn is not None:
                 conn.execute(
@@ -292,3 +297,14 @@ class ResponseTables(Connection, Responses):
         sql = "SELECT seq, step, step_parts FROM run_steps WHERE tenant = ? AND response_id = ?"
         rows = sorted(self._fetch_values(sql, [tenant, response_id]), key=lambda row: row[0])  # see _fetch_values
         return [RunStep(tenant=tenant, response_id=response_id, seq=seq, data=data) for seq, data in rows]
+
+
+def _webhook_events(records: Sequence[ResponseRecord]) -> list[WebhookEvent]:
+    """The events of the background responses of ``records`` (``response.completed`` …)."""
+    events: list[WebhookEvent] = []
+    for record in records:
+        response = record.response
+        kind = EVENT_TYPE_OF_RESPONSE_STATUS.get(response.get("status"))  # type: ignore[arg-type]
+        if response.get("background") and kind is not None:
+            events.append((record.tenant, kind, record.id, record.id, record.ended_at))
+    return events

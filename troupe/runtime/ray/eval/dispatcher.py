@@ -77,7 +77,9 @@ async def run_eval(
         on_result: called with each result once it is stored (in the driver, in order of arrival).
 
     Returns:
-        The run as stored at the end (``finished``, or ``interrupted`` if cancelled).
+        The run as stored at the end (``finished``, or ``interrupted`` if cancelled; stored
+        ``failed`` when an error stops it). Its end goes to the tenant's webhook endpoints
+        subscribed to ``eval.run.succeeded`` / ``.canceled`` / ``.failed`` (the store's outbox).
 
     Raises:
         StorageError: results could not be stored (the run stops).
@@ -121,6 +123,9 @@ async def run_eval(
             on_start(len(todo), len(done), list(nodes))
         await _Dispatcher(workers, list(nodes), store, settings, options, on_result).run(todo)
         status = "finished"
+    except Exception:  # not a cancel nor an interrupt: the run failed (its webhook says so)
+        status = "failed"
+        raise
     finally:
         for worker in workers:
             ray.kill(worker)
