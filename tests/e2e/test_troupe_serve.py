@@ -38,7 +38,7 @@ import pytest
 from openai import OpenAI
 
 from tests.mcp_servers import McpTestServer, serve_mcp
-from tests.servers import PROBE, healthy, kill_session, session_pids, wait_for
+from tests.servers import PROBE, WebhookReceiver, healthy, kill_session, serve_app, session_pids, wait_for
 from tests.side_effects import executions
 from troupe.serve.deployment import free_port_range
 from troupe.storage.credentials import new_key
@@ -88,6 +88,11 @@ pool_size = 1
 [mcp]
 allowed_urls = ["http://127.0.0.1:*"]
 
+[webhooks]
+allowed_urls = ["http://127.0.0.1:*"]
+retry_initial_s = 0.5
+retry_max_s = 1.0
+
 [[tools]]
 name = "gate_again"
 target = "tests.side_effects:gate"
@@ -95,9 +100,29 @@ idempotent = true
 """
 
 
+@pytest.fixture
+def webhook_receiver() -> Iterator[tuple[WebhookReceiver, str]]:
+    receiver = WebhookReceiver([500] * 10_000)  # down until the test says it is back
+    with serve_app(receiver) as url:
+        yield receiver, url
+
+
+def _hooks_delivered(client: OpenAI, hook, receiver: WebhookReceiver, background, second) -> set[str]:
+    """Which of the two runs' webhooks reached the receiver (a 200), checked with the SDK."""
+    names = {background.id: "background", second.id: "second"}
+    log = client.get(f"/webhook_endpoints/{hook.id}/deliveries", cast_to=object)["data"]  # type: ignore[index]
+    delivered = {d["id"] for d in log if d["status"] == "delivered"}
+    got = set()
+    for headers, body in receiver.received:
+        if headers["webhook-id"] in delivered:
+            event = client.webhooks.unwrap(body, headers, secret=hook.signing_secret)
+            got.add(names.get(event.data.id, event.data.id))
+    return got
+
+
 @pytest.mark.timeout(600)
 def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
-    tmp_path: Path, guarded_server: McpTestServer, ray_tmpdir: Path
+    tmp_path: Path, guarded_server: McpTestServer, ray_tmpdir: Path, webhook_receiver: tuple[WebhookReceiver, str]
 ) -> None:
     """`troupe serve` as users run it, on one port and one DuckDB file throughout (three starts):
 
@@ -108,18 +133,23 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
     3. Started again: the streamed response is stored; the background run goes on from its
        last step and completes.
        MCP requests with credentials, of every kind: non-streamed, streamed, background, an
-       approval asked and then given in a request that carries the credentials again.
+       approval asked and then given in a request that carries the credentials again. A
+       webhook endpoint whose receiver answers 500: the background run's delivery is retried.
     4. `kill -9` of the whole server under load, with a background run in an MCP call that
        needs its credentials and an agent session's turn running: started again on the same
        port at once, although the load's connections are still in TIME-WAIT on it; the run
        resumes with its sealed credentials (the MCP server lets the call in again) and
        completes, and so does the session's turn, after which the session takes input again.
+       The receiver is back: the delivery pending at the crash is sent (verified with the
+       SDK's ``unwrap``), and so is the resumed run's.
     5. The ingress replica's process killed under load: meanwhile requests fail at once
        (connection refused), and a new replica answers on the same port by itself, beside
        the TIME-WAIT connections of the old one.
-    6. Stopped: no credential (nor the sealing key) is in any file the server or Ray wrote.
+    6. Stopped: no credential (nor the sealing key, nor the webhook's signing secret) is in
+       any file the server or Ray wrote.
     """
     port = free_port_range(1)
+    receiver, receiver_url = webhook_receiver
     db, config = str(tmp_path / "side.sqlite"), tmp_path / "troupe.toml"
     data = tmp_path / "data"
     data.mkdir()
@@ -194,8 +224,11 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
         assert client.responses.create(model="sim", input=add, tools=[tool()]).output_text == "add -> 42"
         events = list(client.responses.create(model="sim", input=add, tools=[tool()], stream=True))
         assert events[-1].type == "response.completed" and events[-1].response.output_text == "add -> 42"
+        # A webhook endpoint whose receiver is down until after the crash (step 4).
+        hook = client.webhooks.create(name="crash", url=receiver_url, event_types=["response.completed"])
         background = client.responses.create(model="sim", input=add, tools=[tool()], background=True)
         _wait_completed(client, background.id)
+        wait_for(lambda: len(receiver.received) >= 2, timeout_s=30, what="the webhook tried and retried")
         asked = client.responses.create(model="sim", input=add, tools=[tool(require_approval="always")])
         approval = asked.output[-1]
         assert approval.type == "mcp_approval_request"
@@ -223,6 +256,7 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
     # on the old replica's socket, these refuse it for a minute.
     assert _time_wait_sockets(port) > 0, "the load's connections linger in TIME-WAIT on the port"
     gates[1].touch()
+    receiver.statuses.clear()  # the receiver is back
     server, root = _start_troupe_serve(config, port, tmp_path / "serve-3.log", env)
     try:
         client = OpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0)
@@ -239,6 +273,9 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
         assert turn.status == "completed"
         [answer] = [i for i in client.beta.agents.sessions.items.list(session.id).data if i.role == "assistant"]
         assert len(answer.content[0].text.split()) == 60
+        # The webhook pending at the kill -9 is sent once the receiver is back; so is the resumed run's.
+        wait_for(lambda: {"background", "second"} <= _hooks_delivered(client, hook, receiver, background, second),
+                 timeout_s=60, what="both webhooks delivered")  # fmt: skip
         with client.beta.agents.sessions.stream(session.id, input="[[say again]]") as again:
             assert "".join(e.delta for e in again if e.type == "agent.session.turn.output_text.delta") == "again"
 
@@ -275,7 +312,7 @@ def test_troupe_serve_as_users_run_stop_crash_and_restart_it(
     found, read = _files_holding(roots, LABEL.encode())
     assert read > 50 and any(p.startswith(str(ray_tmpdir)) for p in _files_holding([ray_tmpdir], b"raylet")[0])
     assert any(p.startswith(str(data)) for p in found), "the search finds what is stored in plain text"
-    for secret in (TOKEN, HEADER, key):  # the sealing key is a secret too
+    for secret in (TOKEN, HEADER, key, hook.signing_secret):  # the sealing key is a secret too
         holding, _ = _files_holding(roots, secret.encode())
         assert holding == [], f"a credential is on disk in {holding}"
 
