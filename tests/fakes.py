@@ -184,6 +184,41 @@ class WordsFileSearcher:
         return sorted(found, key=lambda r: -r["score"])[:max_num_results]
 
 
+class PagesWebSearcher:
+    """An in-process stand-in for the web, for loop unit tests: url -> (title, text), searched by
+    the query's words each page holds. The e2e tests search a SearXNG-compatible server over HTTP
+    (tests/web_search_server.py) with the runtime's searcher; this one lets the loop's web_search
+    logic be tested with plain values. It records every search and page opened; ``fail`` makes
+    every call fail with that message."""
+
+    def __init__(self, pages: dict[str, tuple[str, str]], fail: str | None = None) -> None:
+        self.pages = pages
+        self.fail = fail
+        self.calls: list[tuple[str, ...]] = []
+
+    async def search(self, query: str, *, max_results: int, allowed_domains: Sequence[str] = (),
+                     user_location: dict[str, Any] | None = None) -> list[Any]:  # fmt: skip
+        from troupe.agentloop.web_search import SearchHit, WebSearchFailed
+
+        self.calls.append(("search", query, str(max_results), ",".join(allowed_domains), json.dumps(user_location)))
+        if self.fail:
+            raise WebSearchFailed(self.fail)
+        words = set(query.lower().replace("?", "").split())
+        scored = [(len(words & set(text.lower().replace(".", "").split())), url, title, text)
+                  for url, (title, text) in self.pages.items()]  # fmt: skip
+        return [SearchHit(url, title, text[:80]) for score, url, title, text in sorted(scored, key=lambda s: -s[0])
+                if score][:max_results]  # fmt: skip
+
+    async def open_page(self, url: str) -> Any:
+        from troupe.agentloop.web_search import Page, WebSearchFailed
+
+        self.calls.append(("open", url))
+        if self.fail or url not in self.pages:
+            raise WebSearchFailed(self.fail or f"{url} answered 404")
+        title, text = self.pages[url]
+        return Page(url, title, text)
+
+
 class ToyCodeRunner:
     """A small, real :class:`troupe.agentloop.code_interpreter.CodeRunner` for loop unit tests:
     containers are dicts of variables and files, and code is a few kinds of lines, run one by one:

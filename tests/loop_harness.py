@@ -74,12 +74,13 @@ async def run(
     file_searcher: Any = None,
     code_runner: Any = None,
     shell_runner: Any = None,
+    web_searcher: Any = None,
 ) -> Outcome:
     """One response through prepare → run_loop → WireWriter, streamed or collected."""
     request = parse_create_request(body)
     prepared = prepare(
         request, history, executors, mcp_client=mcp_client, mcp_servers=mcp_servers_of(body),
-        file_searcher=file_searcher, code_runner=code_runner, shell_runner=shell_runner,
+        file_searcher=file_searcher, code_runner=code_runner, shell_runner=shell_runner, web_searcher=web_searcher,
     )  # fmt: skip
     writer = WireWriter(request, response_id=new_id("resp"), created_at=1_700_000_000)
     events = run_loop(prepared, model=model, executors=executors, settings=settings, context_window=context_window)

@@ -64,6 +64,8 @@ def chat_tool_choice(choice: Any, action: CallModel) -> str | dict[str, Any]:
         return {"type": "function", "function": {"name": "python"}}  # module code_interpreter's tool
     if choice["type"] == "shell":
         return {"type": "function", "function": {"name": "shell"}}  # module shell's tool
+    if choice["type"].startswith("web_search"):
+        return {"type": "function", "function": {"name": "web_search"}}  # module web_search's search tool
     if choice["type"] == "mcp":
         return "required"  # any tool of that server: the closest a chat model can be told
     return choice.get("mode", "auto")  # allowed_tools: the tool list is already filtered

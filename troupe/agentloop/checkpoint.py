@@ -105,18 +105,23 @@ class TurnStep:
     ci_items: dict[str, str] = field(default_factory=dict)
     """The ``code_interpreter_call`` items the turn opened: call id → item id (stored only when
     there are some)."""
+    ws_items: dict[str, str] = field(default_factory=dict)
+    """The ``web_search_call`` items the turn opened: call id → item id (stored only when there are some)."""
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": "model", "turn": turn_data(self.turn), "had_tools": self.had_tools,
                 "mcp_items": self.mcp_items, "fs_items": self.fs_items}  # fmt: skip
         if self.ci_items:
             data["ci_items"] = self.ci_items
+        if self.ws_items:
+            data["ws_items"] = self.ws_items
         return data
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> TurnStep:
         return cls(turn=turn_from_data(data["turn"]), had_tools=data["had_tools"], mcp_items=dict(data["mcp_items"]),
-                   fs_items=dict(data.get("fs_items") or {}), ci_items=dict(data.get("ci_items") or {}))  # fmt: skip
+                   fs_items=dict(data.get("fs_items") or {}), ci_items=dict(data.get("ci_items") or {}),
+                   ws_items=dict(data.get("ws_items") or {}))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

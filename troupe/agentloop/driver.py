@@ -94,6 +94,16 @@ from .shell import (
 )  # fmt: skip
 from .tools import ToolExecutor, ToolPolicy, TurnPlan, find_executor, plan_turn
 from .transcript import Transcript, build_transcript
+from .web_search import (
+    WEB_SEARCH_TYPES,
+    WEB_TOOL_NAMES,
+    WebSearcher,
+    WebSearchTool,
+    action_of,
+    url_citations,
+    web_search_spec,
+)
+from .web_search import next_marker as next_web_marker
 
 __all__ = ["LoopSettings", "PreparedTurn", "prepare", "run_loop"]
 
@@ -126,6 +136,8 @@ class PreparedTurn:
     """The request's MCP servers (listed as the response starts, when not yet in the thread)."""
     file_search: FileSearchTool | None = None
     """The request's ``file_search`` tool, when it offers one (module :mod:`.file_search`)."""
+    web_search: WebSearchTool | None = None
+    """The request's ``web_search`` tool, when it offers one (module :mod:`.web_search`)."""
     code_interpreter: CodeInterpreterTool | None = None
     """The request's ``code_interpreter`` tool, when it offers one (module :mod:`.code_interpreter`)."""
     shell: ShellTool | None = None
@@ -143,6 +155,7 @@ def prepare(
     file_searcher: FileSearcher | None = None,
     code_runner: CodeRunner | None = None,
     shell_runner: ShellRunner | None = None,
+    web_searcher: WebSearcher | None = None,
 ) -> PreparedTurn:
     """Validate the parts of ``request`` only the loop can judge, and build its transcript.
 
@@ -156,6 +169,7 @@ def prepare(
         code_runner: runs code in containers (None: ``code_interpreter`` tools are refused).
         shell_runner: runs shell commands in containers (None: a ``shell`` tool with a container
             environment is refused; a local one, whose client runs the commands, is always accepted).
+        web_searcher: searches the web (None: ``web_search`` tools are refused).
 
     Returns:
         The prepared turn.
@@ -173,6 +187,7 @@ def prepare(
     supported = _SUPPORTED_TOOL_TYPES | ({"mcp"} if mcp_client is not None else set())
     supported |= {"file_search"} if file_searcher is not None else set()
     supported |= {"code_interpreter"} if code_runner is not None else set()
+    supported |= set(WEB_SEARCH_TYPES) if web_searcher is not None else set()
     for i, tool in enumerate(tools):
         if tool.get("type") not in supported:
             raise InvalidRequest(
@@ -184,6 +199,7 @@ def prepare(
     choice_types = ("function", "allowed_tools") + (("mcp",) if mcp_client is not None else ())
     choice_types += ("file_search",) if file_searcher is not None else ()
     choice_types += ("code_interpreter",) if code_runner is not None else ()
+    choice_types += WEB_SEARCH_TYPES if web_searcher is not None else ()
     choice_types += ("shell",)  # when a shell tool is offered (_shell_tool)
     if isinstance(choice, dict) and choice.get("type") not in choice_types:
         raise InvalidRequest(
@@ -208,6 +224,14 @@ def prepare(
         file_search = FileSearchTool(file_searcher, spec, next_marker(transcript.outputs_of(FILE_SEARCH)))
     functions = [t for t in tools if t.get("type") == "function"]
     declared: set[str] = {t["name"] for t in functions}
+    web_search = None
+    if web_searcher is not None and (ws_spec := web_search_spec(tools)) is not None:
+        if clash := declared & set(WEB_TOOL_NAMES):  # their calls would be taken for the web tools'
+            raise InvalidRequest(f"A function tool named '{min(clash)}' cannot be given with web_search, which the "
+                                 "model sees as web_search, web_open_page and web_find_in_page.", param="tools",
+                                 code="invalid_value")  # fmt: skip
+        web_outputs = [o for name in WEB_TOOL_NAMES for o in transcript.outputs_of(name)]
+        web_search = WebSearchTool(web_searcher, ws_spec, next_web_marker(web_outputs))
     code_interpreter = None
     if code_runner is not None and (ci_spec := code_interpreter_spec(tools)) is not None:
         index, container = ci_spec
@@ -224,18 +248,20 @@ def prepare(
             raise InvalidRequest(f"A function tool named '{SHELL}' cannot be given with the shell tool, which the model "
                                  f"sees as '{SHELL}'.", param="tools", code="invalid_value")  # fmt: skip
         shell.reuse = last_container([*history, *accepted])
-    hosted: list[ToolExecutor] = [t for t in (file_search, code_interpreter) if t is not None]
+    hosted: list[ToolExecutor] = [t for t in (file_search, code_interpreter, web_search) if t is not None]
     offered = hosted + ([shell] if shell is not None else []) + list(executors)
     definitions = functions + [d for ex in offered for d in ex.definitions() if d["name"] not in declared]
     if shell is not None and shell.local:
         declared.add(SHELL)  # the client's to run, as its function calls are
     allowed = None
     if isinstance(choice, dict) and choice["type"] == "allowed_tools":
-        hosted_names = {"file_search": FILE_SEARCH, "code_interpreter": PYTHON, "shell": SHELL}
+        hosted_names = {"file_search": (FILE_SEARCH,), "code_interpreter": (PYTHON,), "shell": (SHELL,),
+                        **dict.fromkeys(WEB_SEARCH_TYPES, WEB_TOOL_NAMES)}  # fmt: skip
         allowed = frozenset(
-            t["name"] if t.get("type") == "function" else hosted_names[t["type"]]
+            name
             for t in choice.get("tools", [])
             if t.get("type") in ("function", *hosted_names)
+            for name in ((t["name"],) if t.get("type") == "function" else hosted_names[t["type"]])
         )
     policy = ToolPolicy(
         declared=frozenset(declared),
@@ -251,6 +277,7 @@ def prepare(
         policy=policy,
         mcp=mcp,
         file_search=file_search,
+        web_search=web_search,
         code_interpreter=code_interpreter,
         shell=shell,
     )
@@ -352,13 +379,17 @@ class _Run:
         self.model = model
         self.mcp = prepared.mcp
         self.fs = prepared.file_search
+        self.ws = prepared.web_search
         self.ci = prepared.code_interpreter
         self.sh = prepared.shell
         # The MCP servers, file_search, code_interpreter and shell act as executors too, consulted
         # first (a local shell executes nothing: its calls are the client's).
-        hosted: list[ToolExecutor] = [t for t in (self.mcp, self.fs, self.ci, self.sh) if t is not None]
+        hosted: list[ToolExecutor] = [t for t in (self.mcp, self.fs, self.ws, self.ci, self.sh) if t is not None]
         self.executors: list[ToolExecutor] = hosted + list(executors)
         self.fs_items: dict[str, str] = {}  # call_id -> open file_search_call item id
+        self.ws_items: dict[str, str] = {}  # call_id -> open web_search_call item id
+        self.ws_started: dict[str, dict[str, Any]] = {}  # call_id -> the action its item opened with
+        self.include_sources = "web_search_call.action.sources" in (self.req.include or [])
         self.include_results = "file_search_call.results" in (self.req.include or [])
         self.ci_items: dict[str, str] = {}  # call_id -> open code_interpreter_call item id
         self.ci_interpreting: set[str] = set()  # code_interpreter_call items whose interpreting event was written
@@ -460,6 +491,8 @@ class _Run:
                     yield ev.McpCallDone(item_id=item_id, error=McpError("The call was not run.").to_item_error())
                 for item_id in self.fs_items.values():
                     yield ev.FileSearchCallDone(item_id=item_id, queries=(), status="failed")
+                for call_id, item_id in self.ws_items.items():  # calls never run
+                    yield ev.WebSearchCallDone(item_id=item_id, action=self.ws_started[call_id], status="failed")
                 for item_id in self.ci_items.values():  # calls never run (tool_choice none, a model failure)
                     yield self._code_interpreter_done(item_id, "", None, "incomplete")
                 for item_id in self.sh_outputs.values():  # commands cut short (cancelled)
@@ -712,6 +745,10 @@ class _Run:
         if self.fs is not None and name == FILE_SEARCH:
             self.fs_items[call_id] = new_id("fs")
             return ev.FileSearchCallStarted(item_id=self.fs_items[call_id])
+        if self.ws is not None and name in WEB_TOOL_NAMES:
+            self.ws_items[call_id] = new_id("ws")
+            self.ws_started[call_id] = action_of(name, "")  # its arguments are still streaming
+            return ev.WebSearchCallStarted(item_id=self.ws_items[call_id], action=self.ws_started[call_id])
         if self.ci is not None and name == PYTHON:
             ci_item_at[index] = self.ci_items[call_id] = new_id(CODE_INTERPRETER_CALL)
             return ev.CodeInterpreterCallStarted(
@@ -915,8 +952,10 @@ class _Run:
             mcp_opened = {c.call_id: self.mcp_items[c.call_id] for c in calls if c.call_id in self.mcp_items}
             searches = {c.call_id: self.fs_items[c.call_id] for c in calls if c.call_id in self.fs_items}
             runs = {c.call_id: self.ci_items[c.call_id] for c in calls if c.call_id in self.ci_items}
+            web = {c.call_id: self.ws_items[c.call_id] for c in calls if c.call_id in self.ws_items}
             yield ev.Checkpoint(step=TurnStep(
                 turn=finished, had_tools=action.tools_enabled, mcp_items=mcp_opened, fs_items=searches, ci_items=runs,
+                ws_items=web,
             ), gates=self._gates(following))  # fmt: skip
 
     def _plan(self, calls: Sequence[ToolCall]) -> TurnPlan:
@@ -946,6 +985,10 @@ class _Run:
                     self.mcp_items.update(step.mcp_items)
                     self.fs_items.update(step.fs_items)
                     self.ci_items.update(step.ci_items)
+                    self.ws_items.update(step.ws_items)
+                    for call in turn.tool_calls:
+                        if call.call_id in step.ws_items:
+                            self.ws_started[call.call_id] = action_of(call.name, call.arguments)
                     self._fold_turn(turn, self._plan(turn.tool_calls), had_tools=step.had_tools)
                 case ApprovedCallsStep():
                     self.mcp_items.update(step.mcp_items)
@@ -970,6 +1013,7 @@ class _Run:
                         self.p.transcript.add_output(call.call_id, output)
                         self.mcp_items.pop(call.call_id, None)
                         self.fs_items.pop(call.call_id, None)
+                        self.ws_items.pop(call.call_id, None)
                         self.ci_items.pop(call.call_id, None)
                         self.sh_outputs.pop(call.call_id, None)
                     self.settled = {}
@@ -982,6 +1026,9 @@ class _Run:
         if self.fs is not None:  # passages found before the restart keep their markers
             outputs = [*self.p.transcript.outputs_of(FILE_SEARCH), *(o.output for o in self.settled.values())]
             self.fs.next_marker = next_marker(outputs)
+        if self.ws is not None:  # so do the web's sources
+            outputs = [o for name in WEB_TOOL_NAMES for o in self.p.transcript.outputs_of(name)]
+            self.ws.next_marker = next_web_marker([*outputs, *(o.output for o in self.settled.values())])
         if self.ci is not None:  # the container the run used goes on, when still active
             for item in point.output:
                 if item.get("type") == "code_interpreter_call":
@@ -1037,6 +1084,8 @@ class _Run:
         for call in to_run:
             if call.call_id in self.fs_items:
                 yield ev.FileSearchCallSearching(item_id=self.fs_items[call.call_id])
+            elif call.call_id in self.ws_items:
+                yield ev.WebSearchCallSearching(item_id=self.ws_items[call.call_id])
             elif (ci_item := self.ci_items.get(call.call_id)) is not None and ci_item not in self.ci_interpreting:
                 self.ci_interpreting.add(ci_item)
                 yield ev.CodeInterpreterCallInterpreting(item_id=ci_item)
@@ -1081,6 +1130,7 @@ class _Run:
         for call, output, failure in self._answers(action, results, order):
             mcp_item = self.mcp_items.pop(call.call_id, None)
             fs_item = self.fs_items.pop(call.call_id, None)
+            ws_item = self.ws_items.pop(call.call_id, None)
             ci_item = self.ci_items.pop(call.call_id, None)
             sh_output = self.sh_outputs.pop(call.call_id, None)
             if sh_output is None and self.sh is not None and call.name == SHELL and call.call_id not in self.approved_labels:
@@ -1108,6 +1158,8 @@ class _Run:
                     yield ev.McpCallDone(item_id=mcp_item, error=error.to_item_error())
             elif fs_item is not None:
                 yield self._file_search_done(fs_item, call, output, failure)
+            elif ws_item is not None:
+                yield self._web_search_done(ws_item, call, failure)
             elif ci_item is not None:
                 yield self._code_interpreter_ran(ci_item, call, failure)
             elif sh_output is not None:
@@ -1132,6 +1184,16 @@ class _Run:
             item_id=item_id, queries=(query,) if query else (), status="failed" if failure else "completed",
             results=results,
         )
+
+    def _web_search_done(self, item_id: str, call: ToolCall, failure: Exception | None) -> ev.WebSearchCallDone:
+        """The end of a ``web_search_call`` item: its action (a search's ``sources`` when the
+        request includes them, and the search ran here: after a restart they are not known)."""
+        self.ws_started.pop(call.call_id, None)
+        action = action_of(call.name, call.arguments)
+        ran = self.ws.actions.get(call.call_id) if self.ws is not None else None
+        if self.include_sources and failure is None and ran is not None and "sources" in ran:
+            action["sources"] = ran["sources"]
+        return ev.WebSearchCallDone(item_id=item_id, action=action, status="failed" if failure else "completed")
 
     def _code_interpreter_ran(self, item_id: str, call: ToolCall, failure: Exception | None) -> ev.CodeInterpreterCallDone:
         """The end of a ``code_interpreter_call`` item that was answered: ``completed``, or
@@ -1183,14 +1245,17 @@ class _Run:
         return None
 
     def _citations(self, text: str) -> tuple[dict[str, Any], ...]:
-        """The annotations of an answer: ``file_citation`` (module :mod:`.file_search`) and
-        ``container_file_citation`` (module :mod:`.code_interpreter`), in text order."""
+        """The annotations of an answer: ``file_citation`` (module :mod:`.file_search`),
+        ``url_citation`` (module :mod:`.web_search`) and ``container_file_citation`` (module
+        :mod:`.code_interpreter`), in text order."""
         found: list[dict[str, Any]] = []
         if self.fs is not None and "【" in text:
             found += citations(text, self.p.transcript.outputs_of(FILE_SEARCH))
+        if self.ws is not None and "【" in text:
+            found += url_citations(text, [o for name in WEB_TOOL_NAMES for o in self.p.transcript.outputs_of(name)])
         if self.ci is not None and self.ci.runs:
             found += container_citations(text, self.ci.runs.values())
-            found.sort(key=lambda a: a["index"] if "index" in a else a["start_index"])
+        found.sort(key=lambda a: a["index"] if "index" in a else a["start_index"])
         return tuple(found)
 
     def _answers(

@@ -38,6 +38,9 @@ __all__ = [
     "FileSearchCallStarted",
     "FileSearchCallSearching",
     "FileSearchCallDone",
+    "WebSearchCallStarted",
+    "WebSearchCallSearching",
+    "WebSearchCallDone",
     "CodeInterpreterCallStarted",
     "CodeInterpreterCallCodeDelta",
     "CodeInterpreterCallCodeDone",
@@ -201,6 +204,30 @@ class FileSearchCallDone:
     queries: tuple[str, ...]
     status: Literal["completed", "failed"] = "completed"
     results: tuple[dict[str, Any], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebSearchCallStarted:
+    """The model called a web tool: its ``web_search_call`` item opens with its ``action``
+    (module ``web_search``)."""
+
+    item_id: str
+    action: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebSearchCallSearching:
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebSearchCallDone:
+    """The call ran (``completed``) or could not (``failed``); a search's ``action`` has its
+    ``sources`` only when the request includes them."""
+
+    item_id: str
+    action: dict[str, Any]
+    status: Literal["completed", "failed"] = "completed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -434,6 +461,9 @@ LoopEvent = (
     | FileSearchCallStarted
     | FileSearchCallSearching
     | FileSearchCallDone
+    | WebSearchCallStarted
+    | WebSearchCallSearching
+    | WebSearchCallDone
     | CodeInterpreterCallStarted
     | CodeInterpreterCallCodeDelta
     | CodeInterpreterCallCodeDone

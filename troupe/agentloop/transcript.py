@@ -16,6 +16,8 @@ Canonicalization rules (:func:`build_transcript`):
 * a replayed ``mcp_call`` becomes a ``function_call`` plus its output (an error
   becomes the output text), so the model sees what happened and nothing runs again;
   so does a ``file_search_call``, its output rebuilt from its ``results`` (:mod:`.file_search`),
+  a ``web_search_call``, as the web tool call of its ``action`` whose results were not kept
+  (:mod:`.web_search`),
   and a ``code_interpreter_call``, as a ``python`` call of its ``code`` with its ``outputs`` as
   the output (:mod:`.code_interpreter`);
 * a ``shell_call`` becomes a ``shell`` call of its ``action``, and the ``shell_call_output``
@@ -60,6 +62,7 @@ from .file_search import FILE_SEARCH, replayed_output, replayed_results
 from .model import ToolCall
 from .shell import SHELL, shell_action
 from .shell import replayed_output as replayed_commands
+from .web_search import replayed as replayed_web_call
 
 __all__ = ["Transcript", "build_transcript"]
 
@@ -312,6 +315,14 @@ def build_transcript(
             )
             transcript.add_output(call_id, replayed_output(item, markers[0]))
             markers[0] += len(replayed_results(item) or [])
+        elif kind == "web_search_call":
+            call_id = item.get("id", "")
+            calls.add(call_id)
+            settled.add(call_id)
+            web_name, web_arguments, web_output = replayed_web_call(item)
+            transcript.items.append({"type": "function_call", "call_id": call_id, "name": web_name,
+                                     "arguments": web_arguments})  # fmt: skip
+            transcript.add_output(call_id, web_output)
         elif kind == "code_interpreter_call":
             call_id = item.get("id", "")
             calls.add(call_id)

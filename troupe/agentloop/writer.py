@@ -251,6 +251,16 @@ class WireWriter:
                 if status == "failed":  # there is no file_search_call.failed event: the item says it
                     return [self._done(item)]
                 return [self._item_event("response.file_search_call.completed", item_id), self._done(item)]
+            case ev.WebSearchCallStarted(item_id=item_id, action=action):
+                added = self._add(_web_search_call(item_id, action, "in_progress"))
+                return [added, self._item_event("response.web_search_call.in_progress", item_id)]
+            case ev.WebSearchCallSearching(item_id=item_id):
+                return [self._item_event("response.web_search_call.searching", item_id)]
+            case ev.WebSearchCallDone(item_id=item_id, action=action, status=status):
+                item = _web_search_call(item_id, action, status)
+                if status == "failed":  # there is no web_search_call.failed event: the item says it
+                    return [self._done(item)]
+                return [self._item_event("response.web_search_call.completed", item_id), self._done(item)]
             case ev.CodeInterpreterCallStarted(item_id=item_id, container_id=container_id, outputs=outputs):
                 added = self._add(_code_interpreter_call(item_id, "", container_id, outputs, "in_progress"))
                 return [added, self._item_event("response.code_interpreter_call.in_progress", item_id)]
@@ -353,6 +363,7 @@ class WireWriter:
     def _item_event(self, type_: str, item_id: str) -> dict[str, Any]:
         """``ResponseMcpListTools{InProgress,Completed,Failed}Event``, ``ResponseMcpCall{…}Event``,
         ``ResponseCodeInterpreterCall{InProgress,Interpreting,Completed}Event``,
+        ``ResponseWebSearchCall{InProgress,Searching,Completed}Event``,
         ``ResponseCompactionCompactingEvent``."""
         return {
             "item_id": item_id,
@@ -572,6 +583,11 @@ def _file_search_call(
         "type": "file_search_call",
         "results": None if results is None else [_search_result(r) for r in results],
     }
+
+
+def _web_search_call(item_id: str, action: dict[str, Any], status: str) -> dict[str, Any]:
+    """A ``ResponseFunctionWebSearch``."""
+    return {"id": item_id, "action": dict(action), "status": status, "type": "web_search_call"}
 
 
 def _code_interpreter_call(

@@ -50,7 +50,8 @@ Decision order for each turn:
    yet -> call them (the second round); else without ``loop``, answer one line per result,
    ``NAME -> OUTPUT``, joined by "\\n"; a ``file_search`` result is answered with its best
    passage's text and its citation marker (``troupe.agentloop.file_search``), or says nothing
-   was found; a ``python`` or ``shell`` result is answered with the output as it is (the run's logs and
+   was found; a web tool's result (``web_search``, ``web_open_page``, ``web_find_in_page``) with
+   what its first source says and that source's marker (``troupe.agentloop.web_search``); a ``python`` or ``shell`` result is answered with the output as it is (the run's logs and
    the links of the files it wrote, so the answer cites them); with ``loop``, call the loop tools again. A compaction's summary (a system
    message beginning ``SUMMARY_HEADING``) after the last user message, and no tool result
    after it, stands for that message's tool calls and results, which the loop compacted
@@ -58,8 +59,9 @@ Decision order for each turn:
    tools are called again.
 4. ``call`` / ``loop`` -> tool calls (finish_reason "tool_calls").
 5. ``say`` / ``tokens`` / ``history`` -> that text (the first of them in the message wins).
-6. No directive: a question (the message ends with "?") while ``file_search`` is offered
-   (and tool_choice is not "none") -> ``file_search`` with the question as its query;
+6. No directive: a question (the message ends with "?") while ``file_search`` (else
+   ``web_search``) is offered (and tool_choice is not "none") -> that tool with the question as
+   its query;
    tool_choice "required" -> the first offered tool, a forced
    ``{"type": "function", "function": {"name": X}}`` -> X; otherwise, with tools offered
    (and tool_choice not "none"), a word of 4+ letters from the message found in a tool's
@@ -117,6 +119,7 @@ from troupe.agentloop.model import (
 )
 from troupe.agentloop.shell import SHELL
 from troupe.agentloop.tool_protocols import Step, TextProtocol, native_request, protocol_of, render_step
+from troupe.agentloop.web_search import WEB_SEARCH, WEB_TOOL_NAMES
 from troupe.protocol import content_text
 from troupe.sim.directives import CallCue, parse_directives
 from troupe.sim.moderation import judge
@@ -133,6 +136,9 @@ __all__ = [
     "split_arguments",
     "message_text",
 ]
+
+_WEB_SOURCE = re.compile(r"^(【\d+†[^】]*】) \(url: \S+\)")
+"""A web tool's source line (``troupe.agentloop.web_search``): its marker, then its URL."""
 
 _WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
@@ -303,8 +309,8 @@ def _plan(
         calls = [c for c in cues.calls if not c.then]
     elif cues.answer is not None:
         text, cut = _answer(cues.answer, messages)
-    elif _searches(request, cues.plain):
-        calls = [CallCue(name=FILE_SEARCH, arguments=json.dumps({"query": cues.plain.strip()}), loop=False)]
+    elif (searched := _searches(request, cues.plain)) is not None:
+        calls = [CallCue(name=searched, arguments=json.dumps({"query": cues.plain.strip()}), loop=False)]
     elif (chosen := _choose_tool(request, cues.plain)) is not None:
         calls = [CallCue(name=chosen, arguments=None, loop=False)]
     else:
@@ -367,6 +373,8 @@ def _result_line(name: str, output: str) -> str:
     """The answer's line for one tool result."""
     if name in (PYTHON, SHELL):
         return output
+    if name in WEB_TOOL_NAMES:
+        return _web_line(output)
     if name != FILE_SEARCH:
         return f"{name} -> {output}"
     passages = parse_results(output)
@@ -376,10 +384,24 @@ def _result_line(name: str, output: str) -> str:
     return f"{text} 【{marker}†{filename}】"
 
 
-def _searches(request: ChatRequest, message: str) -> bool:
-    """Whether an undirected message is a question to search the files for."""
-    offered = any(f.get("name") == FILE_SEARCH for f in _functions(request))
-    return offered and request.tool_choice != "none" and message.strip().endswith("?")
+def _web_line(output: str) -> str:
+    """The answer's line for a web tool's result: what its first source says, and its marker."""
+    lines = output.splitlines()
+    for n, line in enumerate(lines):
+        source = _WEB_SOURCE.match(line)
+        if source is None:
+            continue
+        said = line[source.end() :].strip() or next((rest.strip() for rest in lines[n + 1 :] if rest.strip()), "")
+        return f"{' '.join(said.split()[:40])} {source[1]}"
+    return output.splitlines()[0] if output else "I found nothing on the web."
+
+
+def _searches(request: ChatRequest, message: str) -> str | None:
+    """The search tool an undirected question goes to (``file_search`` first, then ``web_search``), if any."""
+    if request.tool_choice == "none" or not message.strip().endswith("?"):
+        return None
+    offered = {f.get("name") for f in _functions(request)}
+    return next((name for name in (FILE_SEARCH, WEB_SEARCH) if name in offered), None)
 
 
 def _answer(answer: tuple[str, str], messages: list[dict[str, Any]]) -> tuple[str, bool]:
