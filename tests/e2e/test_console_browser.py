@@ -10,7 +10,8 @@ kept as a test artifact, in ``$TROUPE_TEST_ARTIFACTS`` (default ``tests/artifact
 No Python package drives the browser: Debian's ``chromium`` runs as a subprocess. The test
 skips only when no Chromium is installed (``make test`` installs it where it can, as root).
 It reuses the session's Serve deployment (tests/e2e/conftest.py), under the replica placement
-that ``troupe serve`` uses by default.
+that ``troupe serve`` uses by default; the webhooks view's test serves an in-process app of its
+own (``credentials_keys`` and a URL policy that lets local receivers in, as tests/e2e/test_webhooks.py).
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner
 from openai import OpenAI
 
+from tests.servers import WebhookReceiver, serve_app, served_local, wait_for
 from troupe.cli import cli
+from troupe.runtime.settings import WebhookSettings
+from troupe.serve.config import ServerSettings
+from troupe.storage.credentials import new_key
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -62,7 +68,9 @@ def headless(chromium: str, profile: Path, *args: str) -> subprocess.CompletedPr
 
 
 class Rendered(HTMLParser):
-    """What the dumped DOM holds: the view's state, the Gantt chart's step bars, a session's span bars."""
+    """What the dumped DOM holds: the view's state, the Gantt chart's step bars, a session's span bars,
+    and the table rows that name a webhook endpoint or delivery (their attributes, and their cells' text
+    under ``"cells"``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -71,11 +79,18 @@ class Rendered(HTMLParser):
         self.spans: list[dict[str, str | None]] = []
         self.code_runs = 0
         self.figures: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+        self._cells: list[str] | None = None  # the cells of the row being read
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
         if values.get("id") == "view":
             self.view = values
+        if tag == "tr" and ("data-delivery" in values or "data-endpoint" in values):
+            self._cells = []
+            self.rows.append({**values, "cells": self._cells})
+        if tag == "td" and self._cells is not None:
+            self._cells.append("")
         if tag == "rect" and "step" in (values.get("class") or "").split():
             self.bars.append(values)
         if tag == "rect" and "span" in (values.get("class") or "").split():
@@ -84,6 +99,14 @@ class Rendered(HTMLParser):
             self.code_runs += 1
         if tag == "img" and "figure" in (values.get("class") or "").split():
             self.figures.append(values.get("src") or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._cells = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cells:
+            self._cells[-1] += data
 
 
 def rendered(chromium: str, tmp_path: Path, url: str) -> Rendered:
@@ -184,3 +207,57 @@ def test_a_sessions_subagents_are_side_by_side_on_its_timeline(chromium, troupe_
         assert max(start for start, _ in spans) < min(end for _, end in spans), f"not overlapping: {spans}"
     finally:
         client.beta.agents.sessions.delete(event.session_id)
+
+
+def test_the_webhooks_view_shows_each_endpoints_deliveries_with_their_status_and_error(chromium, tmp_path) -> None:
+    ok, refusing = WebhookReceiver(), WebhookReceiver([400])  # a 400 fails a delivery at once
+    settings = WebhookSettings(allowed_urls=("http://127.0.0.1:*",))
+    with serve_app(ok) as ok_url, serve_app(refusing) as refusing_url:
+        server = served_local(ServerSettings(), storage_path=str(tmp_path / "troupe.duckdb"),
+                              credentials_keys=(new_key(),), webhooks=settings)  # fmt: skip
+        root = next(server)
+        try:
+            client = OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
+            good = client.webhooks.create(name="good hook", url=f"{ok_url}/in", event_types=["response.completed"])
+            bad = client.webhooks.create(name="bad hook", url=f"{refusing_url}/in", event_types=["response.completed"])
+            client.responses.create(model="sim", input="hello", background=True)  # one event, two deliveries
+
+            def log(endpoint_id: str) -> list[Any]:
+                return client.get(f"/webhook_endpoints/{endpoint_id}/deliveries", cast_to=cast(Any, object))["data"]
+
+            wait_for(lambda: all(log(ep.id) and log(ep.id)[0]["status"] != "pending" for ep in (good, bad)),
+                     what="both deliveries ended")  # fmt: skip
+            [delivered], [failed] = log(good.id), log(bad.id)
+            assert (delivered["status"], failed["status"]) == ("delivered", "failed")
+            assert failed["last_error"] == "HTTP 400: receiver says no"
+
+            page = rendered(chromium, tmp_path, f"{root}/console#/webhooks")
+            assert (page.view.get("data-state"), page.view.get("data-view")) == ("ready", "webhooks"), page.view
+            # name, url, event types, signing secret hint, created
+            endpoints = {r["data-endpoint"]: r["cells"][:4] for r in page.rows if "data-delivery" not in r}
+            assert endpoints == {
+                good.id: ["good hook", f"{ok_url}/in", "response.completed", good.signing_secret_hint],
+                bad.id: ["bad hook", f"{refusing_url}/in", "response.completed", bad.signing_secret_hint],
+            }  # fmt: skip
+            rows = {r["data-endpoint"]: r for r in page.rows if "data-delivery" in r}
+            assert rows.keys() == {good.id, bad.id}, page.rows
+            expected = (
+                (good.id, delivered, "200", "", "delivered "),
+                (bad.id, failed, "400", failed["last_error"], "gave up "),
+            )
+            for endpoint_id, entry, code, error, ended in expected:
+                row = rows[endpoint_id]
+                assert (row["data-delivery"], row["data-status"]) == (entry["id"], entry["status"])
+                # created, event type, event, delivery (webhook-id), status, attempts, last status, last error, when
+                cells = row["cells"]
+                shown = [entry["event_type"], entry["event_id"], entry["id"], entry["status"], "1", code, error]
+                assert cells[1:8] == shown, cells
+                assert cells[8].startswith(ended), cells
+
+            one = rendered(chromium, tmp_path, f"{root}/console#/webhooks/{bad.id}")
+            assert (one.view.get("data-state"), one.view.get("data-view")) == ("ready", "webhook"), one.view
+            [only] = one.rows
+            assert (only["data-delivery"], only["data-status"]) == (failed["id"], "failed")
+            assert only["cells"][7] == "HTTP 400: receiver says no"
+        finally:
+            server.close()

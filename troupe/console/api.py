@@ -24,6 +24,11 @@ keys configured, anyone is tenant ``""``, as in the API. Sessions are read per t
 key reads tenant ``""``'s unless ``tenant`` names another. Evaluation runs belong to no tenant:
 they are shown to admin keys, and to anyone while the API has no keys.
 
+The page's Webhooks view (``#/webhooks``) reads no route here: it reads the API itself with
+the same key (``GET /v1/webhook_endpoints`` and ``GET /v1/webhook_endpoints/{id}/deliveries``,
+:mod:`troupe.serve.routes.webhooks`), so it shows the key's own tenant's endpoints only (an
+admin key's is tenant ``""`` while tenants have no keys, and none once they have).
+
 The live figures (``/stats``) are computed from the stored responses that ended in the
 window, so they cover the whole cluster and lag a response's storage by a moment.
 

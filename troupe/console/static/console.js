@@ -1,8 +1,9 @@
 // The Troupe console: vanilla JavaScript, no build step. Views are chosen by the URL's hash
 // (#/, #/responses/ID, #/threads/ID, #/sessions, #/sessions/ID, #/evals, #/evals/ID,
-// #/evals/compare?a=&b=) and drawn
-// from the JSON under /v1/troupe/console (troupe/console/api.py). Text from the server is
-// always set as text, never parsed as HTML.
+// #/evals/compare?a=&b=, #/webhooks, #/webhooks/ID) and drawn from the JSON under
+// /v1/troupe/console (troupe/console/api.py), the webhooks views from the API itself
+// (GET /v1/webhook_endpoints and its deliveries, the key's own tenant's). Text from the
+// server is always set as text, never parsed as HTML.
 "use strict";
 (() => {
   const KEY = "troupe-console-key"; // sessionStorage: the API key, sent as a Bearer header
@@ -13,6 +14,7 @@
   const STATUSES = ["", "completed", "incomplete", "failed", "cancelled", "in_progress", "queued"];
   const STATS_WINDOW_S = 60;
   const STATS_EVERY_MS = 5000;
+  const WEBHOOKS_EVERY_MS = 5000; // the delivery logs' refresh
 
   const view = document.getElementById("view");
   let me = null; // {tenant, admin, keys}
@@ -23,8 +25,10 @@
 
   // -- plumbing ---------------------------------------------------------------------------
 
-  async function api(path, params = {}) {
-    const url = new URL(API + path, location.href);
+  // GET base + path with the tab's key: the console's JSON (api) or the API itself (v1). A 401
+  // asks for a key.
+  async function request(base, path, params = {}) {
+    const url = new URL(base + path, location.href);
     for (const [name, value] of Object.entries(params)) {
       if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
     }
@@ -41,6 +45,9 @@
     if (!reply.ok) throw new Error(message);
     return body;
   }
+
+  const api = (path, params) => request(API, path, params);
+  const v1 = (path, params) => request(ROOT + "/v1", path, params);
 
   function append(el, children) {
     for (const child of children.flat(Infinity)) {
@@ -100,7 +107,8 @@
   const responseHash = (id, tenant) => hashOf(`/responses/${encodeURIComponent(id)}`, tenantParams(tenant));
   const threadHash = (id, tenant) => hashOf(`/threads/${encodeURIComponent(id)}`, tenantParams(tenant));
   const sessionHash = (id, tenant) => hashOf(`/sessions/${encodeURIComponent(id)}`, tenantParams(tenant));
-  const navOf = (part) => (part === "evals" || part === "sessions" ? part : "responses");
+  const webhookHash = (id) => hashOf(`/webhooks/${encodeURIComponent(id)}`);
+  const navOf = (part) => (["evals", "sessions", "webhooks"].includes(part) ? part : "responses");
 
   // -- who is looking ----------------------------------------------------------------------
 
@@ -165,6 +173,8 @@
       else if (parts[0] === "evals" && parts[1] === "compare") node = await compareView(params);
       else if (parts[0] === "evals" && parts[1]) node = await evalView(parts[1]);
       else if (parts[0] === "evals") node = await evalsView();
+      else if (parts[0] === "webhooks" && parts[1]) node = await webhookView(parts[1], mine);
+      else if (parts[0] === "webhooks") node = await webhooksView(mine);
       else node = await responsesView(params, mine);
       if (mine !== generation) return;
       view.replaceChildren(node);
@@ -729,6 +739,194 @@
         ? h("table", {}, h("thead", {}, h("tr", {}, ["case", "A passed", "B passed", "change", "A e2e", "B e2e"].map((c) => h("th", {}, c)))),
             h("tbody", {}, changed.map((c) => h("tr", {}, h("td", { class: "mono" }, c.case_id), h("td", {}, passes(c.a)), h("td", {}, passes(c.b)), h("td", {}, c.change), h("td", {}, secs(c.a_e2e_s)), h("td", {}, secs(c.b_e2e_s))))))
         : h("p", { class: "muted" }, "No case changed."),
+    );
+  }
+
+  // -- webhook endpoints and their delivery logs ----------------------------------------------
+
+  // Read through the API itself (GET /v1/webhook_endpoints, …/{id}/deliveries), which answers for
+  // the key's own tenant only: an admin key is tenant "" there while tenants have no keys, and
+  // no tenant (a 401) once they have, so the views then ask for a tenant's key instead.
+  const quoted = (tenant) => (tenant === "" ? '""' : tenant);
+
+  function webhooksScope() {
+    if (me.admin && me.keys) {
+      return h(
+        "p",
+        { class: "muted", id: "webhooks-scope" },
+        "Webhook endpoints belong to a tenant, and the webhook API (GET /v1/webhook_endpoints) shows the key's own tenant's only: " +
+          "an admin key has no tenant. Forget this key and enter a tenant's key to see its endpoints and their deliveries.",
+      );
+    }
+    const why = me.admin ? " (the webhook API shows the key's own tenant only: an admin key's is \"\", not every tenant)" : "";
+    return h("p", { class: "muted", id: "webhooks-scope" }, `Tenant ${quoted(me.tenant)}${why}.`);
+  }
+
+  // Where a delivery stands: when it was delivered, when it is tried next, or when it gave up.
+  function deliveryWhen(d) {
+    if (d.status === "delivered") return `delivered ${when(d.delivered_at)}`;
+    if (d.status === "pending") return d.next_attempt_at ? `next attempt ${when(d.next_attempt_at)}` : "next attempt –";
+    return d.last_attempt_at ? `gave up ${when(d.last_attempt_at)}` : "–";
+  }
+
+  function deliveryRow(d) {
+    return h(
+      "tr",
+      { "data-delivery": d.id, "data-endpoint": d.endpoint_id, "data-status": d.status },
+      h("td", {}, when(d.created_at)),
+      h("td", {}, d.event_type),
+      h("td", { class: "mono" }, d.event_id),
+      h("td", { class: "mono" }, d.id),
+      h("td", {}, statusBadge(d.status)),
+      h("td", { class: "num" }, String(d.attempts)),
+      h("td", { class: "num" }, d.last_status_code ?? "–"),
+      h("td", { class: "error" }, d.last_error || ""),
+      h("td", {}, deliveryWhen(d), d.status === "pending" && d.last_attempt_at ? h("div", { class: "muted" }, `last attempt ${when(d.last_attempt_at)}`) : null),
+    );
+  }
+
+  // An endpoint's delivery log, newest first. refresh() reads the newest page again: a delivery
+  // already shown has its row replaced (it was retried), a new one goes on top; the button adds
+  // the next older page.
+  function deliveryLog(endpointId, limit) {
+    const path = `/webhook_endpoints/${encodeURIComponent(endpointId)}/deliveries`;
+    const rows = new Map(); // delivery id → its row
+    const body = h("tbody");
+    const head = h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        h("th", {}, "Created"), h("th", {}, "Event type"), h("th", {}, "Event"), h("th", {}, "Delivery (webhook-id)"), h("th", {}, "Status"),
+        h("th", { class: "num" }, "Attempts"), h("th", { class: "num" }, "Last status"), h("th", {}, "Last error"), h("th", {}, "Delivered / next attempt"),
+      ),
+    );
+    const table = h("table", { class: "deliveries", "data-endpoint": endpointId, hidden: true }, head, body);
+    const empty = h("p", { class: "muted" }, "No delivery yet: an event this endpoint subscribes to makes one.");
+    const more = h("button", { type: "button", hidden: true }, "Older deliveries");
+    let last = null; // the oldest delivery shown: the next older page starts after it
+    const shown = () => {
+      table.hidden = rows.size === 0;
+      empty.hidden = rows.size > 0;
+    };
+    async function refresh(mine) {
+      const page = await v1(path, { limit });
+      if (mine !== generation) return;
+      let next = body.firstChild; // the row after the last one placed
+      for (const d of page.data) {
+        const row = deliveryRow(d);
+        const old = rows.get(d.id);
+        if (old) {
+          old.replaceWith(row);
+          next = row.nextSibling;
+        } else {
+          body.insertBefore(row, next);
+        }
+        rows.set(d.id, row);
+      }
+      if (last === null) {
+        last = page.last_id;
+        more.hidden = !page.has_more;
+      }
+      shown();
+    }
+    more.addEventListener("click", async () => {
+      const page = await v1(path, { limit, after: last });
+      for (const d of page.data) {
+        if (rows.has(d.id)) continue;
+        const row = deliveryRow(d);
+        body.append(row);
+        rows.set(d.id, row);
+      }
+      last = page.last_id ?? last;
+      more.hidden = !page.has_more;
+      shown();
+    });
+    return { node: h("div", {}, table, empty, h("p", {}, more)), refresh };
+  }
+
+  // The logs read again every WEBHOOKS_EVERY_MS while the view is shown (route() stops it).
+  function refreshEvery(logs, mine) {
+    const note = h("p", { class: "muted", id: "webhooks-refreshed" }, `Refreshed every ${WEBHOOKS_EVERY_MS / 1000} s.`);
+    if (mine === generation) {
+      poller = setInterval(async () => {
+        try {
+          await Promise.all(logs.map((log) => log.refresh(mine)));
+          if (mine === generation) note.replaceChildren(`Refreshed every ${WEBHOOKS_EVERY_MS / 1000} s; last at ${new Date().toLocaleTimeString()}.`);
+        } catch (error) {
+          if (!(error instanceof NeedsKey)) note.replaceChildren(h("span", { class: "error" }, error.message));
+        }
+      }, WEBHOOKS_EVERY_MS);
+    }
+    return note;
+  }
+
+  async function webhooksView(mine) {
+    if (me.admin && me.keys) return h("div", {}, h("h1", {}, "Webhooks"), webhooksScope());
+    const page = await v1("/webhook_endpoints", { limit: 100 });
+    const logs = page.data.map((ep) => deliveryLog(ep.id, 10));
+    await Promise.all(logs.map((log) => log.refresh(mine)));
+    const head = h("thead", {}, h("tr", {}, ["Name", "URL", "Event types", "Signing secret", "Created"].map((c) => h("th", {}, c))));
+    const body = h(
+      "tbody",
+      {},
+      page.data.map((ep) =>
+        h(
+          "tr",
+          { class: "row", "data-endpoint": ep.id, onclick: () => (location.hash = webhookHash(ep.id)) },
+          h("td", {}, link(webhookHash(ep.id), ep.name || ep.id)),
+          h("td", { class: "mono" }, ep.url),
+          h("td", {}, ep.event_types.join(", ")),
+          h("td", { class: "mono" }, ep.signing_secret_hint || "–"),
+          h("td", {}, when(ep.created_at)),
+        ),
+      ),
+    );
+    return h(
+      "div",
+      {},
+      h("h1", {}, "Webhook endpoints"),
+      webhooksScope(),
+      page.data.length
+        ? h("table", { id: "webhook-endpoints" }, head, body)
+        : h("p", { class: "muted" }, "No webhook endpoint (client.webhooks.create makes one: docs/webhooks.md)."),
+      page.has_more ? h("p", { class: "muted" }, `The first ${page.data.length} endpoints are shown.`) : null,
+      page.data.map((ep, i) =>
+        h(
+          "section",
+          { class: "webhook" },
+          h("h2", {}, "Deliveries to ", link(webhookHash(ep.id), ep.name || ep.id), h("span", { class: "muted" }, ` · ${ep.url} · the newest 10`)),
+          logs[i].node,
+        ),
+      ),
+      page.data.length ? refreshEvery(logs, mine) : null,
+    );
+  }
+
+  async function webhookView(id, mine) {
+    if (me.admin && me.keys) return h("div", {}, h("h1", {}, "Webhook endpoint ", h("span", { class: "mono" }, id)), webhooksScope());
+    const ep = await v1(`/webhook_endpoints/${encodeURIComponent(id)}`);
+    const log = deliveryLog(ep.id, 50);
+    await log.refresh(mine);
+    const facts = [
+      ["name", ep.name],
+      ["url", h("span", { class: "mono" }, ep.url)],
+      ["event types", ep.event_types.join(", ")],
+      ["signing secret", h("span", { class: "mono" }, ep.signing_secret_hint || "–")],
+      ["tenant", quoted(me.tenant)],
+      ["created", when(ep.created_at)],
+      ["updated", when(ep.updated_at)],
+    ];
+    return h(
+      "div",
+      {},
+      h("h1", {}, "Webhook endpoint ", h("span", { class: "mono" }, ep.id)),
+      h("p", {}, link("#/webhooks", "← every endpoint")),
+      h("div", { class: "card" }, h("table", {}, h("tbody", {}, facts.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v)))))),
+      h("h2", {}, "Deliveries ", h("span", { class: "muted" }, "newest first (GET /v1/webhook_endpoints/{id}/deliveries)")),
+      log.node,
+      refreshEvery([log], mine),
     );
   }
 
