@@ -311,7 +311,7 @@ def _tables() -> dict[str, type[BaseModel]]:
 def test_every_option_is_documented_in_its_model():
     tables = _tables()
     assert set(tables) == {"server", "limits", "auth", "runtime", "models", "tools", "guardrails", "guardrails.rules",
-                           "mcp", "mcp.servers", "telemetry", "containers", "webhooks"}
+                           "mcp", "mcp.servers", "telemetry", "containers", "webhooks", "web_search"}
     for table, model in tables.items():
         assert model.__doc__, f"[{table}] has no description"
         for name, field in model.model_fields.items():
@@ -330,7 +330,8 @@ def test_the_example_file_shows_every_option_with_its_default():
         for name, field in model.model_fields.items():
             shown = f"{name} =" in text or f"[[{table}.{name}]]" in text
             assert shown, f"{table}.{name} is not in docs/troupe.example.toml"
-            if table in ("server", "limits", "runtime", "telemetry", "containers", "webhooks") and name in doc[table]:
+            if table in ("server", "limits", "runtime", "telemetry", "containers", "webhooks", "web_search") and \
+                    name in doc[table]:
                 default = field.get_default(call_default_factory=True)
                 default = list(default) if isinstance(default, tuple) else default  # a TOML array
                 assert doc[table][name] == default, (

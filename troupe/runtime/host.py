@@ -40,10 +40,12 @@ from troupe.agentloop.events import Checkpoint, StepStarted, StepTraced
 from troupe.agentloop.loop_guards import LoopGuards
 from troupe.agentloop.mcp import McpClient, McpServer
 from troupe.agentloop.tools import ToolExecutor
+from troupe.agentloop.web_search import WEB_SEARCH_TYPES, WebSearcher
 from troupe.agentloop.writer import WireWriter
 from troupe.observe import Observer, TurnObserver
 from troupe.protocol import (
     CreateResponseRequest,
+    InvalidRequest,
     conversation_not_found,
     model_not_found,
     previous_response_not_found,
@@ -157,6 +159,8 @@ class ConversationHost:
         self.guardrails = GuardrailRegistry(settings, self.models)
         self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         """What a run's row keeps of its request's credentials (:mod:`troupe.storage.credentials`)."""
+        self._web: Any = None
+        """The ``web_search`` tool's searcher (:mod:`troupe.runtime.web_search`), made on first use."""
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
         self.runs = LiveRuns()
         """The responses accepted and not yet stored: read, cancelled and followed by id."""
@@ -403,6 +407,24 @@ class ConversationHost:
         except Exception:  # nothing more to do: it was never stored, and a GET says 404
             log.exception("background response %s: its failure could not be stored", run.job.response_id)
 
+    def _web_searcher(self, tools: list[dict[str, Any]]) -> WebSearcher | None:
+        """What a request's ``web_search`` tool searches with: the host's, made the first time a
+        request offers one (None when none does).
+
+        Raises:
+            InvalidRequest: a ``web_search`` tool on a server with no search provider (naming it).
+        """
+        index = next((i for i, t in enumerate(tools) if t.get("type") in WEB_SEARCH_TYPES), None)
+        if index is None:
+            return None
+        if self.settings.web_search.provider == "none":
+            raise InvalidRequest(NO_PROVIDER, param=f"tools[{index}]", code="unsupported_value")
+        if self._web is None:
+            from troupe.runtime.web_search import RuntimeWebSearcher
+
+            self._web = RuntimeWebSearcher(self.settings.web_search)
+        return self._web
+
     async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncGenerator[list[dict[str, Any]], None]:
         resumed = run.stored_steps
         started = run.started_at = resumed[0]["started_at"] if resumed else time.time()
@@ -415,6 +437,7 @@ class ConversationHost:
         history = await self._history(job, thread)
         tools = [plain(t) for t in request.tools or []]
         code_runner = self._code_runner(job)
+        web_searcher = self._web_searcher(tools)
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
             for i, tool in enumerate(tools):
@@ -423,7 +446,7 @@ class ConversationHost:
         prepared = prepare(
             request, history, self.executors, mcp_client=self.mcp_client, mcp_servers=servers,
             file_searcher=self.vector_stores.searcher(job.tenant),
-            code_runner=code_runner, shell_runner=code_runner,
+            code_runner=code_runner, shell_runner=code_runner, web_searcher=web_searcher,
         )  # fmt: skip
         obs = self.observer.turn(job, started=started)
         if obs is not None:
@@ -655,6 +678,15 @@ class ConversationHost:
         await self.guardrails.close()
         if self.mcp_client is not None:
             await self.mcp_client.close()
+        if self._web is not None:
+            await self._web.close()
+
+
+NO_PROVIDER = (
+    "The web_search tool needs a search provider, and none is configured on this server. Set [web_search] "
+    "provider (\"searxng\" with url, \"brave\" or \"tavily\" with api_key) in its configuration (docs/web-search.md)."
+)
+"""The 400 of a ``web_search`` tool on a server without a provider."""
 
 
 def _run_record(job: TurnJob, keys: CredentialKeys) -> RunRecord:

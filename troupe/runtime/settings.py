@@ -374,6 +374,39 @@ class WebhookSettings(BaseModel):
     """The ``User-Agent`` of every delivery."""
 
 
+class WebSearchSettings(BaseModel):
+    """The ``web_search`` tool: the search engine it asks and how pages are fetched (the
+    ``[web_search]`` table; docs/web-search.md)."""
+
+    model_config = SETTINGS_CONFIG
+
+    provider: Literal["none", "searxng", "brave", "tavily"] = "none"
+    """The search engine: ``searxng`` (a SearXNG instance's JSON API, at ``url``; self-hosted, no
+    key), ``brave`` (Brave Search API) or ``tavily`` (Tavily), each with ``api_key``. ``none``: a
+    request with the ``web_search`` tool is a 400 naming it."""
+    url: str = ""
+    """SearXNG's base URL (``http://127.0.0.1:8888``); its ``/search?format=json`` must be enabled."""
+    brave_url: str = "https://api.search.brave.com/res/v1/web/search"
+    """Brave Search's web search endpoint."""
+    tavily_url: str = "https://api.tavily.com/search"
+    """Tavily's search endpoint."""
+    api_key: SecretStr | None = None
+    """Brave's or Tavily's key; also the env var ``TROUPE_WEB_SEARCH_API_KEY`` (read when unset).
+    Never stored with the history nor shown."""
+    timeout_s: PositiveFloat = 10.0
+    """A search, or a page's fetch, taking longer fails (the model is told)."""
+    max_page_bytes: PositiveInt = 2_000_000
+    """A page larger than this is not read (the model is told)."""
+    user_agent: str = "Troupe-WebSearch/1"
+    """The ``User-Agent`` of page fetches, and the name robots.txt rules are matched against."""
+    allowed_urls: tuple[str, ...] = ()
+    """URL patterns (``*`` wildcards, whole URL) of pages that may be fetched although they are on
+    private addresses (the MCP servers' URL policy otherwise refuses loopback, private, link-local
+    and metadata addresses); also the env var ``TROUPE_WEB_SEARCH_ALLOWED_URLS`` (comma-separated)."""
+    respect_robots: bool = True
+    """Honour a site's robots.txt before opening one of its pages."""
+
+
 class ContainersSettings(BaseModel):
     """Containers: what the Containers API allows, where their files go, how their code runs
     (the ``[containers]`` table; docs/sandbox.md for the sandbox)."""
@@ -545,6 +578,8 @@ class RuntimeSettings(RuntimeOptions):
     """Containers (the Containers API, ``code_interpreter``): their limits, files and sandbox."""
     webhooks: WebhookSettings = WebhookSettings()
     """Webhook deliveries: their URL policy and retries."""
+    web_search: WebSearchSettings = WebSearchSettings()
+    """The ``web_search`` tool's provider and page fetches."""
     ingress_replicas: PositiveInt = 1
     """How many ingress replicas share the threads with the ``replica`` placement (``[server]
     num_replicas``): each hosts those whose id hashes to its rank (:mod:`troupe.runtime.ray.replicas`)."""

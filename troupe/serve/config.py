@@ -15,7 +15,7 @@ all, and a test keeps it in step)::
     [[models]]  ModelSpec            [[tools]]  ToolSpec
     [mcp]       McpSettings, with [[mcp.servers]] McpServerSpec
     [telemetry] TelemetrySettings    [containers] ContainersSettings
-    [webhooks]  WebhookSettings
+    [webhooks]  WebhookSettings      [web_search] WebSearchSettings
 
 Precedence, lowest first: embedded defaults → the TOML file → the environment →
 (in ``troupe serve``) command-line flags. Every option has an environment variable,
@@ -72,6 +72,7 @@ from troupe.runtime.settings import (
     TelemetrySettings,
     ToolSpec,
     WebhookSettings,
+    WebSearchSettings,
 )
 from troupe.storage.base import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 
@@ -239,6 +240,7 @@ class TroupeConfig(BaseSettings):
     telemetry: TelemetrySettings = TelemetrySettings()
     containers: ContainersSettings = ContainersSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    web_search: WebSearchSettings = WebSearchSettings()
 
     @field_validator("models", "tools", "guardrails")
     @classmethod
@@ -265,6 +267,7 @@ class TroupeConfig(BaseSettings):
             telemetry=self.telemetry,
             containers=self.containers,
             webhooks=self.webhooks,
+            web_search=self.web_search,
         )
         return server, runtime
 

@@ -139,6 +139,7 @@ __all__ = [
 
 _WEB_SOURCE = re.compile(r"^(【\d+†[^】]*】) \(url: \S+\)")
 """A web tool's source line (``troupe.agentloop.web_search``): its marker, then its URL."""
+_FIND_HEADER = re.compile(r"^\d+ match\(es\) of ")
 
 _WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
@@ -391,7 +392,8 @@ def _web_line(output: str) -> str:
         source = _WEB_SOURCE.match(line)
         if source is None:
             continue
-        said = line[source.end() :].strip() or next((rest.strip() for rest in lines[n + 1 :] if rest.strip()), "")
+        rest = [r.strip() for r in lines[n + 1 :] if r.strip() and not _FIND_HEADER.match(r)]
+        said = line[source.end() :].strip() or next(iter(rest), "")
         return f"{' '.join(said.split()[:40])} {source[1]}"
     return output.splitlines()[0] if output else "I found nothing on the web."
 
