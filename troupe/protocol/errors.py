@@ -33,6 +33,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -296,6 +297,24 @@ def show_value(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_http_url(value: Any, param: str) -> str:
+    """``value`` if it is an http(s) URL with a host and no credentials in it; else a 400 naming
+    ``param`` (whether it may be reached is the runtime's URL policy, not this)."""
+    if not isinstance(value, str):
+        raise wrong_type(param, "a URL", value)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"Invalid '{param}': {show_value(value)} is not an http(s) URL.", param=param,
+                             code="invalid_value")  # fmt: skip
+    if parts.username is not None or parts.password is not None:
+        raise InvalidRequest(f"Invalid '{param}': a URL may not hold credentials.", param=param, code="invalid_value")
+    return value
 
 
 def object_body(body: Any, where: str, allowed: Sequence[str]) -> dict[str, Any]:

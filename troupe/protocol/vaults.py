@@ -57,7 +57,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import InvalidRequest, NotFound, object_body, show_value, wrong_type
+from .errors import InvalidRequest, NotFound, check_http_url, object_body, show_value, wrong_type
 from .ids import new_id
 from .request import check_metadata
 
@@ -230,7 +230,7 @@ def parse_credential_create(body: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     if kind not in SERVED_AUTH_TYPES:
         raise _missing("auth.type") if kind is None else _one_of("auth.type", kind, AUTH_TYPES)
     object_body(auth, "auth", _AUTH_KEYS_OF[kind])
-    url = _server_url(_required(auth, "mcp_server_url", "auth"), "auth.mcp_server_url")
+    url = check_http_url(_required(auth, "mcp_server_url", "auth"), "auth.mcp_server_url")
     public: dict[str, Any] = {"type": kind, "mcp_server_url": url}
     if kind == "static_bearer":
         secrets = {"token": _secret(_required(auth, "token", "auth"), "auth.token")}
@@ -377,7 +377,7 @@ def _refresh(value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         secrets["client_secret"] = _secret(_required(endpoint_auth, "client_secret", where), f"{where}.client_secret")
     public = {"client_id": client_id, "resource": _optional_text(refresh.get("resource"), f"{at}.resource"),
               "scope": _optional_text(refresh.get("scope"), f"{at}.scope"),
-              "token_endpoint": _server_url(refresh["token_endpoint"], f"{at}.token_endpoint"),
+              "token_endpoint": check_http_url(refresh["token_endpoint"], f"{at}.token_endpoint"),
               "token_endpoint_auth": {"type": kind}}  # fmt: skip
     return public, secrets
 
@@ -429,22 +429,6 @@ def _secret(value: Any, param: str) -> str:
     if any(c in value for c in "\r\n\0"):
         raise InvalidRequest(f"Invalid '{param}': it must not hold carriage returns, newlines or NUL bytes.",
                              param=param, code="invalid_value")  # fmt: skip
-    return value
-
-
-def _server_url(value: Any, param: str) -> str:
-    if not isinstance(value, str):
-        raise wrong_type(param, "a URL", value)
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(f"Invalid '{param}': {show_value(value)} is not an http(s) URL.", param=param,
-                             code="invalid_value")  # fmt: skip
-    if parts.username is not None or parts.password is not None:
-        raise InvalidRequest(f"Invalid '{param}': a URL may not hold credentials.", param=param, code="invalid_value")
     return value
 
 

@@ -48,9 +48,8 @@ import json
 import secrets
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
-from .errors import InvalidRequest, NotFound, object_body, show_value, wrong_type
+from .errors import InvalidRequest, NotFound, check_http_url, object_body, show_value, wrong_type
 from .ids import new_id
 
 __all__ = [
@@ -187,22 +186,10 @@ def _name(value: Any) -> str:
 
 
 def _url(value: Any) -> str:
-    if not isinstance(value, str):
-        raise wrong_type("url", "a URL", value)
-    if len(value) > MAX_URL_CHARS:
+    if isinstance(value, str) and len(value) > MAX_URL_CHARS:
         raise InvalidRequest(f"Invalid 'url': string too long. Expected at most {MAX_URL_CHARS} characters.",
                              param="url", code="string_above_max_length")  # fmt: skip
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError:
-        parts = None
-    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(f"Invalid 'url': {show_value(value)} is not an http(s) URL.", param="url",
-                             code="invalid_value")  # fmt: skip
-    if parts.username is not None or parts.password is not None:
-        raise InvalidRequest("Invalid 'url': a URL may not hold credentials.", param="url", code="invalid_value")
-    return value
+    return check_http_url(value, "url")
 
 
 def _event_types(value: Any) -> list[str]:
