@@ -199,7 +199,7 @@ async def _run_main(
         if log is not None:
             log.close()
     if not address:  # this Ray (and its storage actor, which delivers webhooks) ends with the command
-        await _send_webhooks(store)
+        await _send_webhooks(store, WEBHOOK_WAIT_S if runtime.credentials_keys else 0.0)
     results = await store.eval_results(run_id)
     summary = summarize(results)
     if report:
@@ -222,7 +222,8 @@ async def _run_main(
 
 async def _send_webhooks(store: Any, wait_s: float = WEBHOOK_WAIT_S) -> None:
     """Wait (at most ``wait_s``) for the storage actor to send the webhook deliveries pending, the
-    run's end among them; say how many are left for the next server on this database to send."""
+    run's end among them; say how many are left for the next server on this database to send.
+    (Without ``credentials_keys`` the storage actor sends none: ``wait_s`` is 0 then.)"""
     import asyncio
     import time
 
