@@ -92,7 +92,7 @@ async def test_a_page_is_its_main_text_and_title_without_navigation(web: SmallWe
 
 
 async def test_pages_refused_too_large_too_slow_or_not_text_fail_saying_why(web: SmallWeb) -> None:
-    s = searcher(web, max_page_bytes=50_000, timeout_s=0.5)
+    s = searcher(web, max_page_bytes=50_000, timeout_s=0.5)  # /pages/slow takes 2.5 s
     try:
         for name, why in (("private/secret", "robots.txt disallows"), ("big", "too large"),
                           ("slow", "did not load within 0.5 s"), ("image", "not a text page"),
