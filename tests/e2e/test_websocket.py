@@ -100,6 +100,7 @@ def test_an_unstored_response_is_continued_on_its_connection_with_the_whole_thre
                                    previous_response_id=first.id)  # fmt: skip
         second = _until_end(connection)[-1].response
         assert second.status == "completed" and second.output_text == "second answer"
+        assert second.previous_response_id == first.id, "the response names what it continued"
         [sent] = recording.bodies[since:]
         said = [(m["role"], m["content"]) for m in sent["messages"]]
         assert said == [("user", "[[say first answer]] first question"), ("assistant", "first answer"),
@@ -109,6 +110,21 @@ def test_an_unstored_response_is_continued_on_its_connection_with_the_whole_thre
         other.response.create(model="m", input="more", previous_response_id=first.id)
         [error] = _until_end(other)
         assert error.type == "error" and (error.status, error.error.code) == (400, "previous_response_not_found")
+
+
+def test_a_failed_continuation_evicts_the_unstored_response_it_continued(keyed) -> None:
+    """The Open Responses rule (its suite's websocket-failed-continuation-evicts-cache)."""
+    client = OpenAI(base_url=f"{keyed}/v1", api_key="sk-ws-key", max_retries=0)
+    with client.responses.connect() as connection:
+        connection.response.create(model="m", input="[[say ok]] remember ember", store=False)
+        first = _until_end(connection)[-1].response
+        connection.response.create(model="m", store=False, previous_response_id=first.id, input=[
+            {"type": "function_call_output", "call_id": "call_missing", "output": "no such call"}])  # fmt: skip
+        [refused] = _until_end(connection)
+        assert refused.type == "error" and refused.status == 400
+        connection.response.create(model="m", store=False, previous_response_id=first.id, input="go on")
+        [error] = _until_end(connection)
+        assert error.type == "error" and error.error.code == "previous_response_not_found"
 
 
 def test_the_upgrade_is_refused_without_a_good_key(keyed) -> None:

@@ -18,7 +18,10 @@ authenticated as an HTTP request is (its bearer key); a refused one gets the HTT
 * A continuation sends only its new input with ``previous_response_id``. A stored response's
   thread is its host's, as over HTTP; one made with ``store: false`` on this connection is
   remembered by the connection (its last 64), so that a continuation of it works here, as
-  OpenAI allows on a socket, with the whole thread sent to the model.
+  OpenAI allows on a socket, with the whole thread sent to the model (the response still names
+  the ``previous_response_id`` given). A continuation that fails (an ``error`` event, or a
+  ``failed`` response) evicts the response it continued, as the Open Responses specification
+  asks: continuing it again is a ``previous_response_not_found``.
 * The connection closes after ``websocket_idle_timeout_s`` with no message and nothing running.
   When it closes (or drops), the responses still running on it are cancelled and store
   nothing, as an SSE stream's turn is when its client leaves: nobody is left to read them. Use
@@ -209,11 +212,13 @@ class _Connection:
             try:
                 running = await self._respond(lane, event)
             except ProtocolError as exc:
+                self._evict(event)
                 await self._error(exc, lane)
                 return
             except _Gone:
                 raise
             except Exception as exc:  # noqa: BLE001 - one response's failure, not the connection's
+                self._evict(event)
                 await self._error(ServerError(f"The response could not be run: {exc}"), lane)
                 return
             event = await self._after(running) if running is not None else None
@@ -231,6 +236,8 @@ class _Connection:
         if isinstance(previous, str) and previous in self.owed:  # steering input it was owed goes first
             body = {**body, "input": [*_steer_items(self.owed.pop(previous)), *_items_of(body.get("input"))]}
         body = self._expanded(body)
+        # A continuation of an unstored response runs as its thread: the client still sees the id it named.
+        echoed = previous if isinstance(previous, str) and previous in self.unstored else None
         request = parse_create_request({**body, "stream": True})
         self.app.tenant_limits.check_request(self.who)
         running: _Running | None = None
@@ -247,6 +254,8 @@ class _Connection:
                             self.under_way[running.response_id] = running
                         if wire.get("type") in _FINAL:
                             final = wire.get("response")
+                        if echoed is not None and isinstance(wire.get("response"), dict):
+                            wire = {**wire, "response": {**wire["response"], "previous_response_id": echoed}}
                         await self._send(wire, running)
             finally:
                 with contextlib.suppress(Exception):
@@ -254,6 +263,8 @@ class _Connection:
                 if running is not None:
                     self.under_way.pop(running.response_id, None)
         if final is not None:
+            if final.get("status") == "failed":  # a continuation that failed evicts what it continued
+                self._evict(event)
             self.finished[final["id"]] = final["status"]
             if running is not None:
                 running.required = _required_input(final)
@@ -344,6 +355,12 @@ class _Connection:
         if began_from is not None:
             expanded["previous_response_id"] = began_from
         return expanded
+
+    def _evict(self, event: dict[str, Any]) -> None:
+        """A continuation that failed (an error, or a ``failed`` response) forgets the unstored
+        response it continued, as the Open Responses specification asks: continuing that id again
+        on this connection is then a ``previous_response_not_found``."""
+        self.unstored.pop(event.get("previous_response_id"), None)  # type: ignore[arg-type]
 
     def _remember(self, response: dict[str, Any], request: Any) -> None:
         """An unstored response's thread (its input, which holds what it continued, and its
