@@ -4,15 +4,16 @@ HTTP: providers' requests and answers, failures, and pages opened under the URL 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from tests.servers import serve_app
-from tests.web_search_server import BRAVE_KEY, PAGES, TAVILY_KEY, SmallWeb
+from tests.web_search_server import BRAVE_KEY, NOTES, PAGES, TAVILY_KEY, SmallWeb
 from troupe.agentloop.web_search import WebSearchFailed
 from troupe.runtime.settings import WebSearchSettings
-from troupe.runtime.web_search import RuntimeWebSearcher
+from troupe.runtime.web_search import ALLOWED_URLS_ENV, API_KEY_ENV, RuntimeWebSearcher
 
 LOOPBACK = ("http://127.0.0.1:*",)
 
@@ -64,18 +65,68 @@ async def test_a_provider_that_fails_or_answers_html_says_so_without_its_key(web
         await html.close()
 
 
+async def test_a_provider_answer_of_the_wrong_shape_or_too_late_fails_saying_so(web: SmallWeb) -> None:
+    s = searcher(web, timeout_s=0.3)
+    try:
+        web.search_reply = {"answers": ["no results list"]}
+        with pytest.raises(WebSearchFailed, match=r"searxng\) answered without a list of results"):
+            await s.search("rocket", max_results=3)
+        web.search_reply, web.slow_search = None, True
+        with web.holding(), pytest.raises(WebSearchFailed, match="SearXNG did not answer within 0.3 s"):
+            await s.search("rocket", max_results=3)
+    finally:
+        web.search_reply, web.slow_search = None, False
+        await s.close()
+
+
 async def test_brave_and_tavily_are_asked_in_their_own_shapes(web: SmallWeb) -> None:
     brave = searcher(web, provider="brave", brave_url=f"{web.base}/brave", api_key=BRAVE_KEY)
     tavily = searcher(web, provider="tavily", tavily_url=f"{web.base}/tavily", api_key=TAVILY_KEY)
     wrong = searcher(web, provider="tavily", tavily_url=f"{web.base}/tavily", api_key="nope")
     try:
-        assert [h.title for h in await brave.search("soup", max_results=3)] == ["Cafeteria menu"]
+        hits = await brave.search("soup", max_results=3, user_location={"type": "approximate", "country": "de"})
+        assert [h.title for h in hits] == ["Cafeteria menu"]
+        assert web.asked["/brave"] == {"q": "soup", "count": "3", "text_decorations": "false", "country": "DE"}
         assert [h.title for h in await tavily.search("Pixel", max_results=3)] == ["Office cats"]
+        assert web.asked["/tavily"] == {"query": "Pixel", "max_results": 3}
+        web.sites["cats"] = "pets.example.org"
+        narrowed = await tavily.search("launch", max_results=5, allowed_domains=("example.org",))
+        assert [h.title for h in narrowed] == ["Office cats"]
+        assert web.asked["/tavily"]["include_domains"] == ["example.org"]
         with pytest.raises(WebSearchFailed, match="Tavily answered HTTP 401"):
             await wrong.search("Pixel", max_results=3)
     finally:
+        web.sites.clear()
         for s in (brave, tavily, wrong):
             await s.close()
+
+
+async def test_a_country_brave_does_not_serve_is_dropped_not_failed(web: SmallWeb) -> None:
+    brave = searcher(web, provider="brave", brave_url=f"{web.base}/brave", api_key=BRAVE_KEY)
+    before = web.hits["/brave"]
+    try:
+        hits = await brave.search("soup", max_results=3, user_location={"type": "approximate", "country": "KE"})
+        assert [h.title for h in hits] == ["Cafeteria menu"]
+        assert web.hits["/brave"] == before + 2 and "country" not in web.asked["/brave"]
+    finally:
+        await brave.close()
+
+
+async def test_the_key_and_the_allowlist_are_read_from_the_environment_at_call_time(
+    web: SmallWeb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = searcher(web, provider="brave", brave_url=f"{web.base}/brave", allowed_urls=())
+    try:
+        with pytest.raises(WebSearchFailed, match=API_KEY_ENV):
+            await s.search("soup", max_results=3)
+        with pytest.raises(WebSearchFailed, match="may not be fetched"):
+            await s.open_page(f"{web.base}/pages/menu")
+        monkeypatch.setenv(API_KEY_ENV, BRAVE_KEY)
+        monkeypatch.setenv(ALLOWED_URLS_ENV, " http://127.0.0.1:* ")
+        assert [h.title for h in await s.search("soup", max_results=3)] == ["Cafeteria menu"]
+        assert (await s.open_page(f"{web.base}/pages/menu")).title.startswith("Cafeteria menu")
+    finally:
+        await s.close()
 
 
 async def test_a_page_is_its_main_text_and_title_without_navigation(web: SmallWeb) -> None:
@@ -87,19 +138,24 @@ async def test_a_page_is_its_main_text_and_title_without_navigation(web: SmallWe
         assert "About us" not in page.text and "All rights reserved" not in page.text
         moved = await s.open_page(f"{web.base}/pages/moved")
         assert moved.url == f"{web.base}/pages/rocket", "a redirect is followed"
+        notes = await s.open_page(f"{web.base}/pages/notes.txt")
+        assert (notes.text, notes.title) == (NOTES, f"{web.base}/pages/notes.txt"), "decoded with its charset"
     finally:
         await s.close()
 
 
 async def test_pages_refused_too_large_too_slow_or_not_text_fail_saying_why(web: SmallWeb) -> None:
-    s = searcher(web, max_page_bytes=50_000, timeout_s=0.5)  # /pages/slow takes 2.5 s
+    s = searcher(web, max_page_bytes=50_000, timeout_s=0.5)  # /pages/slow answers when the block ends
+    secret_fetches = web.hits["/pages/private/secret"]
     try:
-        for name, why in (("private/secret", "robots.txt disallows"), ("big", "too large"),
-                          ("slow", "did not load within 0.5 s"), ("image", "not a text page"),
-                          ("to-private", "10.0.0.1")):  # fmt: skip
-            with pytest.raises(WebSearchFailed) as failed:
-                await s.open_page(f"{web.base}/pages/{name}")
-            assert why in str(failed.value), (name, str(failed.value))
+        with web.holding():
+            for name, why in (("private/secret", "robots.txt disallows"), ("to-secret", "robots.txt disallows"),
+                              ("big", "too large"), ("slow", "did not load within 0.5 s"),
+                              ("image", "not a text page (image/png)"), ("to-private", "10.0.0.1")):  # fmt: skip
+                with pytest.raises(WebSearchFailed) as failed:
+                    await s.open_page(f"{web.base}/pages/{name}")
+                assert why in str(failed.value), (name, str(failed.value))
+        assert web.hits["/pages/private/secret"] == secret_fetches, "robots.txt is asked first, after a redirect too"
     finally:
         await s.close()
     public_only = searcher(web, allowed_urls=())  # the default policy refuses loopback
@@ -116,9 +172,9 @@ async def test_robots_txt_is_read_once_per_host_and_can_be_ignored(web: SmallWeb
     s = searcher(web)
     before = web.hits["/robots.txt"]
     try:
-        await s.open_page(f"{web.base}/pages/menu")
+        await asyncio.gather(s.open_page(f"{web.base}/pages/menu"), s.open_page(f"{web.base}/pages/rocket"))
         await s.open_page(f"{web.base}/pages/cats")
-        assert web.hits["/robots.txt"] == before + 1
+        assert web.hits["/robots.txt"] == before + 1, "concurrent opens share the read"
     finally:
         await s.close()
     rude = searcher(web, respect_robots=False)
@@ -128,3 +184,17 @@ async def test_robots_txt_is_read_once_per_host_and_can_be_ignored(web: SmallWeb
         assert web.hits["/pages/private/secret"] == fetched + 1, "fetched, robots.txt or not"
     finally:
         await rude.close()
+
+
+@pytest.mark.parametrize("status", [404, 500])
+async def test_a_robots_txt_missing_or_unreadable_allows_every_page(web: SmallWeb, status: int) -> None:
+    s = searcher(web)
+    before = web.hits["/robots.txt"]
+    web.robots_status = status
+    try:
+        assert "not for robots" in (await s.open_page(f"{web.base}/pages/private/secret")).text
+        await s.open_page(f"{web.base}/pages/menu")
+        assert web.hits["/robots.txt"] == before + 1, "the answer is kept for the host"
+    finally:
+        web.robots_status = 200
+        await s.close()
