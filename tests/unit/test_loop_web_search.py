@@ -118,6 +118,7 @@ async def test_a_later_turn_replays_the_calls_without_their_results():
         ({"filters": {"allowed_domains": ["not a domain"]}}, "tools[0].filters.allowed_domains[0]"),
         ({"user_location": "Paris"}, "tools[0].user_location"),
         ({"external_web_access": False}, "tools[0].external_web_access"),
+        ({"type": "web_search_preview", "search_content_types": ["text", "image"]}, "tools[0].search_content_types"),
     ],
 )
 async def test_a_bad_web_search_tool_is_a_400_naming_it(tool: dict[str, Any], param: str):

@@ -167,7 +167,8 @@ def web_search_spec(tools: Sequence[dict[str, Any]]) -> WebSearchSpec | None:
 
     Raises:
         InvalidRequest: two of them; a bad ``filters.allowed_domains``, ``search_context_size``
-            or ``user_location`` (naming ``tools[i].…``); ``external_web_access: false`` (there is
+            or ``user_location`` (naming ``tools[i].…``); ``search_content_types`` other than text;
+            ``external_web_access: false`` (there is
             no cache to answer from offline).
     """
     found = [(i, t) for i, t in enumerate(tools) if t.get("type") in WEB_SEARCH_TYPES]
@@ -185,6 +186,11 @@ def web_search_spec(tools: Sequence[dict[str, Any]]) -> WebSearchSpec | None:
     if tool.get("external_web_access") is False:
         raise InvalidRequest("'external_web_access: false' (cached results only) is not available on this server: "
                              "its searches always go to the provider.", param=f"{at}.external_web_access",
+                             code="unsupported_value")  # fmt: skip
+    kinds = tool.get("search_content_types")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) - {"text"}):
+        raise InvalidRequest(f"'{at}.search_content_types' may only be [\"text\"] on this server: its searches "
+                             "find text, not images.", param=f"{at}.search_content_types",
                              code="unsupported_value")  # fmt: skip
     filters = tool.get("filters") or {}
     domains = filters.get("allowed_domains") if isinstance(filters, dict) else None
