@@ -200,18 +200,24 @@ def served_local(server_settings: Any, **runtime_settings: Any) -> Iterator[str]
 
 
 class RecordingUpstream:
-    """An ASGI wrapper around the sim app that keeps every Chat Completions body it was sent.
+    """An ASGI wrapper around the sim app that keeps every Chat Completions body it was sent (or
+    another app's requests to another ``path``).
 
     It checks what goes *upstream*: a transcript bug the sim would tolerate still shows here.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, path: str = "/chat/completions") -> None:
         self.app = app
+        self.path = path
+        """The requests kept: those whose path ends with it (``/responses``: a Responses server's)."""
         self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        """Each kept request's headers (lower-case names), beside its body."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
+        if scope["type"] != "http" or not scope["path"].endswith(self.path):
             return await self.app(scope, receive, send)
+        self.headers.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
         chunks: list[bytes] = []
         more = True
         while more:

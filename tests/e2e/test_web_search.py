@@ -2,8 +2,10 @@
 search provider is a SearXNG-compatible server on loopback (tests/web_search_server.py, reached
 through a test-only allowance of the URL policy), and a recording upstream model server: what
 the client gets (items, events, citations whose indices point at the cited text, sources) and
-what the model is sent (the results as text, with their sources). The providers' and pages'
-many cases: tests/unit/test_web_search_providers.py; the loop's: tests/unit/test_loop_web_search.py.
+what the model is sent (the results as text, with their sources). Then a tenant whose provider is
+another Responses server with its own ``web_search`` (pass-through: a second in-process Troupe,
+whose requests are recorded), beside tenants with the deployment's provider and with none. The
+providers' and pages' many cases: tests/unit/test_web_search_providers.py; the loop's: tests/unit/test_loop_web_search.py.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.servers import RecordingUpstream, recorded_sim, serve_app, served_local
+from tests.servers import LazyRuntime, RecordingUpstream, recorded_sim, serve_app, served_local
 from tests.web_search_server import SmallWeb
-from troupe.runtime.settings import ModelSpec, WebSearchSettings
+from troupe.runtime.settings import ModelSpec, WebSearchProvider, WebSearchSettings
+from troupe.serve.app import create_app
 from troupe.serve.config import ServerSettings
 
 QUESTION = "What is the rocket launch code?"
@@ -135,5 +138,111 @@ def test_without_a_provider_the_tool_is_a_400_saying_how_to_set_one() -> None:
                                                                    {"type": "web_search"}])  # fmt: skip
         body: Any = refused.value.body
         assert body["param"] == "tools[1]" and "[web_search] provider" in body["message"], json.dumps(body)
+    finally:
+        server.close()
+
+
+def test_a_tenants_own_provider_passes_the_search_to_a_responses_server_with_its_own_web_search(web: SmallWeb) -> None:
+    """Three tenants on one server: ``acme`` searches through another Responses server (a Troupe
+    whose own web_search asks the small web; it wants a key, so the search proves the key went),
+    ``open`` through the deployment's SearXNG, ``closed`` not at all (a 400 naming the tool)."""
+    upstream_key = "sk-upstream-acme"
+    searcher_runtime = LazyRuntime(web_search=WebSearchSettings(provider="searxng", url=web.base))
+    app = create_app(searcher_runtime, ServerSettings(api_keys={upstream_key: "searcher"}))
+    searcher = RecordingUpstream(app, path="/v1/responses")
+    with serve_app(searcher) as searcher_root:
+        tenants = {"acme": WebSearchProvider(provider="responses", url=f"{searcher_root}/v1", model="sim",
+                                             api_key=upstream_key),
+                   "closed": WebSearchProvider()}  # fmt: skip
+        settings = WebSearchSettings(provider="searxng", url=web.base, tenants=tenants,
+                                     allowed_urls=("http://127.0.0.1:*",), timeout_s=5.0)  # fmt: skip
+        keys = {"sk-acme": "acme", "sk-open": "open", "sk-closed": "closed"}
+        server = served_local(ServerSettings(api_keys=keys), web_search=settings)
+        root = next(server)
+        try:
+            def client(key: str) -> OpenAI:
+                return OpenAI(base_url=f"{root}/v1", api_key=key, max_retries=0)
+
+            asked = len(web.queries)
+            response = client("sk-acme").responses.create(model="sim", input=QUESTION, tools=[{"type": "web_search"}],
+                                                          include=["web_search_call.action.sources"])  # fmt: skip
+            call, message = response.output
+            assert (call.status, call.action.query) == ("completed", QUESTION)
+            assert [s.url for s in call.action.sources or []][0] == f"{web.base}/pages/rocket"
+            [cite] = message.content[0].annotations
+            assert (cite.url, cite.title) == (f"{web.base}/pages/rocket", "Rocket manual")
+            assert message.content[0].text.startswith("The launch code for the rocket is blue seven")
+            # Upstream: one Responses request, with its key, the tool required, sources asked for, nothing stored.
+            [body], [headers] = searcher.bodies, searcher.headers
+            assert headers["authorization"] == f"Bearer {upstream_key}"
+            assert (body["model"], body["input"], body["tools"], body["tool_choice"], body["store"]) == (
+                "sim", QUESTION, [{"type": "web_search"}], "required", False)  # fmt: skip
+            assert body["include"] == ["web_search_call.action.sources"]
+            assert web.queries[asked:] == [QUESTION], "the small web was asked once: by the upstream"
+
+            opened = client("sk-open").responses.create(model="sim", input=QUESTION, tools=[{"type": "web_search"}])
+            assert opened.output[0].status == "completed" and len(searcher.bodies) == 1, "open: the deployment's own"
+
+            with pytest.raises(openai.BadRequestError) as refused:
+                client("sk-closed").responses.create(model="sim", input=QUESTION, tools=[{"type": "web_search"}])
+            error: Any = refused.value.body
+            assert error["param"] == "tools[0]" and "for this request's tenant" in error["message"], error
+        finally:
+            server.close()
+            searcher_runtime.close()
+
+
+def test_a_responses_upstream_refusing_the_key_fails_the_call_without_showing_the_key(web: SmallWeb) -> None:
+    searcher_runtime = LazyRuntime(web_search=WebSearchSettings(provider="searxng", url=web.base))
+    with serve_app(create_app(searcher_runtime, ServerSettings(api_keys={"sk-right": "searcher"}))) as searcher_root:
+        settings = WebSearchSettings(provider="responses", url=f"{searcher_root}/v1", model="sim",
+                                     api_key="sk-wrong-key-1234")  # fmt: skip
+        server = served_local(ServerSettings(), web_search=settings)
+        root = next(server)
+        try:
+            plain = OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
+            response = plain.responses.create(model="sim", input=QUESTION, tools=[{"type": "web_search"}])
+            call, message = response.output
+            assert call.status == "failed" and "The Responses upstream answered HTTP 401" in message.content[0].text
+            assert "sk-wrong-key-1234" not in response.model_dump_json()
+        finally:
+            server.close()
+            searcher_runtime.close()
+
+
+def test_an_agent_with_web_search_searches_in_its_sessions_turns(client: OpenAI, web: SmallWeb) -> None:
+    tool = {"type": "web_search", "allowed_domains": ["127.0.0.1"], "context_size": "low"}
+    agent = client.beta.agents.create(model="sim", tools=[tool])
+    assert agent.tools[0].type == "web_search" and agent.tools[0].mode == "live"
+    with client.beta.agents.sessions.create(environment={"type": "none"}, agent_id=agent.id, input=QUESTION,
+                                            stream=True) as stream:  # fmt: skip
+        events = []
+        for event in stream:
+            events.append(event)
+            if event.type in ("agent.session.idle", "agent.session.failed"):
+                break
+    assert events[-1].type == "agent.session.idle", [e.type for e in events]
+    added = [e.item for e in events if e.type == "agent.session.turn.item.added"]
+    assert [i.type for i in added if i.type != "message"] == ["web_search_call"]
+    assert events[0].type == "agent.session.created"
+    items = client.beta.agents.sessions.items.list(events[0].session.id, order="asc").data
+    _, call, answer = items
+    assert (call.type, call.status, call.action.type, call.action.query) == ("web_search_call", "completed",
+                                                                            "search", QUESTION)  # fmt: skip
+    assert answer.content[0].text.startswith("The launch code for the rocket is blue seven")
+    assert web.queries[-1] == f"{QUESTION} site:127.0.0.1", "the agent's domains went to the provider"
+
+
+def test_an_agents_web_search_needs_a_provider_unless_it_is_disabled() -> None:
+    server = served_local(ServerSettings())
+    root = next(server)
+    try:
+        plain = OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as refused:
+            plain.beta.agents.create(model="sim", tools=[{"type": "web_search"}])
+        body: Any = refused.value.body
+        assert body["param"] == "tools[0].type" and "search provider" in body["message"], body
+        off = plain.beta.agents.create(model="sim", tools=[{"type": "web_search", "mode": "disabled"}])
+        assert off.tools[0].mode == "disabled"
     finally:
         server.close()

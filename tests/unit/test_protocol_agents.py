@@ -18,6 +18,7 @@ from troupe.protocol.agents import (
     parse_agent_create,
     parse_agent_update,
 )
+from troupe.protocol.sessions import agent_response_tools, chosen_credentials
 
 FUNCTION = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
@@ -67,6 +68,27 @@ def test_every_served_field_is_taken_and_resolved() -> None:
     assert sdk.tools[1].transport.headers == {} and sdk.text.format.schema_ == schema
 
 
+def test_a_web_search_tool_is_stored_as_the_sdk_reads_it_and_offered_as_a_responses_tool() -> None:
+    location = {"country": "NO", "city": "Oslo"}
+    agent = made({"model": "sim", "tools": [
+        {"type": "web_search", "allowed_domains": ["duckdb.org"], "context_size": "low", "location": location},
+        {**MCP, "credential_id": "vcred_1"}]})  # fmt: skip
+    search = {"type": "web_search", "allowed_domains": ["duckdb.org"], "context_size": "low",
+              "location": {"city": "Oslo", "country": "NO", "region": None, "timezone": None}, "mode": "live"}  # fmt: skip
+    assert agent["tools"][0] == search
+    assert Agent.model_validate(agent).model_dump(mode="json", by_alias=True)["tools"][0] == search
+    assert made({"model": "sim", "tools": [{"type": "web_search"}]})["tools"] == [
+        {"type": "web_search", "allowed_domains": None, "context_size": "medium", "location": None, "mode": "live"}]
+    assert agent_response_tools(agent)[0] == {
+        "type": "web_search", "search_context_size": "low", "filters": {"allowed_domains": ["duckdb.org"]},
+        "user_location": {"type": "approximate", "country": "NO", "city": "Oslo"}}  # fmt: skip
+    assert chosen_credentials(agent) == {1: "vcred_1"}
+    # Disabled: kept on the agent, not offered; the MCP tool's credential follows its place.
+    off = made({"model": "sim", "tools": [{"type": "web_search", "mode": "disabled"}, {**MCP, "credential_id": "vcred_1"}]})
+    assert off["tools"][0]["mode"] == "disabled"
+    assert [t["type"] for t in agent_response_tools(off)] == ["mcp"] and chosen_credentials(off) == {0: "vcred_1"}
+
+
 @pytest.mark.parametrize(
     ("body", "param", "code"),
     [
@@ -113,7 +135,16 @@ def test_every_served_field_is_taken_and_resolved() -> None:
         ({"model": "sim", "tools": {"type": "function"}}, "tools", "invalid_type"),
         ({"model": "sim", "tools": [{"name": "f"}]}, "tools[0].type", "missing_required_parameter"),
         ({"model": "sim", "tools": [FUNCTION, {"type": "computer_use"}]}, "tools[1].type", "unsupported_value"),
-        ({"model": "sim", "tools": [{"type": "web_search"}]}, "tools[0].type", "unsupported_value"),
+        ({"model": "sim", "tools": [{"type": "web_search", "mode": "cached"}]}, "tools[0].mode", "unsupported_value"),
+        ({"model": "sim", "tools": [{"type": "web_search", "mode": "offline"}]}, "tools[0].mode", "invalid_value"),
+        ({"model": "sim", "tools": [{"type": "web_search", "context_size": "huge"}]}, "tools[0].context_size",
+         "invalid_value"),
+        ({"model": "sim", "tools": [{"type": "web_search", "allowed_domains": "a.org"}]}, "tools[0].allowed_domains",
+         "invalid_type"),
+        ({"model": "sim", "tools": [{"type": "web_search", "location": {"planet": "Mars"}}]},
+         "tools[0].location.planet", "unknown_parameter"),
+        ({"model": "sim", "tools": [{"type": "web_search", "filters": {}}]}, "tools[0].filters", "unknown_parameter"),
+        ({"model": "sim", "tools": [{"type": "web_search"}, {"type": "web_search"}]}, "tools[1].type", "invalid_value"),
         ({"model": "sim", "tools": [{"type": "tool_search"}]}, "tools[0].type", "unsupported_value"),
         ({"model": "sim", "tools": [{"type": "programmatic_tool_calling"}]}, "tools[0].type", "unsupported_value"),
         ({"model": "sim", "tools": [{"type": "automations"}]}, "tools[0].type", "unsupported_value"),

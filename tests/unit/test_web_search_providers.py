@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.servers import serve_app
 from tests.web_search_server import BRAVE_KEY, NOTES, PAGES, TAVILY_KEY, SmallWeb
 from troupe.agentloop.web_search import WebSearchFailed
-from troupe.runtime.settings import WebSearchSettings
-from troupe.runtime.web_search import ALLOWED_URLS_ENV, API_KEY_ENV, RuntimeWebSearcher
+from troupe.runtime.settings import WebSearchProvider, WebSearchSettings
+from troupe.runtime.web_search import ALLOWED_URLS_ENV, API_KEY_ENV, RuntimeWebSearcher, _cited_results
+from troupe.serve.config import ConfigError, load_config
 
 LOOPBACK = ("http://127.0.0.1:*",)
 
@@ -198,3 +200,65 @@ async def test_a_robots_txt_missing_or_unreadable_allows_every_page(web: SmallWe
     finally:
         web.robots_status = 200
         await s.close()
+
+
+async def test_a_tenants_provider_has_its_own_key_and_never_the_deployments(
+    web: SmallWeb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(API_KEY_ENV, BRAVE_KEY)  # the deployment's key, in the environment
+    monkeypatch.delenv("ACME_BRAVE_KEY", raising=False)
+    settings = WebSearchSettings(provider="searxng", url=web.base,
+                                 tenants={"acme": WebSearchProvider(provider="brave", brave_url=f"{web.base}/brave",
+                                                                    api_key_env="ACME_BRAVE_KEY")})  # fmt: skip
+    assert settings.provider_for("other") is settings and settings.provider_for("acme").provider == "brave"
+    acme = RuntimeWebSearcher(settings, settings.provider_for("acme"))
+    try:
+        with pytest.raises(WebSearchFailed, match=r"needs a key \(api_key or ACME_BRAVE_KEY\)"):
+            await acme.search("soup", max_results=3)
+        monkeypatch.setenv("ACME_BRAVE_KEY", BRAVE_KEY)
+        assert [h.title for h in await acme.search("soup", max_results=3)] == ["Cafeteria menu"]
+    finally:
+        await acme.close()
+
+
+def test_tenants_providers_are_read_from_the_configuration_file(tmp_path: Path) -> None:
+    config = tmp_path / "troupe.toml"
+    config.write_text(
+        '[web_search]\nprovider = "searxng"\nurl = "http://127.0.0.1:8888"\n'
+        '[web_search.tenants.acme]\nprovider = "responses"\nurl = "https://api.openai.com/v1"\nmodel = "gpt-5-mini"\n'
+        'api_key_env = "ACME_OPENAI_KEY"\n'
+        '[web_search.tenants.closed]\nprovider = "none"\n'
+    )
+    _, runtime = load_config(config, env={})
+    web = runtime.web_search
+    assert (web.provider_for("acme").provider, web.provider_for("acme").model) == ("responses", "gpt-5-mini")
+    assert web.provider_for("acme").api_key_env == "ACME_OPENAI_KEY"
+    assert web.provider_for("closed").provider == "none" and web.provider_for("anyone").provider == "searxng"
+    config.write_text('[web_search.tenants.acme]\nprovider = "responses"\nurl = "https://api.openai.com/v1"\n')
+    with pytest.raises(ConfigError, match="needs the upstream's model"):
+        load_config(config, env={})
+
+
+def test_a_responses_answer_becomes_its_cited_pages_with_their_passages_then_its_other_sources() -> None:
+    """As OpenAI answers: markdown links as citations, a source it did not cite, one page cited twice."""
+    text = ("DuckDB is MIT licensed ([duckdb.org](https://duckdb.org/license)). It is embeddable "
+            "([duckdb.org](https://duckdb.org/why)).\nThe license is short ([duckdb.org](https://duckdb.org/license)).")  # fmt: skip
+    notes = []
+    for url, title, occurrence in (("https://duckdb.org/license", "License", 0), ("https://duckdb.org/why", "Why DuckDB", 0),
+                                   ("https://duckdb.org/license", "License", 1)):  # fmt: skip
+        link = f"([duckdb.org]({url}))"
+        start = text.index(link) if occurrence == 0 else text.rindex(link)
+        notes.append({"type": "url_citation", "url": url, "title": title, "start_index": start,
+                      "end_index": start + len(link)})  # fmt: skip
+    body = {"status": "completed", "output": [
+        {"type": "web_search_call", "status": "completed",
+         "action": {"type": "search", "query": "duckdb license", "sources": [
+             {"type": "url", "url": "https://duckdb.org/license"}, {"type": "url", "url": "https://example.org/other"}]}},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": notes}]},
+    ]}  # fmt: skip
+    assert _cited_results(body) == [
+        {"url": "https://duckdb.org/license", "title": "License",
+         "content": "DuckDB is MIT licensed … The license is short"},
+        {"url": "https://duckdb.org/why", "title": "Why DuckDB", "content": "It is embeddable"},
+        {"url": "https://example.org/other", "title": None, "content": ""},
+    ]  # fmt: skip

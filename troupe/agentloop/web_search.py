@@ -60,6 +60,7 @@ __all__ = [
     "WebSearcher",
     "action_of",
     "domain_allowed",
+    "domain_name",
     "next_marker",
     "replayed",
     "sources_of",
@@ -196,7 +197,7 @@ def web_search_spec(tools: Sequence[dict[str, Any]]) -> WebSearchSpec | None:
     domains = filters.get("allowed_domains") if isinstance(filters, dict) else None
     allowed: list[str] = []
     for n, domain in enumerate(domains or []):
-        host = _domain(domain)
+        host = domain_name(domain)
         if host is None:
             raise InvalidRequest(f"Invalid '{at}.filters.allowed_domains[{n}]': {domain!r} is not a domain name (such "
                                  "as example.com).", param=f"{at}.filters.allowed_domains[{n}]",
@@ -213,7 +214,7 @@ WEB_SEARCH_TYPES = ("web_search", "web_search_2025_08_26", "web_search_preview",
 """The tool types this serves (the SDK's ``WebSearchToolParam`` and ``WebSearchPreviewToolParam``)."""
 
 
-def _domain(value: Any) -> str | None:
+def domain_name(value: Any) -> str | None:
     """``value`` as a lower-case host name (a scheme or path given with it is dropped); None if it is none."""
     if not isinstance(value, str):
         return None

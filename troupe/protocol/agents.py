@@ -102,19 +102,21 @@ VERBOSITIES = ("low", "medium", "high")
 AGENT_TOOL_TYPES = ("function", "tool_search", "programmatic_tool_calling", "mcp", "web_search", "computer_use",
                     "automations")  # fmt: skip
 """The tool types of the SDK's ``PersistedAgentToolParam``."""
-SERVED_TOOL_TYPES = ("function", "mcp")
+SERVED_TOOL_TYPES = ("function", "mcp", "web_search")
 """The tool types Troupe provides an agent today."""
 
 _UNSERVED_TOOLS = {
     "tool_search": "deferred tools and tool search are not available on this server",
     "programmatic_tool_calling": "tools cannot be called from model-generated code on this server",
-    "web_search": "web search is not available on this server",
     "computer_use": "computer use needs an OpenAI-hosted browser, which this server does not have",
     "automations": "an agent cannot schedule its own wakeups on this server (automations are made with "
                    "/v1/agents/automations)",
 }
 _FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 _FUNCTION_KEYS = ("type", "name", "description", "parameters", "defer_loading", "async")
+_WEB_SEARCH_KEYS = ("type", "allowed_domains", "context_size", "location", "mode")
+_LOCATION_KEYS = ("city", "country", "region", "timezone")
+_CONTEXT_SIZES = ("low", "medium", "high")
 _MCP_KEYS = ("type", "server_label", "transport", "allowed_tools", "connection_origin", "credential_id",
              "request_metadata", "required")  # fmt: skip
 
@@ -338,6 +340,8 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             parsed, key = _function_tool(tool, at), ("function", tool["name"])
         elif kind == "mcp":
             parsed, key = _mcp_tool(tool, at), ("mcp", tool["server_label"])
+        elif kind == "web_search":
+            parsed, key = _web_search_tool(tool, at), ("web_search", "")
         elif kind in _UNSERVED_TOOLS:
             raise InvalidRequest(f"Unsupported value: '{at}.type' {show_value(kind)}: {_UNSERVED_TOOLS[kind]}.",
                                  param=f"{at}.type", code="unsupported_value")  # fmt: skip
@@ -348,8 +352,9 @@ def _tools(value: Any) -> list[dict[str, Any]]:
                                  f"API (expected one of {', '.join(repr(t) for t in AGENT_TOOL_TYPES)}).{hint}",
                                  param=f"{at}.type", code="invalid_value")  # fmt: skip
         if key in seen:
-            field = "name" if kind == "function" else "server_label"
-            raise InvalidRequest(f"Invalid value for '{at}.{field}': duplicate {kind} tool {show_value(key[1])} (also "
+            field = {"function": "name", "mcp": "server_label"}.get(kind, "type")
+            named = f" {show_value(key[1])}" if key[1] else ""
+            raise InvalidRequest(f"Invalid value for '{at}.{field}': duplicate {kind} tool{named} (also "
                                  f"tools[{seen[key]}]).", param=f"{at}.{field}", code="invalid_value")  # fmt: skip
         seen[key] = i
         tools.append(parsed)
@@ -382,6 +387,36 @@ def _function_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
                                  code="unsupported_value")  # fmt: skip
     return {"type": "function", "name": name, "description": description, "parameters": parameters,
             "defer_loading": False, "async": tool.get("async")}  # fmt: skip
+
+
+def _web_search_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:
+    """A ``web_search`` tool as stored (the SDK's ``PersistedAgentToolResourceWebSearch``): its
+    defaults filled in. Whether the domains are domain names, and whether the tenant has a search
+    provider, the runtime checks (:mod:`troupe.runtime.agents`)."""
+    object_body(tool, at, _WEB_SEARCH_KEYS)
+    domains = tool.get("allowed_domains")
+    if domains is not None and (not isinstance(domains, list) or not all(isinstance(d, str) and d for d in domains)):
+        raise wrong_type(f"{at}.allowed_domains", "an array of domain names", domains)
+    size = tool.get("context_size") or "medium"
+    if size not in _CONTEXT_SIZES:
+        raise InvalidRequest(f"Invalid value for '{at}.context_size': {show_value(size)}. Expected 'low', 'medium' or "
+                             "'high'.", param=f"{at}.context_size", code="invalid_value")  # fmt: skip
+    location = tool.get("location")
+    if location is not None:
+        object_body(location, f"{at}.location", _LOCATION_KEYS)
+        for key, value in location.items():
+            if value is not None and not isinstance(value, str):
+                raise wrong_type(f"{at}.location.{key}", "a string", value)
+        location = {key: location.get(key) for key in _LOCATION_KEYS}
+    mode = tool.get("mode") or "live"
+    if mode == "cached":
+        raise InvalidRequest(f"Unsupported value: '{at}.mode' 'cached': there is no cache of search results on this "
+                             "server; its searches always go to its search provider ('live').", param=f"{at}.mode",
+                             code="unsupported_value")  # fmt: skip
+    if mode not in ("disabled", "live"):
+        raise InvalidRequest(f"Invalid value for '{at}.mode': {show_value(mode)}. Expected 'live', 'cached' or "
+                             "'disabled'.", param=f"{at}.mode", code="invalid_value")  # fmt: skip
+    return {"type": "web_search", "allowed_domains": domains, "context_size": size, "location": location, "mode": mode}
 
 
 def _mcp_tool(tool: dict[str, Any], at: str) -> dict[str, Any]:

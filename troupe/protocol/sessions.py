@@ -395,15 +395,20 @@ def response_body(session: dict[str, Any], input_items: list[dict[str, Any]], tu
 
 
 def agent_response_tools(agent: dict[str, Any]) -> list[dict[str, Any]]:
-    """The agent's tools as a response's (the first tools of :func:`response_body`'s, in order)."""
-    return [_response_tool(tool) for tool in agent["tools"] or ()]
+    """The agent's tools as a response's (the first tools of :func:`response_body`'s, in order),
+    but those that are off (a ``web_search`` in ``mode: "disabled"``)."""
+    return [_response_tool(tool) for tool in _offered(agent)]
 
 
 def chosen_credentials(agent: dict[str, Any]) -> dict[int, str]:
     """The vault credential each of the agent's MCP tools names (``credential_id``), by its index
     in :func:`agent_response_tools`."""
-    return {index: tool["credential_id"] for index, tool in enumerate(agent["tools"] or ())
+    return {index: tool["credential_id"] for index, tool in enumerate(_offered(agent))
             if tool["type"] == "mcp" and tool.get("credential_id")}  # fmt: skip
+
+
+def _offered(agent: dict[str, Any]) -> list[dict[str, Any]]:
+    return [tool for tool in agent["tools"] or () if tool.get("mode") != "disabled"]
 
 
 def _response_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -416,6 +421,13 @@ def _response_tool(tool: dict[str, Any]) -> dict[str, Any]:
         if tool.get("allowed_tools") is not None:
             server["allowed_tools"] = tool["allowed_tools"]
         return server
+    if tool["type"] == "web_search":
+        search: dict[str, Any] = {"type": "web_search", "search_context_size": tool["context_size"]}
+        if tool.get("allowed_domains"):
+            search["filters"] = {"allowed_domains": tool["allowed_domains"]}
+        if tool.get("location"):
+            search["user_location"] = {"type": "approximate", **{k: v for k, v in tool["location"].items() if v}}
+        return search
     raise AssertionError(f"an agent tool of type {tool['type']!r} was stored")  # parse_agent_* refuse the others
 
 
@@ -576,6 +588,10 @@ def session_item(item: dict[str, Any], turn_id: str) -> dict[str, Any] | None:
         return {"id": item.get("id"), "type": "command_execution", "command": "\n".join(action.get("commands") or ()),
                 "cwd": WORKSPACE, "duration_ms": None, "exit_code": None, "output": None, "status": "in_progress",
                 "turn_id": turn_id}  # fmt: skip
+    if kind == "web_search_call":  # a session's search action has no sources; a failed call ends incomplete
+        action = {k: v for k, v in (item.get("action") or {}).items() if k in ("type", "query", "queries", "url", "pattern")}
+        return {"id": item.get("id"), "type": "web_search_call", "action": action or None,
+                "status": "incomplete" if status == "failed" else status, "turn_id": turn_id}  # fmt: skip
     if kind == "mcp_call":
         return {"id": item.get("id"), "type": "mcp_call", "name": item.get("name"), "server_label": item.get("server_label"),
                 "arguments": _arguments(item.get("arguments")), "output": item.get("output"), "error": item.get("error"),

@@ -8,7 +8,10 @@ checked here depends on the deployment, as it is for ``POST /v1/responses``:
 * an ``mcp`` tool's ``transport.server_url`` must be one the MCP policy lets a request reach
   (:func:`troupe.runtime.mcp_policy.check_server`: a configured server, the allowlist, or a
   public address; never a cloud metadata address), else 400 naming
-  ``tools[i].transport.server_url``. The check resolves the host name, on a thread.
+  ``tools[i].transport.server_url``. The check resolves the host name, on a thread;
+* a ``web_search`` tool (not ``disabled``) needs a search provider for the tenant
+  (``[web_search]``, or its own in ``[web_search.tenants]``), else 400 naming ``tools[i].type``,
+  and its ``allowed_domains`` must be domain names (naming ``tools[i].allowed_domains[n]``).
 
 Agents live in the store, per tenant (:class:`~troupe.storage.contract.Agents`): another
 tenant's agent is a 404, as an unknown one is.
@@ -27,6 +30,7 @@ import time
 from typing import Any
 
 from troupe.agentloop.mcp import McpServer
+from troupe.agentloop.web_search import domain_name
 from troupe.protocol import InvalidRequest, model_not_found
 from troupe.protocol.agents import agent_deleted, agent_not_found, agent_object, new_agent_id
 from troupe.runtime.mcp_policy import check_server
@@ -52,7 +56,7 @@ class AgentService:
             NotFound: the model is not served (naming ``model``).
             InvalidRequest: an MCP server the policy refuses (naming ``tools[i].transport.server_url``).
         """
-        await self.check(definition)
+        await self.check(tenant, definition)
         now = time.time()
         return await self.store.create_agent(tenant, agent_object(new_agent_id(), definition, created_at=now,
                                                                   updated_at=now))  # fmt: skip
@@ -77,7 +81,7 @@ class AgentService:
             NotFound: no such agent (naming ``agent_id``), or the new model is not served (``model``).
             InvalidRequest: as :meth:`create_agent`, for the new tools.
         """
-        await self.check(changes)
+        await self.check(tenant, changes)
         found = await self.store.update_agent(tenant, agent_id, changes, time.time())
         if found is None:
             raise agent_not_found(agent_id)
@@ -89,14 +93,31 @@ class AgentService:
             raise agent_not_found(agent_id)
         return agent_deleted(agent_id)
 
-    async def check(self, fields: dict[str, Any]) -> None:
-        """What depends on the deployment: the model is served, the MCP servers may be reached."""
+    async def check(self, tenant: str, fields: dict[str, Any]) -> None:
+        """What depends on the deployment: the model is served, the MCP servers may be reached,
+        ``tenant`` has a search provider for a ``web_search`` tool (one not ``disabled``), whose
+        domains are domain names."""
         model = fields.get("model")
         if model is not None and self.settings.model(model) is None:
             raise model_not_found(model)
+        for i, tool in enumerate(fields.get("tools") or ()):
+            if tool["type"] == "web_search" and tool["mode"] != "disabled":
+                self._check_web_search(tenant, tool, i)
         servers = [(i, tool) for i, tool in enumerate(fields.get("tools") or ()) if tool["type"] == "mcp"]
         if servers:
             await asyncio.to_thread(self._check_servers, servers)
+
+    def _check_web_search(self, tenant: str, tool: dict[str, Any], i: int) -> None:
+        for n, domain in enumerate(tool["allowed_domains"] or ()):
+            if domain_name(domain) is None:
+                raise InvalidRequest(f"Invalid 'tools[{i}].allowed_domains[{n}]': {domain!r} is not a domain name "
+                                     "(such as example.com).", param=f"tools[{i}].allowed_domains[{n}]",
+                                     code="invalid_value")  # fmt: skip
+        if self.settings.web_search.provider_for(tenant).provider == "none":
+            raise InvalidRequest(f"Unsupported value: 'tools[{i}].type' 'web_search': web search needs a search "
+                                 "provider, and this server has none for this tenant ([web_search] provider; "
+                                 "docs/web-search.md). Or give the tool mode 'disabled'.", param=f"tools[{i}].type",
+                                 code="unsupported_value")  # fmt: skip
 
     def _check_servers(self, servers: list[tuple[int, dict[str, Any]]]) -> None:
         for i, tool in servers:

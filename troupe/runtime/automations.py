@@ -303,7 +303,7 @@ class AutomationService:
                 await self.agents.get_agent(tenant, target["agent_id"])
         else:
             with named_under("target.agent"):
-                await self.agents.check(target["agent"])
+                await self.agents.check(tenant, target["agent"])
 
     # -- confidential values -----------------------------------------------------
 

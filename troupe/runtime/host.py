@@ -159,8 +159,9 @@ class ConversationHost:
         self.guardrails = GuardrailRegistry(settings, self.models)
         self.credential_keys = CredentialKeys([k.get_secret_value() for k in settings.credentials_keys])
         """What a run's row keeps of its request's credentials (:mod:`troupe.storage.credentials`)."""
-        self._web: Any = None
-        """The ``web_search`` tool's searcher (:mod:`troupe.runtime.web_search`), made on first use."""
+        self._web: dict[str, Any] = {}
+        """The ``web_search`` tool's searchers (:mod:`troupe.runtime.web_search`), made on first
+        use: a tenant with its own provider -> its own; ``""`` -> the deployment's."""
         self._threads: OrderedDict[tuple[str, str], _Thread] = OrderedDict()
         self.runs = LiveRuns()
         """The responses accepted and not yet stored: read, cancelled and followed by id."""
@@ -407,23 +408,28 @@ class ConversationHost:
         except Exception:  # nothing more to do: it was never stored, and a GET says 404
             log.exception("background response %s: its failure could not be stored", run.job.response_id)
 
-    def _web_searcher(self, tools: list[dict[str, Any]]) -> WebSearcher | None:
-        """What a request's ``web_search`` tool searches with: the host's, made the first time a
-        request offers one (None when none does).
+    def _web_searcher(self, tenant: str, tools: list[dict[str, Any]]) -> WebSearcher | None:
+        """What a request's ``web_search`` tool searches with: ``tenant``'s search engine
+        (``[web_search.tenants]``, else the deployment's), its searcher made the first time one
+        of its requests offers the tool (None when none does).
 
         Raises:
-            InvalidRequest: a ``web_search`` tool on a server with no search provider (naming it).
+            InvalidRequest: a ``web_search`` tool with no search provider for ``tenant`` (naming it).
         """
         index = next((i for i, t in enumerate(tools) if t.get("type") in WEB_SEARCH_TYPES), None)
         if index is None:
             return None
-        if self.settings.web_search.provider == "none":
-            raise InvalidRequest(NO_PROVIDER, param=f"tools[{index}]", code="unsupported_value")
-        if self._web is None:
+        web = self.settings.web_search
+        own = tenant in web.tenants
+        if web.provider_for(tenant).provider == "none":
+            where = "for this request's tenant ([web_search.tenants])" if own else "on this server"
+            raise InvalidRequest(NO_PROVIDER.format(where=where), param=f"tools[{index}]", code="unsupported_value")
+        key = tenant if own else ""  # tenants without their own share the deployment's searcher
+        if key not in self._web:
             from troupe.runtime.web_search import RuntimeWebSearcher
 
-            self._web = RuntimeWebSearcher(self.settings.web_search)
-        return self._web
+            self._web[key] = RuntimeWebSearcher(web, web.provider_for(tenant))
+        return self._web[key]
 
     async def _run_turn(self, run: LiveRun, thread: _Thread, *, stream: bool) -> AsyncGenerator[list[dict[str, Any]], None]:
         resumed = run.stored_steps
@@ -437,7 +443,7 @@ class ConversationHost:
         history = await self._history(job, thread)
         tools = [plain(t) for t in request.tools or []]
         code_runner = self._code_runner(job)
-        web_searcher = self._web_searcher(tools)
+        web_searcher = self._web_searcher(job.tenant, tools)
         if run.resume is None:  # a resumed run was checked when it started
             await self.vector_stores.check_file_search(job.tenant, tools)
             for i, tool in enumerate(tools):
@@ -678,13 +684,14 @@ class ConversationHost:
         await self.guardrails.close()
         if self.mcp_client is not None:
             await self.mcp_client.close()
-        if self._web is not None:
-            await self._web.close()
+        for searcher in self._web.values():
+            await searcher.close()
 
 
 NO_PROVIDER = (
-    "The web_search tool needs a search provider, and none is configured on this server. Set [web_search] "
-    "provider (\"searxng\" with url, \"brave\" or \"tavily\" with api_key) in its configuration (docs/web-search.md)."
+    "The web_search tool needs a search provider, and none is configured {where}. Set [web_search] provider "
+    "(\"searxng\" with url, \"brave\" or \"tavily\" with api_key, \"responses\" with url and model) in the "
+    "server's configuration (docs/web-search.md)."
 )
 """The 400 of a ``web_search`` tool on a server without a provider."""
 

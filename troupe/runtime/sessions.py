@@ -212,7 +212,7 @@ class SessionService:
         else:
             saved = await self.runtime.agents.get_agent(tenant, agent_id)
             base = {"id": agent_id, "name": saved["name"], **{k: saved[k] for k in SESSION_AGENT_FIELDS}}
-        await self.runtime.agents.check(fields)
+        await self.runtime.agents.check(tenant, fields)
         return merge_agent_fields(base, {k: v for k, v in fields.items() if k in SESSION_AGENT_FIELDS})
 
     async def new_subagents(
@@ -271,7 +271,7 @@ class SessionService:
         update: dict[str, Any] = {}
         if "agent" in changes:
             fields = changes["agent"]
-            await self.runtime.agents.check(fields)
+            await self.runtime.agents.check(tenant, fields)
             update["agent"] = merge_agent_fields(session["agent"], fields)
         if "metadata" in changes:
             update["metadata"] = changes["metadata"]

@@ -374,25 +374,54 @@ class WebhookSettings(BaseModel):
     """The ``User-Agent`` of every delivery."""
 
 
-class WebSearchSettings(BaseModel):
-    """The ``web_search`` tool: the search engine it asks and how pages are fetched (the
-    ``[web_search]`` table; docs/web-search.md)."""
+class WebSearchProvider(BaseModel):
+    """A search engine the ``web_search`` tool asks: the deployment's (``[web_search]``) or a
+    tenant's (``[web_search.tenants.NAME]``; docs/web-search.md)."""
 
     model_config = SETTINGS_CONFIG
 
-    provider: Literal["none", "searxng", "brave", "tavily"] = "none"
+    provider: Literal["none", "searxng", "brave", "tavily", "responses"] = "none"
     """The search engine: ``searxng`` (a SearXNG instance's JSON API, at ``url``; self-hosted, no
-    key), ``brave`` (Brave Search API) or ``tavily`` (Tavily), each with ``api_key``. ``none``: a
-    request with the ``web_search`` tool is a 400 naming it."""
+    key), ``brave`` (Brave Search API) or ``tavily`` (Tavily), each with a key, or ``responses``
+    (pass-through: an OpenAI-compatible Responses server at ``url`` whose ``model`` has its own
+    ``web_search`` tool searches, its key optional). ``none``: a request with the ``web_search``
+    tool is a 400 naming it."""
     url: str = ""
-    """SearXNG's base URL (``http://127.0.0.1:8888``); its ``/search?format=json`` must be enabled."""
+    """SearXNG's base URL (``http://127.0.0.1:8888``; its ``/search?format=json`` must be
+    enabled), or the Responses server's (``https://api.openai.com/v1``: ``/responses`` is added)."""
+    model: str = ""
+    """``responses``: the upstream's model that searches (``gpt-5-mini``)."""
     brave_url: str = "https://api.search.brave.com/res/v1/web/search"
     """Brave Search's web search endpoint."""
     tavily_url: str = "https://api.tavily.com/search"
     """Tavily's search endpoint."""
     api_key: SecretStr | None = None
-    """Brave's or Tavily's key; also the env var ``TROUPE_WEB_SEARCH_API_KEY`` (read when unset).
-    Never stored with the history nor shown."""
+    """The provider's key (Brave, Tavily, the Responses server). Never stored with the history nor
+    shown. Better in the environment: ``api_key_env``."""
+    api_key_env: str = ""
+    """The environment variable holding the key when ``api_key`` is unset. The deployment's is
+    ``TROUPE_WEB_SEARCH_API_KEY``; a tenant's has none unless named (a tenant's provider never
+    uses the deployment's key)."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> WebSearchProvider:
+        if self.provider in ("searxng", "responses") and not self.url:
+            raise ValueError(f"provider = {self.provider!r} needs its url")
+        if self.provider == "responses" and not self.model:
+            raise ValueError("provider = 'responses' needs the upstream's model that searches (model)")
+        return self
+
+
+class WebSearchSettings(WebSearchProvider):
+    """The ``web_search`` tool: the search engine it asks, per deployment and per tenant, and how
+    pages are fetched (the ``[web_search]`` table; docs/web-search.md)."""
+
+    api_key_env: str = "TROUPE_WEB_SEARCH_API_KEY"
+    """The environment variable holding the key when ``api_key`` is unset."""
+    tenants: dict[str, WebSearchProvider] = {}
+    """A tenant's own search engine (``[web_search.tenants.acme]``, the tenant as ``[auth]`` names
+    it), instead of the deployment's; ``provider = "none"`` takes the tool away from that tenant.
+    Pages are opened alike for all (the settings below)."""
     timeout_s: PositiveFloat = 10.0
     """A search, or a page's fetch, taking longer fails (the model is told)."""
     max_page_bytes: PositiveInt = 2_000_000
@@ -405,6 +434,10 @@ class WebSearchSettings(BaseModel):
     and metadata addresses); also the env var ``TROUPE_WEB_SEARCH_ALLOWED_URLS`` (comma-separated)."""
     respect_robots: bool = True
     """Honour a site's robots.txt before opening one of its pages."""
+
+    def provider_for(self, tenant: str) -> WebSearchProvider:
+        """The search engine ``tenant``'s requests ask: its own, else the deployment's."""
+        return self.tenants.get(tenant, self)
 
 
 class ContainersSettings(BaseModel):

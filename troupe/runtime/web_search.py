@@ -17,6 +17,17 @@ so trusted (no URL policy; its key never leaves the request to it):
   results ``web.results[].url/title/description`` (no ``web``: no results).
 * ``tavily``: ``POST {tavily_url}`` ``{"query", "max_results", "include_domains"}`` with a bearer
   key; results ``results[].url/title/content``.
+* ``responses`` (pass-through): ``POST {url}/responses`` to an OpenAI-compatible Responses server
+  whose ``model`` has its own ``web_search`` tool: the query as input, the tool required (with the
+  allowed domains as its ``filters`` and the location as its ``user_location``), its sources
+  included, ``store: false``, the key (optional) as a bearer token. The results are the pages its
+  answer cites (``url_citation``), each with the passage citing it as its snippet, then the
+  sources it did not cite. An answer that is not ``completed``, or has no ``web_search_call``,
+  is a failure. Pages are still opened here, not there.
+
+The key is the provider's ``api_key``, else the environment variable its ``api_key_env`` names
+(``TROUPE_WEB_SEARCH_API_KEY`` for the deployment's). A tenant's provider
+(``[web_search.tenants.NAME]``) is a searcher of its own (``provider``), opening pages alike.
 
 Any failure (no answer within ``timeout_s``, a non-2xx status, a body that is not the provider's
 JSON) is a :class:`~troupe.agentloop.web_search.WebSearchFailed` naming the provider and the
@@ -73,7 +84,7 @@ import httpx2
 
 from troupe.agentloop.web_search import Page, SearchHit, WebSearchFailed
 from troupe.runtime.mcp_policy import AddressGuard, check_url, pinned_transport, url_guard
-from troupe.runtime.settings import WebSearchSettings
+from troupe.runtime.settings import WebSearchProvider, WebSearchSettings
 
 __all__ = ["ALLOWED_URLS_ENV", "API_KEY_ENV", "MAX_REDIRECTS", "RuntimeWebSearcher"]
 
@@ -87,6 +98,8 @@ _TEXT_TYPES = ("text/html", "application/xhtml+xml", "text/plain")
 _ROBOTS_BYTES = 500_000
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _HIGHLIGHT = re.compile(r"</?(?:strong|b|em|mark)>", re.IGNORECASE)
+_PASS_THROUGH_INSTRUCTIONS = ("Search the web for the user's query. Answer with what the best results say, one "
+                              "short passage per result, citing each result the passage comes from.")
 _CHARSET = re.compile(r"charset\s*=\s*[\"']?([\w.:-]+)", re.IGNORECASE)
 
 
@@ -103,8 +116,10 @@ class _Fetched:
 class RuntimeWebSearcher:
     """Searches with the configured provider and opens pages under the URL policy (module docstring)."""
 
-    def __init__(self, settings: WebSearchSettings) -> None:
+    def __init__(self, settings: WebSearchSettings, provider: WebSearchProvider | None = None) -> None:
+        """``provider``: the search engine asked (a tenant's); ``settings``' own when None."""
         self.settings = settings
+        self.provider = settings if provider is None else provider
         self._provider: httpx2.AsyncClient | None = None
         self._pages: dict[bool, httpx2.AsyncClient] = {}
         self._robots: dict[str, asyncio.Future[RobotFileParser | None]] = {}
@@ -126,13 +141,13 @@ class RuntimeWebSearcher:
         user_location: dict[str, Any] | None = None,
     ) -> list[SearchHit]:  # fmt: skip
         """See :meth:`~troupe.agentloop.web_search.WebSearcher.search`."""
-        provider = self.settings.provider
+        spec, provider = self.provider, self.provider.provider
         country = str((user_location or {}).get("country") or "").strip().upper()
         if provider == "searxng":
             params = {"q": _with_sites(query, allowed_domains), "format": "json"}
             if len(country) == 2:
                 params["language"] = f"en-{country}"
-            body = await self._ask("SearXNG", "GET", self.settings.url.rstrip("/") + "/search", params=params)
+            body = await self._ask("SearXNG", "GET", spec.url.rstrip("/") + "/search", params=params)
             rows, keys = body.get("results"), ("url", "title", "content")
         elif provider == "brave":
             body = await self._ask_brave(_with_sites(query, allowed_domains), max_results, country)
@@ -142,9 +157,12 @@ class RuntimeWebSearcher:
             payload: dict[str, Any] = {"query": query, "max_results": max_results}
             if allowed_domains:
                 payload["include_domains"] = list(allowed_domains)
-            body = await self._ask("Tavily", "POST", self.settings.tavily_url, json=payload,
+            body = await self._ask("Tavily", "POST", spec.tavily_url, json=payload,
                                    headers={"Authorization": f"Bearer {self._key('tavily')}"})  # fmt: skip
             rows, keys = body.get("results"), ("url", "title", "content")
+        elif provider == "responses":
+            body = await self._ask_responses(query, allowed_domains, user_location)
+            rows, keys = _cited_results(body), ("url", "title", "content")
         else:
             raise WebSearchFailed("No search provider is configured ([web_search] provider).")
         if not isinstance(rows, list):
@@ -157,12 +175,40 @@ class RuntimeWebSearcher:
         ]
         return hits[:max_results]
 
-    def _key(self, provider: str) -> str:
-        key = self.settings.api_key.get_secret_value() if self.settings.api_key is not None else ""
-        key = key or os.environ.get(API_KEY_ENV, "")
-        if not key:
-            raise WebSearchFailed(f"The {provider} search provider needs a key ([web_search] api_key or {API_KEY_ENV}).")
+    def _key(self, provider: str, *, required: bool = True) -> str:
+        """The provider's key: ``api_key``, else the variable ``api_key_env`` names ('' when there
+        is none and it is not ``required``). Raises: WebSearchFailed (a required key missing)."""
+        spec = self.provider
+        key = spec.api_key.get_secret_value() if spec.api_key is not None else ""
+        key = key or (os.environ.get(spec.api_key_env, "") if spec.api_key_env else "")
+        if not key and required:
+            where = f"api_key or {spec.api_key_env}" if spec.api_key_env else "api_key or api_key_env"
+            raise WebSearchFailed(f"The {provider} search provider needs a key ({where}).")
         return key
+
+    async def _ask_responses(
+        self, query: str, allowed_domains: Sequence[str], user_location: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The upstream Responses server's answer to ``query`` with its own ``web_search`` tool
+        (the call required, its sources included, nothing stored there). Raises: WebSearchFailed
+        (it failed, or answered without searching)."""
+        tool: dict[str, Any] = {"type": "web_search"}
+        if allowed_domains:
+            tool["filters"] = {"allowed_domains": list(allowed_domains)}
+        if user_location:
+            tool["user_location"] = {"type": "approximate", **{k: v for k, v in user_location.items() if v and k != "type"}}
+        payload = {"model": self.provider.model, "input": query, "instructions": _PASS_THROUGH_INSTRUCTIONS,
+                   "tools": [tool], "tool_choice": "required", "include": ["web_search_call.action.sources"],
+                   "store": False}  # fmt: skip
+        key = self._key("Responses", required=False)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        url = self.provider.url.rstrip("/") + "/responses"
+        body = await self._ask("The Responses upstream", "POST", url, json=payload, headers=headers)
+        if body.get("status") != "completed":
+            raise WebSearchFailed(f"The Responses upstream's search ended {body.get('status')!r}, not completed.")
+        if not any(isinstance(i, dict) and i.get("type") == "web_search_call" for i in body.get("output") or ()):
+            raise WebSearchFailed(f"The Responses upstream's model ({self.provider.model}) answered without searching.")
+        return body
 
     async def _ask_brave(self, query: str, max_results: int, country: str) -> dict[str, Any]:
         """Brave's answer. Its ``country`` is one of a list: when Brave refuses the location's
@@ -171,10 +217,10 @@ class RuntimeWebSearcher:
         if len(country) == 2:
             params["country"] = country
         headers = {"X-Subscription-Token": self._key("brave"), "Accept": "application/json"}
-        answer = await self._request("Brave Search", "GET", self.settings.brave_url, params=params, headers=headers)
+        answer = await self._request("Brave Search", "GET", self.provider.brave_url, params=params, headers=headers)
         if answer.status_code == 422 and "country" in params:
             log.info("Brave Search refused the country %r: searching without it", params.pop("country"))
-            answer = await self._request("Brave Search", "GET", self.settings.brave_url, params=params, headers=headers)
+            answer = await self._request("Brave Search", "GET", self.provider.brave_url, params=params, headers=headers)
         return _json("Brave Search", answer)
 
     async def _ask(self, name: str, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
@@ -282,6 +328,40 @@ class RuntimeWebSearcher:
             self._pages[private] = httpx2.AsyncClient(transport=pinned_transport(AddressGuard(allow_private=private)),
                                                       follow_redirects=False, timeout=self.settings.timeout_s)  # fmt: skip
         return self._pages[private]
+
+
+def _cited_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses answer's search results, in SearXNG's shape (``url``, ``title``, ``content``):
+    each page its answer cites, once, in the order of its first citation, with the passage that
+    cites it (the text before the citation, back to the previous citation or line); then the
+    sources it searched but did not cite (their URL only)."""
+    results: dict[str, dict[str, Any]] = {}
+    for item in body.get("output") or ():
+        if not isinstance(item, dict) or item.get("type") != "message":
+            continue
+        for part in item.get("content") or ():
+            text = part.get("text") if isinstance(part, dict) else None
+            if not isinstance(text, str):
+                continue
+            after = 0  # where the text after the previous citation starts
+            for note in part.get("annotations") or ():
+                if not isinstance(note, dict) or note.get("type") != "url_citation" or not isinstance(note.get("url"), str):
+                    continue
+                start, end = note.get("start_index"), note.get("end_index")
+                if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(text)):
+                    start = end = after
+                passage = text[max(after, text.rfind("\n", 0, start) + 1) : start].strip().rstrip("([【").strip().lstrip(".,;:)】 ")
+                after = max(after, end)
+                seen = results.setdefault(note["url"], {"url": note["url"], "title": note.get("title"), "content": ""})
+                if passage and passage not in seen["content"]:
+                    seen["content"] = f"{seen['content']} … {passage}" if seen["content"] else passage
+    for item in body.get("output") or ():
+        if isinstance(item, dict) and item.get("type") == "web_search_call":
+            for source in (item.get("action") or {}).get("sources") or ():
+                url = source.get("url") if isinstance(source, dict) else None
+                if isinstance(url, str) and url not in results:
+                    results[url] = {"url": url, "title": None, "content": ""}
+    return list(results.values())
 
 
 def _json(name: str, answer: httpx2.Response) -> dict[str, Any]:
