@@ -19,10 +19,13 @@ def ray_session() -> Iterator[None]:
     if started:
         # Serve apps deployed in this session serve HTTP from their replicas, as `troupe serve`
         # runs them (direct ingress); Serve's proxy still runs, on its own port, for the tests
-        # of the proxy path. Set before ray.init: the processes Ray starts inherit it.
-        from troupe.serve.deployment import direct_ingress_env, free_port_range
+        # of the proxy path. And Ray runs as `troupe serve` starts it (LOCAL_RAY_ENV: no task
+        # events, Serve's throughput mode, its control loop once a second): what is tested is
+        # what runs, and `make test` took 16 s less (10 min 51 s against 11 min 7 s, 2026-12-05).
+        # Set before ray.init: the processes Ray starts inherit it.
+        from troupe.serve.deployment import LOCAL_RAY_ENV, direct_ingress_env, free_port_range
 
-        os.environ.update(direct_ingress_env(free_port_range(16), 16))
+        os.environ.update({**LOCAL_RAY_ENV, **direct_ingress_env(free_port_range(16), 16)})
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     if started:
