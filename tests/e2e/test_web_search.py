@@ -128,18 +128,23 @@ def test_bad_web_search_tools_are_400s_naming_them(client: OpenAI) -> None:
         assert refused.value.body["param"] == param  # type: ignore[index]
 
 
-def test_without_a_provider_the_tool_is_a_400_saying_how_to_set_one() -> None:
+@pytest.fixture(scope="module")
+def plain() -> Iterator[OpenAI]:
+    """A client of a server without a search provider."""
     server = served_local(ServerSettings())
     root = next(server)
     try:
-        plain = OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
-        with pytest.raises(openai.BadRequestError) as refused:
-            plain.responses.create(model="sim", input="hi", tools=[{"type": "function", "name": "f", "parameters": {}},
-                                                                   {"type": "web_search"}])  # fmt: skip
-        body: Any = refused.value.body
-        assert body["param"] == "tools[1]" and "[web_search] provider" in body["message"], json.dumps(body)
+        yield OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
     finally:
         server.close()
+
+
+def test_without_a_provider_the_tool_is_a_400_saying_how_to_set_one(plain: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        plain.responses.create(model="sim", input="hi", tools=[{"type": "function", "name": "f", "parameters": {}},
+                                                               {"type": "web_search"}])  # fmt: skip
+    body: Any = refused.value.body
+    assert body["param"] == "tools[1]" and "[web_search] provider" in body["message"], json.dumps(body)
 
 
 def test_a_tenants_own_provider_passes_the_search_to_a_responses_server_with_its_own_web_search(web: SmallWeb) -> None:
@@ -233,16 +238,10 @@ def test_an_agent_with_web_search_searches_in_its_sessions_turns(client: OpenAI,
     assert web.queries[-1] == f"{QUESTION} site:127.0.0.1", "the agent's domains went to the provider"
 
 
-def test_an_agents_web_search_needs_a_provider_unless_it_is_disabled() -> None:
-    server = served_local(ServerSettings())
-    root = next(server)
-    try:
-        plain = OpenAI(base_url=f"{root}/v1", api_key="-", max_retries=0)
-        with pytest.raises(openai.BadRequestError) as refused:
-            plain.beta.agents.create(model="sim", tools=[{"type": "web_search"}])
-        body: Any = refused.value.body
-        assert body["param"] == "tools[0].type" and "search provider" in body["message"], body
-        off = plain.beta.agents.create(model="sim", tools=[{"type": "web_search", "mode": "disabled"}])
-        assert off.tools[0].mode == "disabled"
-    finally:
-        server.close()
+def test_an_agents_web_search_needs_a_provider_unless_it_is_disabled(plain: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        plain.beta.agents.create(model="sim", tools=[{"type": "web_search"}])
+    body: Any = refused.value.body
+    assert body["param"] == "tools[0].type" and "search provider" in body["message"], body
+    off = plain.beta.agents.create(model="sim", tools=[{"type": "web_search", "mode": "disabled"}])
+    assert off.tools[0].mode == "disabled"
