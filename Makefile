@@ -82,8 +82,9 @@ bubblewrap:
 # spend about 800 core-seconds in 8 minutes, most of it in Ray's processes (40 MCP test servers,
 # 38 host actors, 23 storage actors and 22 MCP connection actors started, each paying its imports).
 # Running the unit tests beside the halves was slower (13 min 39 s: see git log). mypy (one
-# core, half a minute) runs beside the unit tests, and the OpenAPI fuzz tests (a minute, no Ray)
-# in half A, which ended a minute before the other half.
+# core, half a minute) runs beside the halves, which leave about a fifth of the cores idle
+# (process starts, time-outs), rather than beside the unit tests, which keep both busy; the
+# OpenAPI fuzz tests (a minute, no Ray) run in half A, which ended a minute before the other half.
 RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py \
 	tests/e2e/test_fuzz_openapi.py
 test: $(STAMP) chromium bubblewrap
@@ -95,11 +96,11 @@ ifdef PYTEST_ARGS
 else
 	@mkdir -p .test-logs
 	status=0; \
-	$(BIN)/mypy > .test-logs/mypy.log 2>&1 & m=$$!; \
 	$(BIN)/python -m pytest tests/unit -n auto || status=$$?; \
-	wait $$m || status=$$?; echo "== mypy (.test-logs/mypy.log) =="; cat .test-logs/mypy.log; \
 	$(BIN)/python -m pytest $(RAY_TESTS_A) > .test-logs/ray-a.log 2>&1 & a=$$!; \
+	$(BIN)/mypy > .test-logs/mypy.log 2>&1 & m=$$!; \
 	$(BIN)/python -m pytest tests/e2e $(addprefix --ignore=,$(filter tests/e2e/%,$(RAY_TESTS_A))) || status=$$?; \
+	wait $$m || status=$$?; echo "== mypy (.test-logs/mypy.log) =="; cat .test-logs/mypy.log; \
 	wait $$a || status=$$?; \
 	echo "== $(RAY_TESTS_A) (.test-logs/ray-a.log) =="; cat .test-logs/ray-a.log; \
 	exit $$status
