@@ -76,15 +76,16 @@ bubblewrap:
 # time took 11 min 55 s); on 2026-12-04, on a machine whose unit tests ran 20% slower, 12 min
 # 40 s (each half about 10 min, both cores busy throughout); on 2026-12-05, 10 min 56 s and
 # 12 min 15 s, then 10 min 38 s once Ray's workers stopped importing openai (22a2798), and
-# 9 min 46 s with mypy and the fuzz tests moved as below (3753c80); later that day, with
-# webhooks and web_search, 11 min 7 s, and 10 min 51 s with the test session's Ray started as
-# `troupe serve` starts it (LOCAL_RAY_ENV, tests/conftest.py). Over the 10 minutes: the halves
-# spend about 800 core-seconds in 8 minutes, most of it in Ray's processes (40 MCP test servers,
-# 38 host actors, 23 storage actors and 22 MCP connection actors started, each paying its imports).
+# 9 min 46 s with mypy and the fuzz tests moved (3753c80); later that day, with webhooks and
+# web_search, 11 min 7 s; 10 min 51 s and 10 min 34 s with the test sessions' Ray started as
+# `troupe serve` starts it (LOCAL_RAY_ENV, tests/conftest.py); 10 min 21 s with a Ray instance
+# fewer in test_eval_cli and mypy beside the halves. Over the 10 minutes: the halves spend about
+# 800 core-seconds in 8 minutes, most of it in Ray's processes (40 MCP test servers, 38 host
+# actors, 23 storage actors and 22 MCP connection actors started, each paying its imports).
 # Running the unit tests beside the halves was slower (13 min 39 s: see git log). mypy (one
 # core, half a minute) runs beside the halves, which leave about a fifth of the cores idle
 # (process starts, time-outs), rather than beside the unit tests, which keep both busy; the
-# OpenAPI fuzz tests (a minute, no Ray) run in half A, which ended a minute before the other half.
+# OpenAPI fuzz tests (a minute, no Ray) run in half A.
 RAY_TESTS_A := tests/integration tests/e2e/test_troupe_serve.py tests/e2e/test_eval_cli.py tests/e2e/test_stopping.py \
 	tests/e2e/test_fuzz_openapi.py
 test: $(STAMP) chromium bubblewrap
