@@ -126,6 +126,7 @@ def check_stream(outcome: Outcome) -> Response | None:
     """Check a stream the way strict clients do; return the SDK accumulator's final Response.
 
     - sequence numbers start at 0 and grow by one, with no gaps;
+    - a reasoning or message item is done before the next item is added;
     - every event and the Response validate against Open Responses' models where it has them,
       and parse as the openai SDK's types;
     - the openai SDK's own stream accumulator replays the events without error and its
@@ -161,6 +162,15 @@ def check_stream(outcome: Outcome) -> Response | None:
     done = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
     assert sorted(added) == sorted(done), "every item added must be done"
     assert [i["id"] for i in outcome.response["output"]] == added, "output is in output_index order"
+    # As OpenAI streams them: a reasoning or message item is done before the next item opens.
+    open_text: str | None = None
+    for e in events:
+        if e["type"] == "response.output_item.added":
+            assert open_text is None, f"{e['item']['type']} {e['item']['id']} added while {open_text} is open"
+            if e["item"]["type"] in ("reasoning", "message"):
+                open_text = e["item"]["id"]
+        elif e["type"] == "response.output_item.done" and e["item"]["id"] == open_text:
+            open_text = None
 
     state = ResponseStreamState(input_tools=omit, text_format=omit)
     for event in events:

@@ -262,6 +262,24 @@ async def test_reasoning_comes_first_with_its_own_content_index():
     assert out.response["output"][0]["content"][0]["text"] == "let me think"
 
 
+async def test_a_reasoning_or_message_item_is_done_before_the_next_item_opens():
+    # As OpenAI streams a turn: reasoning, then the words before the calls, then the calls, each
+    # item done before the next is added (check_stream asserts the order for every stream).
+    first = tool_turn(("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4}), text="Adding both.")
+    turns = [text_turn("", reasoning="two sums")[:-1] + first, text_turn("3 and 7", reasoning="done")]
+    out, _ = await both({"model": "m", "input": "x"}, lambda: ScriptedModel(*turns), executors=[adder()])
+    lifecycle = [(e["type"].rsplit(".", 1)[1], e["item"]["type"]) for e in out.events if e["type"].startswith("response.output_item.")]
+    assert lifecycle[:6] == [("added", "reasoning"), ("done", "reasoning"), ("added", "message"), ("done", "message"),
+                             ("added", "function_call"), ("added", "function_call")]  # fmt: skip
+    assert [i["type"] for i in out.response["output"]] == [
+        "reasoning", "message", "function_call", "function_call", "function_call_output", "function_call_output",
+        "reasoning", "message",
+    ]  # fmt: skip
+    texts = [i["content"][0]["text"] for i in out.response["output"] if i["type"] in ("reasoning", "message")]
+    assert texts == ["two sums", "Adding both.", "done", "3 and 7"]
+    assert all(i["status"] == "completed" for i in out.response["output"] if "status" in i)
+
+
 async def test_length_finish_is_incomplete_max_output_tokens():
     out, _ = await both(
         {"model": "m", "input": "x", "max_output_tokens": 16},

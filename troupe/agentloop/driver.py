@@ -806,6 +806,24 @@ class _Run:
         yield ev.StepStarted(kind="model", name=self.upstream_model, started_at=started)
         message_id = reasoning_id = None
         text = reasoning = ""
+        # The open reasoning or message item closes before the next item opens, as OpenAI streams
+        # them (a reasoning item is done before the answer's message is added; a message before
+        # the tool calls that follow it). What is in an item closed early is what it streamed.
+        item_text = item_reasoning = ""
+        messages = reasonings = 0  # items of each kind this turn opened
+
+        def close_open(keep_message: bool = False) -> list[ev.LoopEvent]:
+            nonlocal message_id, reasoning_id
+            closing: list[ev.LoopEvent] = []
+            if reasoning_id is not None:
+                closing.append(ev.ReasoningDone(item_id=reasoning_id, text=item_reasoning, status="completed"))
+                reasoning_id = None
+            # A message stays open under output guardrails: they may hold back its last words.
+            if message_id is not None and not keep_message and gate is None:
+                closing.append(ev.MessageDone(item_id=message_id, text=item_text, status="completed",
+                                              annotations=self._citations(item_text)))  # fmt: skip
+                message_id = None
+            return closing
         function_item_at: dict[int, str] = {}  # tool-call index -> function_call item id
         mcp_item_at: dict[int, str] = {}  # tool-call index -> mcp_call item id (self.mcp_items: by call id)
         ci_item_at: dict[int, str] = {}  # tool-call index -> code_interpreter_call item id (self.ci_items: by call id)
@@ -825,9 +843,12 @@ class _Run:
                     match chunk:
                         case ReasoningChunk(text=delta):
                             if reasoning_id is None:
-                                reasoning_id = new_id("rs")
+                                for done in close_open():
+                                    yield done
+                                reasoning_id, item_reasoning, reasonings = new_id("rs"), "", reasonings + 1
                                 yield ev.ReasoningStarted(item_id=reasoning_id)
                             reasoning += delta
+                            item_reasoning += delta
                             yield ev.ReasoningDelta(item_id=reasoning_id, delta=delta)
                         case TextChunk(text=delta):
                             text += delta
@@ -837,8 +858,11 @@ class _Run:
                                     break  # blocked: nothing more is read or sent
                             if delta:
                                 if message_id is None:
-                                    message_id = new_id("msg")
+                                    for done in close_open():
+                                        yield done
+                                    message_id, item_text, messages = new_id("msg"), "", messages + 1
                                     yield ev.MessageStarted(item_id=message_id)
+                                item_text += delta
                                 yield ev.MessageDelta(item_id=message_id, delta=delta)
                         case ToolCallStart(index=index, call_id=call_id, name=name):
                             starts[index] = chunk
@@ -849,6 +873,8 @@ class _Run:
                                     index, call_id, name, mcp_item_at, function_item_at, ci_item_at, sh_item_at
                                 )
                                 if opened is not None:
+                                    for done in close_open():
+                                        yield done
                                     yield opened
                         case ToolCallArgumentsDelta(index=index, delta=delta):
                             if index in mcp_item_at:
@@ -873,7 +899,9 @@ class _Run:
         if gate is not None and error is None:
             if finished is not None and (rest := await gate.end()):
                 if message_id is None:
-                    message_id = new_id("msg")
+                    for done in close_open():
+                        yield done
+                    message_id, messages = new_id("msg"), messages + 1
                     yield ev.MessageStarted(item_id=message_id)
                 yield ev.MessageDelta(item_id=message_id, delta=rest)
             if gate.verdict is not None:  # the text stops where it was blocked, and so does the response
@@ -885,11 +913,14 @@ class _Run:
             "completed" if finished is not None and finished.finish_reason != "length"
             and (gate is None or gate.verdict is None) else "incomplete"
         )  # fmt: skip
-        # Close every item this turn opened, so clients never see a dangling item.
+        # Close every item this turn left open, so clients never see a dangling item. The only
+        # one of its kind holds the turn's whole text, as the model ended it.
         if reasoning_id is not None:
-            yield ev.ReasoningDone(item_id=reasoning_id, text=finished.reasoning if finished else reasoning, status=item_status)
+            whole = finished.reasoning if finished else reasoning
+            yield ev.ReasoningDone(item_id=reasoning_id, text=whole if reasonings == 1 else item_reasoning,
+                                   status=item_status)  # fmt: skip
         if message_id is not None:
-            final = finished.text if finished else text
+            final = (finished.text if finished else text) if messages == 1 else item_text
             yield ev.MessageDone(item_id=message_id, text=final, status=item_status, annotations=self._citations(final))
         calls = finished.tool_calls if finished else ()
         plan = self._plan(calls)
