@@ -11,10 +11,15 @@ The DuckDB side is :mod:`troupe.storage.rag`; ingestion as Ray tasks and the sea
 agent loop calls are :mod:`troupe.runtime.rag`.
 """
 
-from .documents import DocumentError, parse_document
-from .embedders import Embedder, EmbeddingError, OpenAIEmbedder, SimEmbedder
-from .fusion import fuse
-from .text import Chunk, chunk_text, count_tokens, indexed_terms, term_hash, terms
+from typing import TYPE_CHECKING
+
+from troupe._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .documents import DocumentError, parse_document
+    from .embedders import Embedder, EmbeddingError, OpenAIEmbedder, SimEmbedder
+    from .fusion import fuse
+    from .text import Chunk, chunk_text, count_tokens, indexed_terms, term_hash, terms
 
 __all__ = [
     "Chunk",
@@ -31,3 +36,13 @@ __all__ = [
     "term_hash",
     "terms",
 ]
+
+# Imported on first use (troupe._lazy): a conversation host checks requests with .wire and .text
+# and never needs numpy, which .embedders and .documents import.
+_HOMES = {
+    ".documents": ["DocumentError", "parse_document"],
+    ".embedders": ["Embedder", "EmbeddingError", "OpenAIEmbedder", "SimEmbedder"],
+    ".fusion": ["fuse"],
+    ".text": ["Chunk", "chunk_text", "count_tokens", "indexed_terms", "term_hash", "terms"],
+}
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES)

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from troupe.protocol import InvalidRequest, describe_type, show_value
+from troupe.protocol import InvalidRequest, NotFound, describe_type, show_value
 
 __all__ = [
     "AUTO_CHUNKING",
@@ -46,6 +46,7 @@ __all__ = [
     "chunking_strategy",
     "file_counts",
     "matches",
+    "not_found",
     "object_body",
 ]
 
@@ -60,6 +61,11 @@ _MAX_VALUE = 512
 _COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
 _RANKERS = ("auto", "default-2024-11-15", "none")
 _MAX_FILTER_DEPTH = 8
+
+
+def not_found(kind: str, object_id: str, param: str) -> NotFound:
+    """A file or vector store that is not there (404): ``No vector store found with id '…'.``"""
+    return NotFound(f"No {kind} found with id '{object_id}'.", param=param)
 
 
 def _invalid(param: str, message: str, code: str = "invalid_value") -> InvalidRequest:

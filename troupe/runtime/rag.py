@@ -27,18 +27,21 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from troupe.protocol import InvalidRequest, ServerError, new_id
 from troupe.rag import wire
-from troupe.rag.embedders import Embedder, EmbeddingError, encode_base64, usage_tokens
-from troupe.rag.records import IngestTicket
 from troupe.rag.text import term_hash, terms
-from troupe.runtime._ingest import build_embedder, ingest, local_worker
+from troupe.rag.wire import not_found
 from troupe.runtime.settings import ModelSpec, RuntimeSettings
 from troupe.runtime.store_client import StoreClient
 from troupe.storage import Order, Page
-from troupe.storage.rag import not_found
+
+if TYPE_CHECKING:
+    # numpy (and the embedders' HTTP client) on first use: every conversation host has these
+    # vector stores, and most never embed a query (0.65 s of each host's start, with DuckDB's).
+    from troupe.rag.embedders import Embedder
+    from troupe.rag.records import IngestTicket
 
 __all__ = ["VectorStores", "file_id", "vector_store_id", "batch_id"]
 
@@ -60,7 +63,7 @@ def batch_id() -> str:
     return new_id("vsfb")
 
 
-StartIngest = Callable[[list[IngestTicket], dict[str, ModelSpec | None]], list[asyncio.Future[Any]]]
+StartIngest = Callable[["list[IngestTicket]", dict[str, ModelSpec | None]], list[asyncio.Future[Any]]]
 """Starts one ingestion per ticket (each with its ticket's embedder); a future per ticket. On
 Ray: :func:`troupe.runtime.ray.ingest.ray_ingestion`."""
 
@@ -304,6 +307,8 @@ class VectorStores:
         spec = self.settings.embedder(model)
         if spec is None:
             raise ServerError(f"The embedding model '{model}' of this vector store is not configured.")
+        from troupe.rag.embedders import EmbeddingError
+
         try:
             return await self._embedder(spec).aembed(queries)
         except EmbeddingError as exc:
@@ -312,6 +317,8 @@ class VectorStores:
     def _embedder(self, spec: ModelSpec) -> Embedder:
         embedder = self._embedders.get(spec.name)
         if embedder is None:
+            from troupe.runtime._ingest import build_embedder
+
             embedder = self._embedders[spec.name] = build_embedder(spec)
         return embedder
 
@@ -335,6 +342,8 @@ class VectorStores:
             spec = spec.model_copy(update={"dimensions": dimensions})
         elif dimensions is not None:
             spec = spec.model_copy(update={"dimensions": dimensions, "name": f"{spec.name}@{dimensions}"})
+        from troupe.rag.embedders import EmbeddingError, encode_base64, usage_tokens
+
         try:
             vectors = await self._embedder(spec).aembed(inputs)
         except EmbeddingError as exc:
@@ -363,6 +372,8 @@ class VectorStores:
         watcher.add_done_callback(self._watchers.discard)
 
     def _on_thread(self, ticket: IngestTicket, spec: ModelSpec | None) -> asyncio.Future[Any]:
+        from troupe.runtime._ingest import ingest, local_worker
+
         loop = asyncio.get_running_loop()
         if self._threads is None:
             self._threads = concurrent.futures.ThreadPoolExecutor(_LOCAL_INGEST_THREADS, thread_name_prefix="troupe-ingest")

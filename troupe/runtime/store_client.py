@@ -44,10 +44,9 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from troupe.runtime.settings import WebhookSettings
-from troupe.runtime.webhook_delivery import Deliverer
 from troupe.storage import ResponseRecord, RunRecord, RunStep
 from troupe.storage.contract import (
     APART_FROM_RESPONSES,
@@ -60,7 +59,10 @@ from troupe.storage.contract import (
 from troupe.storage.credentials import CredentialKeys
 from troupe.storage.group_commit import GroupCommitWriter
 from troupe.storage.journal import JournaledWriter, JournalStore, journal_dir
-from troupe.storage.rag_executor import RagExecutor
+
+if TYPE_CHECKING:  # imported where used: a process whose store is the storage actor needs neither
+    from troupe.runtime.webhook_delivery import Deliverer
+    from troupe.storage.rag_executor import RagExecutor
 
 __all__ = ["AsyncStore", "Forwarding", "NotAStoreMethod", "ROUTES", "StoreClient", "journal_of", "open_store"]
 
@@ -210,6 +212,8 @@ class AsyncStore(Forwarding):
         self._containers_directory = containers_directory
         self._deliverer: Deliverer | None = None
         if webhooks is not None and webhooks[1].sealing:  # without keys no endpoint's secret can be opened
+            from troupe.runtime.webhook_delivery import Deliverer
+
             self._deliverer = Deliverer(*webhooks, self.call)
             store.on_webhook_events = self._deliverer.wake
 
@@ -259,6 +263,8 @@ class AsyncStore(Forwarding):
             self._deliverer.start()
         if files:
             if self._rag is None:
+                from troupe.storage.rag_executor import RagExecutor  # duckdb and numpy: the store's process only
+
                 self._rag = RagExecutor.over(self.store, self._containers_directory)
             return await self._rag.run(functools.partial(self._rag.bound(method), *args, **(kwargs or {})))
         return await self._run(getattr(self.store, method), *args, **(kwargs or {}))

@@ -44,7 +44,6 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from troupe.protocol import NotFound
 from troupe.rag import wire
 from troupe.rag.fusion import fuse
 from troupe.rag.records import IndexedFile, IngestTicket
@@ -75,10 +74,6 @@ _STORE_FILE_COLUMNS = "file_id, vector_store_id, created_at, status, last_error,
 
 CHECKPOINT_WAL_BYTES = 16 * 1024 * 1024
 """The write-ahead log size past which a write checkpoints (DuckDB's own ``checkpoint_threshold``)."""
-
-
-def not_found(kind: str, object_id: str, param: str) -> NotFound:
-    return NotFound(f"No {kind} found with id '{object_id}'.", param=param)
 
 
 class RagStore(Files):
@@ -304,13 +299,13 @@ class RagStore(Files):
                 "SELECT embedding_model FROM vector_stores WHERE tenant = ? AND id = ?", [tenant, vector_store_id]
             ).fetchall()
             if not store:
-                raise not_found("vector store", vector_store_id, "vector_store_id")
+                raise wire.not_found("vector store", vector_store_id, "vector_store_id")
             ids = [e["file_id"] for e in entries]
             names = dict(conn.execute(
                 "SELECT id, filename FROM files WHERE tenant = ? AND id = ANY(?)", [tenant, ids]).fetchall())  # fmt: skip
             missing = next((i for i in ids if i not in names), None)
             if missing is not None:
-                raise not_found("file", missing, "file_id")
+                raise wire.not_found("file", missing, "file_id")
             if batch is not None:
                 conn.execute(
                     "INSERT INTO vector_store_file_batches VALUES (?, ?, ?, ?, false)",
@@ -604,7 +599,7 @@ class RagStore(Files):
         ))  # fmt: skip
         for store_id in vector_store_ids:
             if store_id not in found:
-                raise not_found("vector store", store_id, "vector_store_ids")
+                raise wire.not_found("vector store", store_id, "vector_store_ids")
         return found
 
     def search(
