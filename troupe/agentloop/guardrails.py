@@ -32,8 +32,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import regex
-
 __all__ = [
     "Check",
     "Classifier",
@@ -197,6 +195,8 @@ class RegexCheck:
             (block if rule.action == "block" else redact).append(f"(?P<{group}>{flags}{rule.pattern}))")
             if rule.action == "redact":
                 self._replacement[group] = rule.replacement if rule.replacement is not None else f"[{rule.category}]"
+        import regex  # on the first regex guardrail: most hosts have none (a tenth of a second to import)
+
         self._block = regex.compile("|".join(block)) if block else None
         self._redact = regex.compile("|".join(redact)) if redact else None
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from troupe.agentloop.guardrails import (
     JUDGE_PROMPT,
@@ -36,6 +34,9 @@ from troupe.protocol import CreateResponseRequest, InvalidRequest, ServerError
 from troupe.runtime.models import ModelRegistry
 from troupe.runtime.settings import GuardrailSpec, RuntimeSettings
 from troupe.sim import moderation as sim_moderation
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["GuardrailRegistry"]
 
@@ -120,6 +121,8 @@ class GuardrailRegistry:
         url = f"{(spec.base_url or '').rstrip('/')}/moderations"
         key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+        import httpx  # with the first moderation guardrail: a host without one never imports it
 
         async def moderate(text: str) -> dict[str, Any]:
             if self._http is None:
