@@ -79,9 +79,11 @@ bubblewrap:
 # 9 min 46 s with mypy and the fuzz tests moved (3753c80); later that day, with webhooks and
 # web_search, 11 min 7 s; 10 min 51 s and 10 min 34 s with the test sessions' Ray started as
 # `troupe serve` starts it (LOCAL_RAY_ENV, tests/conftest.py); 10 min 21 s with a Ray instance
-# fewer in test_eval_cli and mypy beside the halves. Over the 10 minutes: the halves spend about
-# 800 core-seconds in 8 minutes, most of it in Ray's processes (40 MCP test servers, 38 host
-# actors, 23 storage actors and 22 MCP connection actors started, each paying its imports).
+# fewer in test_eval_cli and mypy beside the halves; 9 min 20 s once a conversation host's
+# imports took half the CPU (af8032f: no DuckDB, numpy, regex or httpx until used; the run's
+# processes spent about 900 core-seconds, against 1,046 at 293ea90). The halves' CPU goes to Ray's
+# processes (50 MCP test servers, 38 host actors, 21 storage actors and 24 MCP connection
+# actors started, each paying its imports).
 # Running the unit tests beside the halves was slower (13 min 39 s: see git log). mypy (one
 # core, half a minute) runs beside the halves, which leave about a fifth of the cores idle
 # (process starts, time-outs), rather than beside the unit tests, which keep both busy; the
