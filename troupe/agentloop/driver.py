@@ -812,14 +812,14 @@ class _Run:
         item_text = item_reasoning = ""
         messages = reasonings = 0  # items of each kind this turn opened
 
-        def close_open(keep_message: bool = False) -> list[ev.LoopEvent]:
+        def close_open() -> list[ev.LoopEvent]:
             nonlocal message_id, reasoning_id
             closing: list[ev.LoopEvent] = []
             if reasoning_id is not None:
                 closing.append(ev.ReasoningDone(item_id=reasoning_id, text=item_reasoning, status="completed"))
                 reasoning_id = None
             # A message stays open under output guardrails: they may hold back its last words.
-            if message_id is not None and not keep_message and gate is None:
+            if message_id is not None and gate is None:
                 closing.append(ev.MessageDone(item_id=message_id, text=item_text, status="completed",
                                               annotations=self._citations(item_text)))  # fmt: skip
                 message_id = None
