@@ -26,9 +26,9 @@ def ray_session() -> Iterator[None]:
         from troupe.serve.deployment import LOCAL_RAY_ENV, direct_ingress_env, free_port_range
 
         os.environ.update({**LOCAL_RAY_ENV, **direct_ingress_env(free_port_range(16), 16)})
-        # Ray starts a worker per CPU for the first driver, ahead of its first task. The tests'
-        # actors and tasks never took them (their runtime environments differ; 19 idle workers
-        # in a `make test`, 30 core-seconds): workers start when something needs one.
+        # Ray starts a worker per CPU for the first driver, ahead of its first task. Watched
+        # through an integration run, those two stayed `ray::IDLE` to the end while the tests'
+        # actors and tasks started workers of their own: now workers start when one is needed.
         os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
