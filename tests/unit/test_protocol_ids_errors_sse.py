@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import threading
+import time
 
 import pytest
 
@@ -121,6 +123,26 @@ def test_clock_stepping_back_keeps_order(monkeypatch: pytest.MonkeyPatch) -> Non
     first = new_id("resp")
     monkeypatch.setattr(ids.time, "time_ns", lambda: 0)
     assert new_id("resp") > first
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_mint_the_ids_its_parent_mints_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    new_id("resp")  # the random pool holds bytes the parent has not used yet
+    # Both processes mint their next id in one fresh millisecond: each draws new random bits.
+    later = (time.time_ns() // 1_000_000 + 60_000) * 1_000_000
+    monkeypatch.setattr(ids.time, "time_ns", lambda: later)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its id and leave at once (no pytest teardown here)
+        os.write(write, new_id("resp").encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    parent = new_id("resp")
+    assert child.startswith("resp_") and parent.startswith("resp_")
+    assert child != parent
 
 
 # --- errors ----------------------------------------------------------------

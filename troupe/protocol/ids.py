@@ -20,7 +20,6 @@ Example::
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 import time
 
@@ -134,6 +133,12 @@ _RANDOM_CHARS = 16
 _lock = threading.Lock()
 _last_ms = -1
 _last_random = 0
+# Random bytes drawn from os.urandom a block at a time: one getrandom() system call per 100
+# fresh milliseconds rather than per id (each call also hands the GIL to whichever thread
+# waits for it). Read under _lock; emptied in a forked child, like the counter.
+_POOL_BYTES = 1000
+_pool = b""
+_pool_at = 0
 
 
 def _encode(value: int, width: int) -> str:
@@ -147,12 +152,23 @@ def _encode(value: int, width: int) -> str:
 def _reset_after_fork() -> None:
     # A forked child would otherwise continue the parent's counter and mint the
     # very ids the parent mints next.
-    global _last_ms, _last_random
+    global _last_ms, _last_random, _pool, _pool_at
     _last_ms, _last_random = -1, 0
+    _pool, _pool_at = b"", 0
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _fresh_random() -> int:
+    """79 random bits (headroom below 80, so that counting up within a millisecond cannot overflow); under _lock."""
+    global _pool, _pool_at
+    if _pool_at + 10 > len(_pool):
+        _pool, _pool_at = os.urandom(_POOL_BYTES), 0
+    value = int.from_bytes(_pool[_pool_at : _pool_at + 10], "big") >> 1
+    _pool_at += 10
+    return value
 
 
 def _next_suffix() -> str:
@@ -161,15 +177,14 @@ def _next_suffix() -> str:
         now = time.time_ns() // 1_000_000
         if now > _last_ms:
             _last_ms = now
-            # Leave headroom so counting up within one millisecond cannot overflow.
-            _last_random = secrets.randbits(_RANDOM_BITS - 1)
+            _last_random = _fresh_random()
         else:
             # Same millisecond, or the clock stepped back: keep the last time and
             # count up, which preserves the order of ids already handed out.
             _last_random += 1
             if _last_random >= 1 << _RANDOM_BITS:
                 _last_ms += 1
-                _last_random = secrets.randbits(_RANDOM_BITS - 1)
+                _last_random = _fresh_random()
         return _encode(_last_ms, _TIME_CHARS) + _encode(_last_random, _RANDOM_CHARS)
 
 
