@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
+import os
 import time
 
 import httpx
@@ -24,7 +26,7 @@ import psutil
 
 __all__ = ["main"]
 
-BODY = {"model": "sim", "input": "[[tokens 16]]"}
+BODY = {"model": "sim", "input": "[[tokens 16]]", **json.loads(os.environ.get("CPU_BY_PROCESS_BODY", "{}"))}
 
 
 def _tree(pid: int) -> dict[int, tuple[str, float]]:

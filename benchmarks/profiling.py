@@ -12,8 +12,15 @@ storage actors (every app has one; their processes cannot be told apart by title
 
 For each load and role it keeps the CPU per response and the hottest frames: the Troupe
 frames by cumulative share of samples (where Troupe's own code spends), and the leaf frames
-by self share (what is hot underneath). Samples without a Python frame on top (Ray's C++
-threads, the GIL) are counted apart as ``native``.
+by self share (what is hot underneath). Samples without a Python frame on top are counted
+apart as ``native``: py-spy samples threads that are not idle by its reckoning, which
+includes a thread waiting for the GIL and uvloop calling back into Python, so ``native`` is
+not CPU spent outside Python.
+
+Where Linux's ``perf`` may sample the replica, the ingress replica's on-CPU time is also split
+by the code it ran (``perf record``, then ``perf report --sort dso``): the Python interpreter,
+the kernel (system calls, the loopback TCP stack), libc, uvloop and the other extension
+modules. That is the honest answer to "how much of it is Python".
 """
 
 from __future__ import annotations
@@ -42,6 +49,52 @@ ROLES = {
 }
 """Role → what its processes' titles contain (:func:`benchmarks.procs.role`)."""
 _NATIVE = ("threading.py", "concurrent/futures/thread.py", "ray/_private/worker.py")
+
+
+_PERF_GROUPS = (
+    ("Python interpreter", ("libpython",)),
+    ("kernel", ("[kernel",)),
+    ("libc", ("libc.so", "libm.so", "ld-linux")),
+    ("uvloop", ("uvloop", "loop.cpython")),
+    ("json", ("_json.",)),
+    ("Ray's core (_raylet)", ("_raylet",)),
+)
+"""perf's shared objects → the group they count for (the rest: "other extension modules")."""
+
+
+def _perf_split(report: str) -> dict[str, float]:
+    """``perf report --sort dso --stdio`` output → percent of on-CPU samples per group."""
+    split: collections.Counter[str] = collections.Counter()
+    for line in report.splitlines():
+        pct, _, dso = line.strip().partition("%")
+        try:
+            share = float(pct)
+        except ValueError:
+            continue  # a header, a comment, a blank line
+        group = next((name for name, marks in _PERF_GROUPS if any(m in dso for m in marks)), "other extension modules")
+        split[group] += share
+    return {group: round(share, 1) for group, share in split.most_common()}
+
+
+def _perf_record(pid: int, seconds: float, out: str) -> subprocess.Popen[bytes] | None:
+    """Start ``perf record`` on ``pid`` for ``seconds``; None when perf is missing or refused."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    try:
+        return subprocess.Popen([perf, "record", "-F", "499", "-p", str(pid), "-o", out, "--", "sleep", str(int(seconds))],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def _perf_report(out: str) -> dict[str, float]:
+    perf = shutil.which("perf")
+    if perf is None or not os.path.exists(out):
+        return {}
+    done = subprocess.run([perf, "report", "-i", out, "--sort", "dso", "--stdio", "-g", "none"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    return _perf_split(done.stdout) if done.returncode == 0 else {}
 
 
 def _py_spy() -> str | None:
@@ -106,10 +159,17 @@ async def _one_load(ctx: Ctx, py_spy: str, name: str, body: dict[str, Any], seco
                 [py_spy, "record", "--pid", str(proc.pid), "--duration", str(int(seconds)), "--rate", "100",
                  "--format", "raw", "--nonblocking", "-o", out],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    replicas = by_role["ingress replica (the loop)"]
+    perf_out = os.path.join(folder, "replica.perf.data")
+    perf = _perf_record(replicas[0].pid, seconds, perf_out) if len(replicas) == 1 else None
     spec = LoadSpec(concurrency=16, requests=None, duration_s=seconds, timeout_s=120)
     run = await run_load(target.base_url, lambda _i: {**body, "model": target.model}, spec)
     for _, _, spy in spies:
         await asyncio.to_thread(spy.wait, 60)
+    replica_by_code: dict[str, float] = {}
+    if perf is not None:
+        await asyncio.to_thread(perf.wait, 60)
+        replica_by_code = await asyncio.to_thread(_perf_report, perf_out)
     ok = max(1, sum(1 for r in run.results if r.ok))
     roles = {}
     for role, procs in by_role.items():
@@ -121,7 +181,7 @@ async def _one_load(ctx: Ctx, py_spy: str, name: str, body: dict[str, Any], seco
                 pass
         roles[role] = {"processes": len(procs), "cpu_ms_per_response": round(cpu * 1000 / ok, 2),
                        **_aggregate([out for r, out, _ in spies if r == role])}
-    return {"load": name, "responses": ok, "seconds": seconds, "roles": roles}
+    return {"load": name, "responses": ok, "seconds": seconds, "roles": roles, "replica_by_code": replica_by_code}
 
 
 async def profile_troupe(ctx: Ctx, seconds: float = 10.0) -> dict[str, Any]:

@@ -247,8 +247,10 @@ def _s6(s: dict[str, Any]) -> list[str]:
 
 
 def _sp(s: dict[str, Any]) -> list[str]:
-    out = [f"Tool: {s.get('tool')}. Shares are of all samples of that role's processes; `native` is time "
-           "with no Python frame on top (Ray's C++ core, waits for the GIL).", ""]
+    out = [f"Tool: {s.get('tool')}. Shares are of all samples of that role's processes; `native` is samples "
+           "with no Python frame on top (Ray's C++ core, a wait for the GIL, uvloop calling back into Python): "
+           "py-spy's, not CPU time outside Python. The line under each table splits the ingress replica's "
+           "on-CPU time by the code it ran (`perf record`), where perf may sample it.", ""]
     for load in s.get("loads", []):
         out += [f"**{load['load']}** ({load['responses']} responses in {load['seconds']:.0f} s)", ""]
         rows = []
@@ -259,6 +261,10 @@ def _sp(s: dict[str, Any]) -> list[str]:
                          hot.replace("|", "/"), leaf.replace("|", "/")])
         out += _table(["role", "processes", "CPU/resp (ms)", "native %", "hottest Troupe frames (cumulative)",
                        "hottest leaf frames (self)"], rows)
+        by_code = load.get("replica_by_code")
+        if by_code:
+            out += ["", "The ingress replica's CPU by code (perf): "
+                    + ", ".join(f"{group} {pct}%" for group, pct in by_code.items()) + "."]
         out.append("")
     return out
 

@@ -478,3 +478,40 @@ def test_the_harness_measures_the_replica_app_as_the_main_troupe(tmp_path) -> No
         (MAIN, False, "troupe store=off"), (MAIN_PROXY, True, "troupe via proxy store=on"),
         (POOLED, True, "troupe pooled store=on"), (POOLED, False, "troupe pooled store=off"),
         ("smg", True, "smg store=on")]
+
+
+PERF_REPORT = """\
+# To display the perf.data header info, please use --header/--header-only options.
+#
+# Samples: 2K of event 'cpu-clock:pppH'
+#
+# Overhead  Shared Object
+# ........  ..............................................
+#
+    67.86%  libpython3.11.so.1.0
+    16.43%  [kernel.kallsyms]
+     5.09%  libc.so.6
+     4.97%  loop.cpython-311-x86_64-linux-gnu.so
+     1.47%  _json.cpython-311-x86_64-linux-gnu.so
+     1.13%  _raylet.so
+     0.98%  _asyncio.cpython-311-x86_64-linux-gnu.so
+     0.90%  _http_parser.cpython-311-x86_64-linux-gnu.so
+"""
+
+
+def test_the_profile_splits_the_replicas_cpu_by_code_from_perfs_report() -> None:
+    from benchmarks.profiling import _perf_split
+
+    split = _perf_split(PERF_REPORT)
+    assert split == {"Python interpreter": 67.9, "kernel": 16.4, "libc": 5.1, "uvloop": 5.0,
+                     "other extension modules": 1.9, "json": 1.5, "Ray's core (_raylet)": 1.1}
+    assert _perf_split("") == {}
+    role = {"processes": 1, "cpu_ms_per_response": 14.0, "native_pct": 60.0, "troupe_cumulative": [], "self": []}
+    section = {"tool": "py-spy", "loads": [{"load": "streaming c=16", "responses": 200, "seconds": 10.0,
+                                            "roles": {"ingress replica (the loop)": role}, "replica_by_code": split}]}
+    from benchmarks.results import _sp
+
+    text = "\n".join(_sp(section))
+    assert "The ingress replica's CPU by code (perf): Python interpreter 67.9%, kernel 16.4%" in text
+    section["loads"][0]["replica_by_code"] = {}  # perf missing or refused: no line
+    assert "by code" not in "\n".join(_sp(section))
