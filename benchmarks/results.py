@@ -518,7 +518,8 @@ def baseline_summary(baseline: dict[str, Any], current: dict[str, Any], path: st
     the Troupe target each side compares (``target``: the baseline's main target, ``current_target``:
     this run's) and the before/after rows of :func:`compare`. ``picked``: ``auto`` or ``given``."""
     machine = baseline.get("machine") if isinstance(baseline.get("machine"), dict) else {}
-    defs_then, defs_now = baseline.get("definitions") or {}, current.get("definitions") or {}
+    # As JSON holds them: a run's own definitions are tuples in memory, its baseline's lists.
+    defs_then, defs_now = (json.loads(json.dumps(doc.get("definitions") or {})) for doc in (baseline, current))
     return {
         "path": path, "picked": picked, "commit": baseline.get("commit"), "created_at": baseline.get("created_at"),
         "target": main_target(baseline), "current_target": main_target(current),

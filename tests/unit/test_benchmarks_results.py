@@ -182,6 +182,19 @@ def test_the_section_follows_the_headline_and_names_the_baseline() -> None:
     assert "## Before/after" not in render(current)  # no baseline, no section
 
 
+def test_definitions_read_back_from_json_are_the_same_as_a_runs_own() -> None:
+    # A run holds its definitions as asdict() made them (tuples); its baseline's come from JSON (lists).
+    from dataclasses import asdict
+
+    from benchmarks.scenarios import definitions
+
+    current = {**_doc("bbbbbbb"), "definitions": asdict(definitions(False))}
+    baseline = {**_doc(), "definitions": json.loads(json.dumps(asdict(definitions(False))))}
+    assert baseline_summary(baseline, current, "old.json", "auto")["definitions_differ"] == []
+    baseline["definitions"]["streaming_levels"][0]["requests"] += 1
+    assert baseline_summary(baseline, current, "old.json", "auto")["definitions_differ"] == ["streaming_levels"]
+
+
 def test_worse_is_called_worse() -> None:
     baseline, current = _doc(ttft1=50.0, rps16_on=80.0), _doc("bbbbbbb", ttft1=75.0, rps16_on=60.0)
     rows = _by_measure(compare(baseline, current))
