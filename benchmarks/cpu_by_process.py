@@ -6,8 +6,9 @@ ROOT is a Responses API root (``…/v1``), PID the process whose tree serves it:
 ``python -m benchmarks.troupe_server`` (started with ``setsid``), that process, whose
 descendants are Ray's daemons and every worker. Sends 100 requests to warm up, then N at
 concurrency C (``{"model": "sim", "input": "[[tokens 16]]"}``, stored, as scenario 2 at c=16;
-``CPU_BY_PROCESS_BODY='{"store": false}'`` in the environment merges more fields in), and prints the throughput and each process kind's CPU per
-response (``ray::`` titles kept; background CPU included, not subtracted). Two commits side by side: start each one's
+``CPU_BY_PROCESS_BODY='{"store": false}'`` in the environment merges more fields in), and
+prints the throughput and each process kind's CPU per response (``ray::`` titles kept;
+background CPU included, not subtracted). Two commits side by side: start each one's
 ``benchmarks.troupe_server`` in turn (an older one from a ``git worktree`` with ``PYTHONPATH``
 pointing at it, as :mod:`benchmarks.ab` does) and run this against each, twice or more.
 """
