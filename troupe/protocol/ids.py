@@ -164,10 +164,11 @@ if hasattr(os, "register_at_fork"):
 def _fresh_random() -> int:
     """79 random bits (headroom below 80, so that counting up within a millisecond cannot overflow); under _lock."""
     global _pool, _pool_at
-    if _pool_at + 10 > len(_pool):
+    size = _RANDOM_BITS // 8
+    if _pool_at + size > len(_pool):
         _pool, _pool_at = os.urandom(_POOL_BYTES), 0
-    value = int.from_bytes(_pool[_pool_at : _pool_at + 10], "big") >> 1
-    _pool_at += 10
+    value = int.from_bytes(_pool[_pool_at : _pool_at + size], "big") >> 1
+    _pool_at += size
     return value
 
 
